@@ -1,0 +1,21 @@
+"""accumcheck: prove gradient accumulation in PyTorch training code correct.
+
+`accumcheck lint` (the static half) must never import torch, so the verifier's names are
+loaded lazily on first access.
+"""
+
+__version__ = "0.1.0"
+
+_VERIFY_NAMES = {"verify", "verify_loop", "Report"}
+
+
+def __getattr__(name: str):
+    if name in _VERIFY_NAMES:
+        # The subpackage is `verifier`, not `verify`, so importing it never shadows the function.
+        from gradcheck_accum import verifier
+
+        return getattr(verifier, name)
+    raise AttributeError(f"module 'gradcheck_accum' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "verify", "verify_loop", "Report"]

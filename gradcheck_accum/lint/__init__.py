@@ -1,0 +1,1 @@
+"""The static half of accumcheck. Nothing under this package may import torch."""
