@@ -1,0 +1,138 @@
+"""The tolerance criterion that separates rounding from bugs.
+
+Every candidate gradient (accumulated, compiled, ...) is compared with a float64 big-batch
+gradient, and passes when its error is within a small multiple of the error that the
+low-precision big batch itself makes against that float64 gradient: the scheme PyTorch uses to
+accept compiled results. A fixed rtol would either flag rounding on large reductions or miss a
+1.001x scaling bug; the baseline's own error adapts to each tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import torch
+
+
+def eps_of(dtype: torch.dtype) -> float:
+    return float(torch.finfo(dtype).eps)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """multiplier: allowed error as a multiple of the baseline's error; tiny tensors (at most
+    tiny_numel elements) have few elements to average rounding over, so get tiny_multiplier;
+    floor: an absolute allowance of floor * eps * magnitude for tensors whose baseline happens
+    to be (nearly) exact, e.g. a bias whose float32 gradient has no rounding at all."""
+
+    multiplier: float
+    tiny_multiplier: float
+    tiny_numel: int
+    floor: float
+    eps: float
+
+    @classmethod
+    def for_dtype(cls, dtype: torch.dtype) -> "Tolerance":
+        if dtype in (torch.float16, torch.bfloat16):
+            return cls(multiplier=3.0, tiny_multiplier=5.0, tiny_numel=16, floor=4.0, eps=eps_of(dtype))
+        return cls(multiplier=2.0, tiny_multiplier=4.0, tiny_numel=16, floor=16.0, eps=eps_of(dtype))
+
+    def to_dict(self) -> dict:
+        return {"multiplier": self.multiplier, "tiny_multiplier": self.tiny_multiplier,
+                "tiny_numel": self.tiny_numel, "floor": self.floor, "eps": self.eps}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Relative L2 numbers against the float64 gradient (absolute when it is exactly zero)."""
+
+    error: float
+    reference_error: float
+    tolerance: float
+    scale: float
+    cosine: float
+    ok: bool
+    note: str = ""
+
+
+def _f64(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(device="cpu", dtype=torch.float64)
+
+
+def _scale_cosine(x: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    rr = float(torch.dot(ref.flatten(), ref.flatten()))
+    xr = float(torch.dot(x.flatten(), ref.flatten()))
+    xx = float(torch.dot(x.flatten(), x.flatten()))
+    scale = xr / rr if rr > 0 else (1.0 if xx == 0 else math.inf)
+    cosine = xr / math.sqrt(rr * xx) if rr > 0 and xx > 0 else (1.0 if rr == xx == 0 else 0.0)
+    return scale, cosine
+
+
+def compare(
+    candidate: Optional[torch.Tensor],
+    baseline: Optional[torch.Tensor],
+    reference64: Optional[torch.Tensor],
+    tol: Tolerance,
+    *,
+    magnitude: float = 0.0,
+    nondeterminism: float = 0.0,
+    steps: int = 1,
+) -> Comparison:
+    """Judge one gradient tensor.
+
+    candidate: the gradient under test; baseline: the same-precision big-batch gradient (its error
+    against reference64 is the rounding budget); reference64: the float64 big-batch gradient.
+    None stands for a parameter without gradient. magnitude: the size of what was summed to get
+    the candidate (root-sum-square of the micro-batch contributions' norms), which bounds the
+    rounding of the sum when the result itself is small; nondeterminism: the absolute L2
+    difference between two identical baseline runs; steps: micro-batches summed.
+    """
+    if candidate is None and reference64 is None:
+        return Comparison(0.0, 0.0, 0.0, 1.0, 1.0, True, "unused: no gradient")
+    if candidate is None or reference64 is None:
+        present = candidate if candidate is not None else reference64
+        if not bool(torch.any(present != 0)):
+            return Comparison(0.0, 0.0, 0.0, 1.0, 1.0, True, "zero gradient / no gradient")
+        note = "no gradient in this run" if candidate is None else "gradient where the big batch has none"
+        return Comparison(math.inf, 0.0, 0.0, 0.0, 0.0, False, note)
+
+    ref = _f64(reference64)
+    cand = _f64(candidate)
+    if cand.shape != ref.shape:
+        return Comparison(math.inf, 0.0, 0.0, math.nan, math.nan, False,
+                          f"shape {tuple(cand.shape)} != {tuple(ref.shape)}")
+    if not bool(torch.isfinite(cand).all()):
+        return Comparison(math.inf, 0.0, 0.0, math.nan, math.nan, False, "NaN/inf gradient")
+
+    norm = float(torch.linalg.vector_norm(ref))
+    err = float(torch.linalg.vector_norm(cand - ref))
+    base_err = float(torch.linalg.vector_norm(_f64(baseline) - ref)) if baseline is not None else 0.0
+    if not math.isfinite(base_err):
+        base_err = 0.0
+    mult = tol.tiny_multiplier if ref.numel() <= tol.tiny_numel else tol.multiplier
+    size = max(norm, magnitude)
+    allowed = mult * max(base_err, nondeterminism) + tol.floor * tol.eps * math.sqrt(max(steps, 1)) * size
+    denom = norm if norm > 0 else 1.0
+    scale, cosine = _scale_cosine(cand, ref)
+    note = "" if norm > 0 else "reference is exactly zero: absolute errors"
+    return Comparison(err / denom, base_err / denom, allowed / denom, scale, cosine, err <= allowed, note)
+
+
+def global_scale_cosine(
+    candidate: Mapping[str, Optional[torch.Tensor]], reference64: Mapping[str, Optional[torch.Tensor]]
+) -> tuple[float, float]:
+    """Scale (projection ratio <x, ref> / <ref, ref>) and cosine over all parameters at once."""
+    xr = rr = xx = 0.0
+    for name, ref in reference64.items():
+        cand = candidate.get(name)
+        if ref is None or cand is None:
+            continue
+        r, c = _f64(ref).flatten(), _f64(cand).flatten()
+        xr += float(torch.dot(c, r))
+        rr += float(torch.dot(r, r))
+        xx += float(torch.dot(c, c))
+    scale = xr / rr if rr > 0 else math.nan
+    cosine = xr / math.sqrt(rr * xx) if rr > 0 and xx > 0 else math.nan
+    return scale, cosine
