@@ -1,0 +1,247 @@
+"""Running backward over a window of micro-batches, eagerly or compiled, and capturing what each
+micro-batch contributed.
+
+A contribution is the change of `.grad` across one micro-batch's backward, measured from a
+snapshot taken after loss_fn returns: if loss_fn clears gradients (a `zero_grad()` inside the
+user's loss code) the snapshot sees it, so the final gradient holds only the later contributions
+and the diagnosis can say so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+from torch import nn
+
+from gradcheck_accum.verifier.batches import map_batch
+from gradcheck_accum.verifier.errors import VerifyError
+
+Grads = dict[str, Optional[torch.Tensor]]
+LossFn = Callable[[nn.Module, Any], torch.Tensor]
+
+
+@dataclass
+class WindowRun:
+    grads: Grads
+    contributions: list[Grads] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    cleared_before: list[int] = field(default_factory=list)  # micro-batches whose loss_fn changed .grad
+    seconds: float = 0.0
+
+
+@dataclass
+class CompileStats:
+    compilations: int = 0
+    recompilations: int = 0
+    graph_breaks: int = 0
+    fallback_wrapper: bool = False
+
+
+def trainable_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    return [(n, p) for n, p in _unwrap(model).named_parameters() if p.requires_grad]
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    return getattr(model, "_orig_mod", model)
+
+
+def snapshot(params: Sequence[tuple[str, nn.Parameter]]) -> Grads:
+    return {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in params}
+
+
+def _delta(after: Grads, before: Grads) -> Grads:
+    out: Grads = {}
+    for name, a in after.items():
+        b = before.get(name)
+        out[name] = a if b is None else (a - b if a is not None else -b)
+    return out
+
+
+def _same(a: Grads, b: Grads) -> bool:
+    for name, x in a.items():
+        y = b.get(name)
+        if (x is None) != (y is None) or (x is not None and not torch.equal(x, y)):
+            return False
+    return True
+
+
+def to_device(batch: Any, device: torch.device, dtype: torch.dtype) -> Any:
+    """Floating tensors take the run's dtype; integer and bool tensors (token ids, labels, masks)
+    keep theirs."""
+    return map_batch(batch, lambda t: t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def call_loss(loss_fn: LossFn, model: nn.Module, micro_batch: Any, where: str) -> torch.Tensor:
+    try:
+        loss = loss_fn(model, micro_batch)
+    except VerifyError:
+        raise
+    except Exception as exc:  # the user's code: one clear line, never a traceback
+        raise VerifyError(f"loss_fn raised {_first_line(exc)} ({where})") from None
+    if not isinstance(loss, torch.Tensor):
+        raise VerifyError(f"loss_fn must return a scalar tensor, got {type(loss).__name__} ({where})")
+    if loss.numel() != 1:
+        raise VerifyError(f"loss_fn must return a scalar tensor, got shape {tuple(loss.shape)} ({where})")
+    if not loss.requires_grad:
+        raise VerifyError(f"loss_fn returned a tensor that does not require grad ({where}): "
+                          "is it computed under torch.no_grad() or from detached values?")
+    return loss.reshape(())
+
+
+def _divisor_value(value: Any, where: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise VerifyError(f"scaling must return a number, got a tensor of shape {tuple(value.shape)} ({where})")
+        number = float(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        raise VerifyError(f"scaling must return a number, got {type(value).__name__} ({where})")
+    if not math.isfinite(number) or number == 0:
+        raise VerifyError(f"scaling returned {number} ({where}): the loss cannot be divided by it")
+    return value
+
+
+def divisors(scaling: Any, micro_batches: Sequence[Any]) -> list[Any]:
+    """What the training loop divides each micro-batch's loss by."""
+    if scaling == "steps":
+        return [len(micro_batches)] * len(micro_batches)
+    if scaling == "none" or scaling is None:
+        return [1] * len(micro_batches)
+    if callable(scaling):
+        out = []
+        for i, mb in enumerate(micro_batches):
+            try:
+                value = scaling(mb, list(micro_batches))
+            except Exception as exc:
+                raise VerifyError(f"scaling raised {_first_line(exc)} (micro-batch {i})") from None
+            out.append(_divisor_value(value, f"micro-batch {i}"))
+        return out
+    raise VerifyError(f"scaling must be 'steps', 'none' or a callable(micro_batch, window), got {scaling!r}")
+
+
+def mark_batch_dynamic(batch: Any) -> Any:
+    """Tell dynamo dim 0 varies, so micro-batches reuse the big batch's graph."""
+    import torch._dynamo
+
+    def mark(t: torch.Tensor) -> torch.Tensor:
+        torch._dynamo.maybe_mark_dynamic(t, 0)
+        return t
+
+    return map_batch(batch, mark)
+
+
+def run_window(
+    model: nn.Module,
+    micro_batches: Sequence[Any],
+    loss_fn: LossFn,
+    divs: Sequence[Any],
+    *,
+    label: str,
+    capture: bool = True,
+    seed: int = 0,
+    dynamic: bool = False,
+) -> WindowRun:
+    """Backward over each micro-batch in turn, as an accumulating training loop does (no step),
+    starting from cleared gradients. Random ops are seeded identically for every run."""
+    params = trainable_parameters(model)
+    for _, p in params:
+        p.grad = None
+    run = WindowRun(grads={})
+    before: Grads = snapshot(params) if capture else {}
+    start = time.perf_counter()
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        for i, mb in enumerate(micro_batches):
+            where = f"{label}, micro-batch {i + 1} of {len(micro_batches)}" if len(micro_batches) > 1 else label
+            if dynamic:
+                mb = mark_batch_dynamic(mb)
+            loss = call_loss(loss_fn, model, mb, where)
+            if capture:
+                current = snapshot(params)
+                if not _same(current, before):
+                    run.cleared_before.append(i)
+                before = current
+            scaled = loss / divs[i]
+            run.losses.append(float(scaled.detach()))
+            try:
+                scaled.backward()
+            except Exception as exc:
+                raise VerifyError(f"backward failed: {_first_line(exc)} ({where})") from None
+            if capture:
+                after = snapshot(params)
+                run.contributions.append(_delta(after, before))
+                before = after
+    run.seconds = time.perf_counter() - start
+    run.grads = snapshot(params)
+    return run
+
+
+class CountingBackend:
+    """A torch.compile backend that counts the graphs dynamo hands to the real backend."""
+
+    def __init__(self, backend: Any) -> None:
+        from torch._dynamo.backends.registry import lookup_backend
+
+        self.inner = lookup_backend(backend) if isinstance(backend, str) else backend
+        self.graphs = 0
+
+    def __call__(self, gm: Any, example_inputs: Any) -> Any:
+        self.graphs += 1
+        return self.inner(gm, example_inputs)
+
+
+def compiled_runs(
+    model: nn.Module,
+    big_batch: Any,
+    micro_batches: Sequence[Any],
+    loss_fn: LossFn,
+    reference_loss_fn: LossFn,
+    divs: Sequence[Any],
+    reference_div: Any,
+    *,
+    backend: Any = "inductor",
+    seed: int = 0,
+) -> tuple[WindowRun, WindowRun, CompileStats]:
+    """Compile `model` in place (weights already set), run the big batch, then the window, on the
+    same compiled module: the window's extra graphs are the recompilations."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    counting = CountingBackend(backend)
+    stats = CompileStats()
+    try:
+        model.compile(backend=counting)
+        big = run_window(model, [big_batch], reference_loss_fn, [reference_div], label="compiled big batch",
+                         capture=False, seed=seed, dynamic=True)
+        if counting.graphs == 0:
+            # Module.compile traces nothing when forward lives in torch.nn itself (a bare
+            # nn.Sequential): wrap instead so the compiled path is really exercised.
+            stats.fallback_wrapper = True
+            model = torch.compile(_unwrap(model), backend=counting)
+            big = run_window(model, [big_batch], reference_loss_fn, [reference_div], label="compiled big batch",
+                             capture=False, seed=seed, dynamic=True)
+        after_big = counting.graphs
+        window = run_window(model, micro_batches, loss_fn, divs, label="compiled", seed=seed, dynamic=True)
+    except VerifyError:
+        raise
+    except Exception as exc:
+        raise VerifyError(f"compiled mode failed: {_first_line(exc)} (pass modes=('eager',) to skip it)") from None
+    finally:
+        stats.compilations = counting.graphs
+        stats.graph_breaks = int(sum(counters["graph_break"].values()))
+        torch._dynamo.reset()
+    stats.recompilations = stats.compilations - after_big
+    return big, window, stats

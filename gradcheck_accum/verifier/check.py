@@ -1,0 +1,254 @@
+"""`verify`: one big batch against N accumulated micro-batches, eager and compiled, judged
+against a float64 reference."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+from gradcheck_accum.verifier.accumulate import (
+    Grads,
+    LossFn,
+    WindowRun,
+    compiled_runs,
+    divisors,
+    run_window,
+    to_device,
+)
+from gradcheck_accum.verifier.batches import batch_size, check_splits, even_splits, item_counts, split_batch
+from gradcheck_accum.verifier.compare import Tolerance, compare
+from gradcheck_accum.verifier.diagnose import Diagnosis, diagnose
+from gradcheck_accum.verifier.errors import VerifyError
+from gradcheck_accum.verifier.prepare import (
+    ModelLike,
+    PreparedModel,
+    exact_numerics,
+    prepare,
+    resolve_device,
+    resolve_dtype,
+)
+from gradcheck_accum.verifier.reference import Reference, compute_reference
+from gradcheck_accum.verifier.report import ModeResult, Report, Row
+
+MODES = ("eager", "compiled")
+
+
+def _magnitude(contributions: Sequence[Grads], name: str) -> float:
+    total = 0.0
+    for c in contributions:
+        g = c.get(name)
+        if g is not None:
+            total += float(torch.linalg.vector_norm(g.double())) ** 2
+    return math.sqrt(total)
+
+
+def compare_rows(
+    mode: str,
+    grads: Grads,
+    reference: Reference,
+    tol: Tolerance,
+    shapes: dict[str, tuple[int, ...]],
+    *,
+    contributions: Sequence[Grads] = (),
+    steps: int = 1,
+    baseline: Optional[Grads] = None,
+) -> list[Row]:
+    """One row per trainable parameter. baseline defaults to the eager big batch in the run's
+    dtype, whose error against float64 is the rounding budget."""
+    base = reference.baseline.grads if baseline is None else baseline
+    rows = []
+    for name, exact in reference.exact.items():
+        c = compare(grads.get(name), base.get(name), exact, tol, magnitude=_magnitude(contributions, name),
+                    nondeterminism=reference.nondeterminism.get(name, 0.0), steps=steps)
+        rows.append(Row(mode, name, shapes[name], c.error, c.reference_error, c.tolerance, c.scale, c.cosine, c.ok, c.note))
+    return rows
+
+
+def _scaling_label(scaling: Any) -> str:
+    if isinstance(scaling, str) or scaling is None:
+        return str(scaling)
+    return f"callable {getattr(scaling, '__qualname__', type(scaling).__name__)}"
+
+
+def verify(
+    model: ModelLike,
+    batch: Any,
+    loss_fn: LossFn,
+    accumulation_steps: int = 4,
+    scaling: Any = "steps",
+    reference_loss_fn: Optional[LossFn] = None,
+    splits: Optional[Sequence[int]] = None,
+    modes: Sequence[str] = MODES,
+    device: Any = None,
+    dtype: Any = None,
+    *,
+    freeze_batchnorm: bool = False,
+    compile_backend: Any = "inductor",
+    item_counts_fn: Optional[Callable[[Any], int]] = None,
+    seed: int = 0,
+) -> Report:
+    """Check that accumulating `accumulation_steps` micro-batches reproduces the big-batch gradient.
+
+    model: nn.Module (copied, never modified) or zero-argument factory. batch: Tensor or nested
+    tuple/list/dict of tensors sharing dim 0. loss_fn(model, micro_batch) -> scalar, as the loop
+    computes it; scaling: what the loop divides that by ("steps": N, "none", or
+    callable(micro_batch, window) -> divisor). reference_loss_fn: the intended big-batch
+    objective (default loss_fn), scaled as a window of one micro-batch. splits: explicit
+    micro-batch sizes (then N = len(splits)). freeze_batchnorm: put BatchNorm layers in eval mode
+    (running statistics) so the rest of the model can be checked exactly. compile_backend: the
+    torch.compile backend for mode "compiled". item_counts_fn(micro_batch) -> int: how many items
+    a micro-batch holds, to recognise mean-of-means weighting (rows, valid labels and mask entries
+    are tried by default).
+    """
+    modes = tuple(modes) if not isinstance(modes, str) else (modes,)
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise VerifyError(f"modes must be a non-empty subset of {MODES}, got {list(modes)!r}")
+    if not callable(loss_fn):
+        raise VerifyError(f"loss_fn must be callable(model, micro_batch), got {type(loss_fn).__name__}")
+    reference_loss_fn = loss_fn if reference_loss_fn is None else reference_loss_fn
+    if not callable(reference_loss_fn):
+        raise VerifyError("reference_loss_fn must be callable(model, batch)")
+    run_device = resolve_device(device)
+    run_dtype = resolve_dtype(dtype)
+    total = batch_size(batch)
+    sizes = check_splits(splits, total) if splits is not None else even_splits(total, accumulation_steps)
+    steps = len(sizes)
+    prepared = prepare(model, freeze_batchnorm=freeze_batchnorm)
+    tol = Tolerance.for_dtype(run_dtype)
+
+    started = time.perf_counter()
+    with exact_numerics():
+        big = to_device(batch, run_device, run_dtype)
+        micro = split_batch(big, sizes)
+        divs = divisors(scaling, micro)
+        reference_div = divisors(scaling, [big])[0] if callable(scaling) else 1
+        reference = compute_reference(prepared, batch, reference_loss_fn, reference_div,
+                                      device=run_device, dtype=run_dtype, seed=seed)
+        _check_reference(reference)
+        counts = item_counts(split_batch(batch, sizes))
+        if item_counts_fn is not None:
+            try:
+                counts = {"items": [int(item_counts_fn(mb)) for mb in split_batch(batch, sizes)], **counts}
+            except Exception as exc:
+                raise VerifyError(f"item_counts_fn raised {type(exc).__name__}: {exc}") from None
+
+        shapes = {n: tuple(p.shape) for n, p in prepared.module.named_parameters()}
+        rows: list[Row] = []
+        results: list[ModeResult] = []
+        diagnoses: dict[str, Diagnosis] = {}
+        if "eager" in modes:
+            model_copy = prepared.copy(run_device, run_dtype)
+            window = run_window(model_copy, micro, loss_fn, divs, label="eager", seed=seed)
+            mode_rows = compare_rows("eager", window.grads, reference, tol, shapes,
+                                     contributions=window.contributions, steps=steps)
+            rows += mode_rows
+            results.append(_mode_result("eager", window, mode_rows, reference, steps, counts, diagnoses))
+        if "compiled" in modes:
+            model_copy = prepared.copy(run_device, run_dtype)
+            big_c, window_c, stats = compiled_runs(model_copy, big, micro, loss_fn, reference_loss_fn, divs,
+                                                   reference_div, backend=compile_backend, seed=seed)
+            big_rows = compare_rows("compiled big batch", big_c.grads, reference, tol, shapes)
+            mode_rows = compare_rows("compiled", window_c.grads, reference, tol, shapes,
+                                     contributions=window_c.contributions, steps=steps)
+            rows += mode_rows + big_rows
+            result = _mode_result("compiled", window_c, mode_rows, reference, steps, counts, diagnoses)
+            results.append(ModeResult(
+                "compiled", result.ok, result.scale, result.cosine, result.weights, result.diagnosis,
+                result.seconds, stats.compilations, stats.recompilations, stats.graph_breaks))
+            big_ok = all(r.ok for r in big_rows)
+            results.append(ModeResult("compiled big batch", big_ok, diagnosis="" if big_ok else
+                                      "compiled big batch differs from the float64 reference", seconds=big_c.seconds))
+            if stats.fallback_wrapper:
+                notes_extra = ["Module.compile traced no graph (forward defined in torch.nn); used torch.compile(model) instead"]
+            else:
+                notes_extra = []
+        else:
+            notes_extra = []
+
+    elapsed = time.perf_counter() - started
+    verdict, sentence = _verdict(results, diagnoses, prepared, rows, steps)
+    notes = _notes(prepared, reference, freeze_batchnorm) + notes_extra
+    settings = {
+        "accumulation_steps": steps,
+        "splits": sizes,
+        "scaling": _scaling_label(scaling),
+        "dtype": str(run_dtype).removeprefix("torch."),
+        "device": str(run_device),
+        "modes": list(modes),
+        "compile_backend": compile_backend if isinstance(compile_backend, str) else repr(compile_backend),
+        "torch": torch.__version__,
+        "tolerance": tol.to_dict(),
+        "seconds": round(elapsed, 3),
+    }
+    return Report(verdict, sentence, rows, results, notes, settings)
+
+
+def _check_reference(reference: Reference) -> None:
+    for name, g in reference.exact.items():
+        if g is not None and not bool(torch.isfinite(g).all()):
+            raise VerifyError(f"the big-batch gradient of {name!r} is NaN/inf even in float64: "
+                              "fix the loss (it cannot be compared)")
+    if all(g is None for g in reference.exact.values()):
+        raise VerifyError("no parameter received a gradient from the big batch: does loss_fn use the model?")
+
+
+def _mode_result(mode: str, window: WindowRun, rows: list[Row], reference: Reference, steps: int,
+                 counts: dict, diagnoses: dict[str, Diagnosis]) -> ModeResult:
+    ok = all(r.ok for r in rows)
+    d = diagnose(window.grads, window.contributions, reference.exact, steps=steps, item_counts=counts,
+                 losses=window.losses)
+    diagnoses[mode] = d
+    text = "matches" if ok else d.cause
+    return ModeResult(mode, ok, d.scale, d.cosine, d.weights, text, window.seconds)
+
+
+def _verdict(results: list[ModeResult], diagnoses: dict[str, Diagnosis], prepared: PreparedModel,
+             rows: list[Row], steps: int) -> tuple[str, str]:
+    by_mode = {r.mode: r for r in results}
+    if all(r.ok for r in results):
+        ran = ", ".join(r.mode for r in results if r.mode in MODES)
+        return "match", f"accumulated gradients match the big-batch gradient within rounding ({ran})"
+    eager = by_mode.get("eager")
+    primary = "eager" if eager is not None and not eager.ok else "compiled"
+    d = diagnoses[primary]
+    confident_bug = d.code in ("not_divided", "scaled_twice", "only_last", "dropped", "non_finite")
+    if prepared.batch_stat_layers and not confident_bug:
+        layers = ", ".join(prepared.batch_stat_layers[:3]) + (" ..." if len(prepared.batch_stat_layers) > 3 else "")
+        return "inherent", (f"batch-statistic layers ({layers}) normalise each micro-batch with its own statistics, "
+                            f"so accumulation cannot reproduce the big batch (measured: cosine {d.cosine:.4f}, "
+                            f"relative error {d.error:.3g}); pass freeze_batchnorm=True to check the rest")
+    if primary == "eager" and d.code == "coupled":
+        return "inherent", d.cause
+    if primary == "compiled":
+        big = by_mode.get("compiled big batch")
+        if big is not None and not big.ok:
+            return "mismatch", ("mismatch only when compiled: the compiled big batch already differs from the "
+                                "float64 reference (compiler numerics, not accumulation)")
+        return "mismatch", f"mismatch only when compiled: {d.cause}"
+    return "mismatch", d.cause
+
+
+def _notes(prepared: PreparedModel, reference: Reference, freeze_batchnorm: bool) -> list[str]:
+    notes = []
+    if prepared.dropout_layers:
+        shown = ", ".join(prepared.dropout_layers[:4]) + (" ..." if len(prepared.dropout_layers) > 4 else "")
+        notes.append(f"dropout switched off for the check in {len(prepared.dropout_layers)} layer(s) ({shown}); "
+                     "other random ops are seeded identically in every run")
+    if prepared.frozen_batch_stat_layers:
+        notes.append(f"{len(prepared.frozen_batch_stat_layers)} BatchNorm layer(s) frozen (eval mode, running "
+                     "statistics) as requested")
+    if prepared.frozen_parameters:
+        notes.append(f"{len(prepared.frozen_parameters)} parameter(s) with requires_grad=False skipped")
+    unused = [n for n, g in reference.exact.items() if g is None]
+    if unused:
+        notes.append(f"{len(unused)} trainable parameter(s) receive no gradient from loss_fn: "
+                     + ", ".join(unused[:5]) + (" ..." if len(unused) > 5 else ""))
+    if reference.nondeterministic:
+        worst = max(reference.nondeterminism.values())
+        notes.append(f"the big-batch gradient is nondeterministic (two identical runs differ, up to {worst:.3g} in "
+                     "L2); that difference is added to the rounding budget")
+    return notes

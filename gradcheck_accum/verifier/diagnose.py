@@ -1,0 +1,214 @@
+"""From numbers to a named cause.
+
+Two least-squares fits over the per-micro-batch contributions c_i (flattened across all
+parameters, in float64):
+  presence a: accumulated  ~= sum_i a_i c_i   (how the loop combined the contributions: a_i = 0
+              means micro-batch i's gradient was wiped before the step)
+  required w: reference    ~= sum_i w_i c_i   (how the big batch needs them weighted)
+The effective weight of micro-batch i, relative to what the big batch gives it, is a_i / w_i:
+all 1 when correct, all N when the loss is not divided by N, proportional to 1/items for a
+mean-of-means loss, (0, ..., 0, 1) when gradients are cleared every micro-batch. When no
+weighting reproduces the reference (large residual), the loss couples items across micro-batches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+import torch
+
+from gradcheck_accum.verifier.compare import global_scale_cosine
+
+Grads = Mapping[str, Optional[torch.Tensor]]
+
+# A fit whose residual is below this reproduces the reference; rounding in float32 gives ~1e-6,
+# in bfloat16 ~1e-2, a coupled loss (BatchNorm) typically 1e-1.
+FIT_RESIDUAL = 0.03
+UNIFORM_SPREAD = 0.02   # weights within 2% of each other count as uniform
+RATIO_MATCH = 0.02      # a scale within 2% of N (or 1/N) names that bug
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    code: str                  # machine name of the cause (see CAUSES)
+    cause: str                 # the sentence for the user
+    scale: float
+    cosine: float
+    weights: Optional[tuple[float, ...]]  # effective weight per micro-batch (1 = correct)
+    residual: float            # relative residual of the required-weights fit (nan if not fitted)
+    error: float = math.nan    # relative L2 error of the whole accumulated gradient
+
+
+CAUSES = {
+    "match": "accumulated gradient matches the big batch",
+    "non_finite": "NaN/inf gradients",
+    "not_divided": "loss not divided by the accumulation steps",
+    "scaled_twice": "loss scaled twice",
+    "uniform_scale": "gradient uniformly scaled",
+    "only_last": "only the last micro-batch contributes",
+    "dropped": "some micro-batches contribute nothing",
+    "mean_of_means": "per-micro-batch mean over unequal item counts",
+    "proportional_items": "weights proportional to items",
+    "uneven_weights": "micro-batches weighted unevenly",
+    "coupled": "the loss couples items across micro-batches",
+    "direction": "gradient direction differs",
+}
+
+
+def _shapes(reference: Grads, names: Sequence[str]) -> dict[str, int]:
+    return {n: (0 if reference.get(n) is None else reference[n].numel()) for n in names}
+
+
+def _aligned(grads: Grads, sizes: Mapping[str, int]) -> torch.Tensor:
+    parts = []
+    for n, size in sizes.items():
+        g = grads.get(n)
+        if g is None or g.numel() != size:
+            parts.append(torch.zeros(size, dtype=torch.float64))
+        else:
+            parts.append(g.detach().to("cpu", torch.float64).flatten())
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+
+
+def _relative_error(accumulated: Grads, reference: Grads) -> float:
+    sizes = _shapes(reference, list(reference))
+    ref = _aligned(reference, sizes)
+    norm = float(torch.linalg.vector_norm(ref))
+    return float(torch.linalg.vector_norm(_aligned(accumulated, sizes) - ref)) / norm if norm > 0 else math.nan
+
+
+def _solve(gram: torch.Tensor, rhs: torch.Tensor) -> Optional[torch.Tensor]:
+    # Contributions of distinct micro-batches are almost always linearly independent; when they
+    # are not (fewer gradient entries than micro-batches, identical micro-batches) no weights.
+    eig = torch.linalg.eigvalsh(gram)
+    if eig.numel() == 0 or eig[-1] <= 0 or eig[0] / eig[-1] < 1e-10:
+        return None
+    return torch.linalg.solve(gram, rhs)
+
+
+def fit_weights(
+    accumulated: Grads, contributions: Sequence[Grads], reference: Grads
+) -> tuple[Optional[tuple[float, ...]], Optional[tuple[float, ...]], float]:
+    """Return (presence a, required w, relative residual of the w fit)."""
+    names = [n for n in reference]
+    sizes = _shapes(reference, names)
+    if not contributions:
+        return None, None, math.nan
+    C = torch.stack([_aligned(c, sizes) for c in contributions])          # (N, P)
+    ref = _aligned(reference, sizes)
+    acc = _aligned(accumulated, sizes)
+    if not (torch.isfinite(C).all() and torch.isfinite(acc).all()):
+        return None, None, math.nan
+    gram = C @ C.T
+    w = _solve(gram, C @ ref)
+    a = _solve(gram, C @ acc)
+    if w is None or a is None:
+        return None, None, math.nan
+    ref_norm = float(torch.linalg.vector_norm(ref))
+    residual = float(torch.linalg.vector_norm(ref - w @ C)) / ref_norm if ref_norm > 0 else math.nan
+    return tuple(float(x) for x in a), tuple(float(x) for x in w), residual
+
+
+def _uniform(values: Sequence[float]) -> bool:
+    mean = sum(values) / len(values)
+    return mean != 0 and all(abs(v - mean) <= UNIFORM_SPREAD * abs(mean) for v in values)
+
+
+def _fmt_scale(s: float) -> str:
+    text = f"{s:.2f}"
+    return f"{s:.4g}x" if text in ("1.00", "0.00", "-0.00") else f"{text}x"
+
+
+def _weights_text(weights: Sequence[float]) -> str:
+    return "[" + ", ".join(f"{w:.3g}" for w in weights) + "]"
+
+
+def _items_match(weights: Sequence[float], counts: Mapping[str, Sequence[int]], inverse: bool) -> Optional[str]:
+    for label, values in counts.items():
+        if len(values) != len(weights) or len(set(values)) < 2 or min(values) <= 0:
+            continue
+        products = [w * n if inverse else w / n for w, n in zip(weights, values)]
+        if _uniform(products):
+            return f"{label} = {list(values)}"
+    return None
+
+
+def diagnose(
+    accumulated: Grads,
+    contributions: Sequence[Grads],
+    reference: Grads,
+    *,
+    steps: Optional[int] = None,
+    item_counts: Optional[Mapping[str, Sequence[int]]] = None,
+    losses: Sequence[float] = (),
+) -> Diagnosis:
+    """Name what makes `accumulated` differ from the float64 big-batch `reference`.
+
+    accumulated: the gradient after the window (from verify's runner or from a user's own loop);
+    contributions: each micro-batch's own gradient as the loop scaled it (sum of these is what a
+    correct window holds); steps: N; item_counts: candidate item counts per micro-batch (rows,
+    valid tokens, ...) used to recognise mean-of-means weighting; losses: per-micro-batch loss
+    values, used to point at the micro-batch that produced NaN/inf.
+    """
+    n = steps if steps is not None else max(len(contributions), 1)
+    if not all(g is None or bool(torch.isfinite(g).all()) for g in accumulated.values()):
+        bad = [i + 1 for i, loss in enumerate(losses) if not math.isfinite(loss)]
+        where = f" (loss of micro-batch {', '.join(map(str, bad))} is NaN/inf, e.g. a mean over zero valid items)" if bad else ""
+        return Diagnosis("non_finite", f"NaN/inf in the accumulated gradient{where}", math.nan, math.nan, None, math.nan)
+
+    scale, cosine = global_scale_cosine(accumulated, reference)
+    presence, required, residual = fit_weights(accumulated, contributions, reference)
+
+    error = _relative_error(accumulated, reference)
+
+    def result(code: str, cause: str, weights: Optional[tuple[float, ...]] = None) -> Diagnosis:
+        return Diagnosis(code, cause, scale, cosine, weights, residual, error)
+
+    if presence is not None and required is not None and residual <= FIT_RESIDUAL:
+        effective = tuple(a / w if w != 0 else math.inf for a, w in zip(presence, required))
+        present = [abs(a) > 0.5 for a in presence]
+        if len(present) > 1 and present[-1] and not any(present[:-1]):
+            return result("only_last", "only the last micro-batch contributes: gradients cleared every micro-batch "
+                          f"(contributions present: {_weights_text(presence)})", effective)
+        if not all(present):
+            missing = [str(i + 1) for i, p in enumerate(present) if not p]
+            return result("dropped", f"micro-batch {', '.join(missing)} contribute(s) nothing: their gradients were "
+                          f"cleared or dropped before the step (contributions present: {_weights_text(presence)})", effective)
+        if _uniform(effective):
+            s = sum(effective) / len(effective)
+            if n > 1 and abs(s / n - 1) <= RATIO_MATCH:
+                return result("not_divided", f"{_fmt_scale(s)}: loss not divided by the accumulation steps "
+                              f"(every micro-batch counts {s:.2f} times)", effective)
+            if n > 1 and abs(s * n - 1) <= RATIO_MATCH:
+                return result("scaled_twice", f"{_fmt_scale(s)}: scaled twice: the loss is divided by the "
+                              "accumulation steps on top of a normalisation that already accounts for them", effective)
+            return result("uniform_scale", f"{_fmt_scale(s)}: every micro-batch's gradient is scaled by {s:.6g} "
+                          "relative to the big batch", effective)
+        counts = dict(item_counts or {})
+        match = _items_match(effective, counts, inverse=True)
+        if match:
+            return result("mean_of_means", "weights proportional to 1/items: per-micro-batch mean over unequal item "
+                          f"counts (mean-of-means; {match}); sum per-item losses and divide by the window's item count",
+                          effective)
+        match = _items_match(effective, counts, inverse=False)
+        if match:
+            return result("proportional_items", f"weights proportional to items ({match}): each micro-batch's "
+                          "sum is not normalised by the window's item count", effective)
+        return result("uneven_weights", f"micro-batches weighted {_weights_text(effective)} instead of all 1: "
+                      "the window does not weight micro-batches as the big batch does", effective)
+
+    if presence is not None and residual > FIT_RESIDUAL:
+        return result("coupled", f"no weighting of the micro-batch gradients reproduces the big batch (residual "
+                      f"{residual:.2g}, cosine {cosine:.4f}): the loss or a layer couples items across micro-batches")
+    if math.isfinite(cosine) and cosine > 1 - 1e-4 and math.isfinite(scale):
+        s = scale
+        if n > 1 and abs(s / n - 1) <= RATIO_MATCH:
+            return result("not_divided", f"{_fmt_scale(s)}: loss not divided by the accumulation steps")
+        if n > 1 and abs(s * n - 1) <= RATIO_MATCH:
+            return result("scaled_twice", f"{_fmt_scale(s)}: scaled twice: the loss is divided by the "
+                          "accumulation steps on top of a normalisation that already accounts for them")
+        return result("uniform_scale", f"{_fmt_scale(s)}: the gradient is scaled by {s:.6g} relative to the big batch")
+    return result("direction", f"gradient differs from the big batch in direction (cosine {cosine:.4f}, "
+                  f"scale {scale:.4g})")

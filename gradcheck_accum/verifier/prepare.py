@@ -1,0 +1,131 @@
+"""Getting a model ready for the check without touching the caller's: copy it, switch dropout
+off, find (and optionally freeze) layers whose output depends on the whole batch, and pin the
+numerics (TF32 off) for the duration of the check."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Union
+
+import torch
+from torch import nn
+
+from gradcheck_accum.verifier.errors import VerifyError
+
+ModelLike = Union[nn.Module, Callable[[], nn.Module]]
+
+
+@dataclass
+class PreparedModel:
+    """A private copy of the model, in the caller's train/eval state, ready to be copied per run."""
+
+    module: nn.Module
+    batch_stat_layers: list[str] = field(default_factory=list)
+    frozen_batch_stat_layers: list[str] = field(default_factory=list)
+    dropout_layers: list[str] = field(default_factory=list)
+    frozen_parameters: list[str] = field(default_factory=list)
+
+    def copy(self, device: torch.device, dtype: torch.dtype) -> nn.Module:
+        clone = copy.deepcopy(self.module)
+        return clone.to(device=device, dtype=dtype)
+
+    def trainable(self) -> list[str]:
+        return [n for n, p in self.module.named_parameters() if p.requires_grad]
+
+
+def _is_batch_stat_layer(module: nn.Module) -> bool:
+    """BatchNorm in training mode (or without running statistics) normalises with the statistics
+    of whatever batch it sees, so a micro-batch is normalised differently from the big batch."""
+    if isinstance(module, nn.modules.batchnorm._BatchNorm):
+        return module.training or not module.track_running_stats
+    return False
+
+
+def prepare(model: ModelLike, *, freeze_batchnorm: bool = False) -> PreparedModel:
+    if not isinstance(model, nn.Module):
+        if not callable(model):
+            raise VerifyError(f"model must be a torch.nn.Module or a zero-argument factory, got {type(model).__name__}")
+        try:
+            built = model()
+        except Exception as exc:  # the user's factory: report, never a traceback
+            raise VerifyError(f"the model factory raised {type(exc).__name__}: {exc}") from None
+        if not isinstance(built, nn.Module):
+            raise VerifyError(f"the model factory returned {type(built).__name__}, not a torch.nn.Module")
+        model = built
+    try:
+        module = copy.deepcopy(model)
+    except Exception as exc:
+        raise VerifyError(
+            f"the model cannot be deep-copied ({type(exc).__name__}: {exc}); pass a zero-argument factory instead"
+        ) from None
+
+    prepared = PreparedModel(module)
+    for name, sub in module.named_modules():
+        label = f"{name} ({type(sub).__name__})" if name else type(sub).__name__
+        if isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p > 0:
+            sub.p = 0.0
+            prepared.dropout_layers.append(label)
+        elif isinstance(sub, nn.MultiheadAttention) and sub.dropout > 0:
+            sub.dropout = 0.0
+            prepared.dropout_layers.append(label)
+        if _is_batch_stat_layer(sub):
+            if freeze_batchnorm and sub.track_running_stats:
+                sub.eval()
+                prepared.frozen_batch_stat_layers.append(label)
+            else:
+                prepared.batch_stat_layers.append(label)
+    params = list(module.named_parameters())
+    prepared.frozen_parameters = [n for n, p in params if not p.requires_grad]
+    if not params:
+        raise VerifyError("the model has no parameters: there is no gradient to check")
+    if not prepared.trainable():
+        raise VerifyError("every parameter of the model has requires_grad=False: there is no gradient to check")
+    return prepared
+
+
+@contextlib.contextmanager
+def exact_numerics() -> Iterator[None]:
+    """TF32 matmuls and convolutions round inputs to 10 mantissa bits: the float32 baseline would
+    then be far from float64 and hide real bugs. Restore the caller's settings afterwards."""
+    saved = (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
+             torch.backends.cudnn.allow_tf32)
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved[0])
+        torch.backends.cuda.matmul.allow_tf32 = saved[1]
+        torch.backends.cudnn.allow_tf32 = saved[2]
+
+
+def resolve_device(device: Any) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise VerifyError(f"unknown device {device!r}: {exc}") from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise VerifyError(f"device {device!r} requested but CUDA is not available")
+    return resolved
+
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+
+
+def resolve_dtype(dtype: Any) -> torch.dtype:
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, str):
+        key = dtype.removeprefix("torch.")
+        if key not in _DTYPES:
+            raise VerifyError(f"unsupported dtype {dtype!r}: use float32, bfloat16 or float16")
+        return _DTYPES[key]
+    if dtype in (torch.float32, torch.bfloat16, torch.float16):
+        return dtype
+    raise VerifyError(f"unsupported dtype {dtype!r}: use float32, bfloat16 or float16")
