@@ -4,33 +4,67 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from gradcheck_accum.lint import bindings as b
+from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.model import FileModel
 from gradcheck_accum.lint.rule import Report, Rule
+from gradcheck_accum.lint.windows import contains, invariant_guards
 
 
 class LoadAfterCompile(Rule):
     code = "ACC301"
     name = "load-after-compile"
     summary = "Weights are loaded into a module after it was wrapped by torch.compile."
+    tokens = ("compile",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for _, event in model.events(ev.LOAD_STATE):
+            if b.COMPILED in event.kinds:
+                yield Report(event.node, f"`{event.target}` is already a torch.compile wrapper, whose keys carry "
+                                         "the `_orig_mod.` prefix; load the weights first, then compile")
 
 
 class CompiledStateDictSaved(Rule):
     code = "ACC302"
     name = "compiled-state-dict-saved"
     summary = "The state_dict of a torch.compile wrapper is saved, so its keys carry the _orig_mod. prefix."
+    tokens = ("compile",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for scope, event in model.events(ev.STATE_DICT):
+            if b.COMPILED not in event.kinds or not _is_saved(scope, event):
+                continue
+            yield Report(event.node, f"`{event.target}` may be a torch.compile wrapper, so the saved keys carry "
+                                     "the `_orig_mod.` prefix and will not load into an eager model; save "
+                                     f"`getattr({event.target}, \"_orig_mod\", {event.target}).state_dict()` instead")
+
+
+def _is_saved(scope: ev.Scope, state_dict: ev.Event) -> bool:
+    saves = [e for e in scope.events if e.kind == ev.SAVE]
+    if any(contains(save.node, state_dict.node) for save in saves):
+        return True
+    saved_names = set().union(*(save.extra["names"] for save in saves)) if saves else set()
+    for name in saved_names:
+        for d in scope.defs_of(name):
+            if d.value is not None and contains(d.value, state_dict.node):
+                return True
+    return False
 
 
 class CompileInsideLoop(Rule):
     code = "ACC303"
     name = "compile-inside-loop"
     summary = "torch.compile is called inside a training loop body."
+    tokens = ("compile",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
-
+        seen: set[int] = set()
+        for window in model.windows:
+            outermost = window.loop_nest[0]
+            for event in window.scope.events:
+                if event.kind != ev.COMPILE or id(event) in seen or outermost not in event.ctx.loops:
+                    continue
+                if invariant_guards(event.ctx.guards, window.scope, (outermost,)):
+                    seen.add(id(event))
+                    yield Report(event.node, "torch.compile inside the training loop builds a new compiled wrapper "
+                                             "(and may recompile) on every iteration; compile once before the loop")

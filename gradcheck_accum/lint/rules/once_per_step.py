@@ -4,69 +4,245 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import libcst as cst
+
+from gradcheck_accum.lint import bindings as b
+from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.model import FileModel
+from gradcheck_accum.lint.names import call_receiver, dotted, iter_calls, iter_names, keyword, positional
 from gradcheck_accum.lint.rule import Report, Rule
+from gradcheck_accum.lint.windows import AFTER, BOUNDARY, EVERY, FRAMEWORK, GUARDED, NESTED, Window
+
+
+def _stepping_windows(model: FileModel) -> Iterator[Window]:
+    """Guarded or nested windows whose optimizer steps once per window."""
+    for window in model.windows:
+        if window.shape in (GUARDED, NESTED) and window.boundary_steps:
+            yield window
 
 
 class SchedulerEveryMicroBatch(Rule):
     code = "ACC401"
     name = "scheduler-every-micro-batch"
     summary = "The learning-rate scheduler steps on every micro-batch while the optimizer steps on the boundary."
+    tokens = ("step(",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for window in _stepping_windows(model):
+            for event in window.of(ev.SCHED_STEP, direct=True):
+                if window.placement(event) == EVERY and b.PREPARED not in event.kinds:
+                    yield Report(event.node, "the scheduler steps on every micro-batch but the optimizer once per "
+                                             "window, so warm-up and decay run N times too fast; step it with the "
+                                             "optimizer, on the boundary")
+
+
+_LENGTH_KEYWORDS = ("T_max", "num_training_steps", "total_steps", "total_iters", "steps_per_epoch")
 
 
 class ScheduleLengthIgnoresAccumulation(Rule):
     code = "ACC402"
     name = "schedule-length-ignores-accumulation"
     summary = "The scheduler's length counts micro-batches, not optimizer steps."
+    tokens = ("len(",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        per_window = {e.target for w in model.windows if w.accumulates for e in w.of(ev.SCHED_STEP)
+                      if w.placement(e) == BOUNDARY or (w.shape == FRAMEWORK and b.PREPARED in e.kinds)}
+        for scope, event in model.events(ev.SCHED_CTOR):
+            if event.target not in per_window:
+                continue
+            length = _length_argument(event.node)
+            if length is None:
+                continue
+            facts = _LengthFacts()
+            facts.collect(length, scope, 0)
+            if facts.has_len and not facts.divided and not facts.mentions_accumulation:
+                yield Report(event.node, "the schedule length is counted in micro-batches (len(loader) x epochs) "
+                                         "but the scheduler steps once per window, so it never finishes its decay; "
+                                         "divide the length by the accumulation steps")
+
+
+def _length_argument(call: cst.Call) -> cst.BaseExpression | None:
+    for name in _LENGTH_KEYWORDS:
+        value = keyword(call, name)
+        if value is not None:
+            return value
+    _, method = call_receiver(call)
+    if method and method.startswith("get_") and "schedule" in method:
+        return positional(call, 2)
+    return None
+
+
+class _LengthFacts:
+    def __init__(self) -> None:
+        self.has_len = self.divided = self.mentions_accumulation = False
+
+    def collect(self, node: cst.CSTNode, scope: ev.Scope, depth: int) -> None:
+        if depth > 3:
+            return
+        for call in iter_calls(node):
+            if call_receiver(call)[1] == "len":
+                self.has_len = True
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, cst.BinaryOperation) and isinstance(current.operator,
+                                                                       (cst.Divide, cst.FloorDivide)):
+                self.divided = True
+            stack.extend(current.children)
+        for name in iter_names(node):
+            if b.ACCUM_NAME.search(name):
+                self.mentions_accumulation = True
+            for d in scope.defs_of(name):
+                if d.value is not None and d.op == "=":
+                    self.collect(d.value, scope, depth + 1)
 
 
 class ClipEveryMicroBatch(Rule):
     code = "ACC403"
     name = "clip-every-micro-batch"
     summary = "Gradients are clipped on every micro-batch or after the step instead of once before the step."
+    tokens = ("clip_grad", "clip_gradients")
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for window in model.windows:
+            if window.framework == "deepspeed" or not window.accumulates:
+                continue
+            steps = window.boundary_steps
+            for clip in window.of(ev.CLIP, direct=True):
+                placement = window.placement(clip)
+                if placement == EVERY and window.inside(clip):
+                    yield Report(clip.node, "gradients are clipped on every micro-batch, so partial sums are "
+                                            "clipped repeatedly; clip once on the boundary, before the step")
+                elif placement == BOUNDARY and steps and all(s.order < clip.order for s in steps):
+                    yield Report(clip.node, "gradients are clipped after the optimizer step, where clipping changes "
+                                            "nothing; clip on the boundary before the step")
 
 
 class ScalerEveryMicroBatch(Rule):
     code = "ACC404"
     name = "scaler-every-micro-batch"
     summary = "GradScaler step, update or unscale_ runs on every micro-batch while the window steps on the boundary."
+    tokens = ("scaler", "unscale_")
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for window in _stepping_windows(model):
+            calls = [e for e in window.of(ev.STEP, ev.SCALER_UPDATE, ev.UNSCALE, direct=True)
+                     if e.kind != ev.STEP or e.api == "scaler"]
+            for event in calls:
+                if window.placement(event) == EVERY and window.inside(event):
+                    yield Report(event.node, "the GradScaler call runs on every micro-batch but the window steps "
+                                             "once; call unscale_, step and update once, on the boundary")
 
 
 class ClipBeforeUnscale(Rule):
     code = "ACC405"
     name = "clip-before-unscale"
     summary = "Gradients are clipped while still multiplied by the GradScaler's scale."
+    tokens = ("clip_grad",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for window in model.windows:
+            if not any(e.extra.get("scaler") for e in window.backwards):
+                continue
+            unscales = window.of(ev.UNSCALE)
+            for clip in window.of(ev.CLIP, direct=True):
+                if clip.api != "torch" or window.placement(clip) == AFTER:
+                    continue
+                if not any(u.order < clip.order and window.placement(u) in (window.placement(clip), EVERY)
+                           for u in unscales):
+                    yield Report(clip.node, "gradients are clipped while still multiplied by the GradScaler's scale, "
+                                            "so the threshold almost always triggers; call scaler.unscale_(optimizer) "
+                                            "before clipping")
 
 
 class RemainderDropped(Rule):
     code = "ACC406"
     name = "remainder-dropped"
     summary = "The last micro-batches of an epoch that do not fill a window are never stepped."
+    tokens = ("%",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for window in model.windows:
+            predicate = window.predicate
+            if window.shape != GUARDED or not predicate.key.startswith("mod:") or predicate.flush:
+                continue
+            if window.scope.drop_last or not window.iterates_sized_data() or not _steps_after_backward(window):
+                continue
+            if any(window.placement(s) == AFTER for s in window.steps):
+                continue
+            yield Report(window.boundary_steps[0].node,
+                         "the window closes only on `% N`, so the last len(loader) % N micro-batches of each epoch "
+                         "are never stepped and leak into the next epoch; also step on the last batch")
+
+
+def _steps_after_backward(window: Window) -> bool:
+    steps = window.boundary_steps
+    backwards = [e.order for e in window.backwards if window.inside(e)]
+    return bool(steps and backwards) and min(s.order for s in steps) > min(backwards)
 
 
 class BoundaryOffByOne(Rule):
     code = "ACC407"
     name = "boundary-off-by-one"
     summary = "The boundary test is shifted by one: the first window has the wrong number of micro-batches."
+    tokens = ("%",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for window in model.windows:
+            predicate = window.predicate
+            if window.shape != GUARDED or not predicate.key.startswith("mod:") or predicate.offset is None:
+                continue
+            if not predicate.positive or not _steps_after_backward(window):
+                continue
+            base = _counter_base(window, predicate.counter)
+            if base is None or predicate.offset != base:
+                continue
+            if base == 0:
+                message = ("a 0-based index tested with `% N == 0` closes the first window after one micro-batch; "
+                           "test `(i + 1) % N == 0`")
+            else:
+                message = ("a 1-based counter tested with `(i + 1) % N` closes windows one micro-batch early; "
+                           "test `i % N == 0`")
+            yield Report(predicate.comparison, message)
 
+
+def _counter_base(window: Window, counter: cst.BaseExpression | None) -> int | None:
+    """0 or 1: the counter's value on the first micro-batch, when the code makes it certain."""
+    name = dotted(counter)
+    if name is None:
+        return None
+    loop = window.loop
+    defs = window.scope.defs_of(name)
+    loop_target = [d for d in defs if d.op == "for" and d.node is loop]
+    if loop_target:
+        return _enumerate_start(loop, loop_target[0].index)
+    inside = [d for d in defs if loop in d.ctx.loops]
+    before = [d for d in defs if loop not in d.ctx.loops and d.order < window.scope.loop_start.get(id(loop), 0)]
+    if len(inside) != 1 or inside[0].op != "+=" or not before:
+        return None
+    init, step = before[-1].value, inside[0]
+    if not (isinstance(init, cst.Integer) and init.value == "0" and isinstance(step.value, cst.Integer)
+            and step.value.value == "1" and not step.ctx.guards):
+        return None
+    first_step = min(s.order for s in window.boundary_steps)
+    return 1 if step.order < first_step else 0
+
+
+def _enumerate_start(loop: ev.Loop, index: int | None) -> int | None:
+    source = loop.iter if isinstance(loop, cst.For) else None
+    if not isinstance(source, cst.Call) or index != 0:
+        return None
+    _, name = call_receiver(source)
+    if name == "enumerate":
+        start = keyword(source, "start") or positional(source, 1)
+        if start is None:
+            return 0
+        return int(start.value) if isinstance(start, cst.Integer) and start.value in ("0", "1") else None
+    if name == "range":
+        args = [a.value for a in source.args]
+        if len(args) == 1:
+            return 0
+        if isinstance(args[0], cst.Integer) and args[0].value in ("0", "1"):
+            return int(args[0].value)
+    return None

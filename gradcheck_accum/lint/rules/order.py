@@ -4,42 +4,102 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.model import FileModel
+from gradcheck_accum.lint.predicates import analyze
 from gradcheck_accum.lint.rule import Report, Rule
+from gradcheck_accum.lint.windows import EVERY, FRAMEWORK, GUARDED, NESTED, UNGUARDED, same_target, Window
 
 
 class ZeroGradEveryMicroBatch(Rule):
     code = "ACC101"
     name = "zero-grad-every-micro-batch"
     summary = "Gradients are cleared on every micro-batch while the optimizer steps only on the window boundary."
+    tokens = ("zero_grad", ".grad")
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for window in model.windows:
+            if window.shape not in (GUARDED, NESTED):
+                continue
+            steps = window.boundary_steps
+            for zero in window.of(ev.ZERO_GRAD, direct=True):
+                if window.placement(zero) != EVERY or not window.inside(zero):
+                    continue
+                if any(same_target(zero, step) for step in steps) and window.clears_before_step(zero) is None:
+                    yield Report(zero.node, "gradients are cleared on every micro-batch but the optimizer steps once "
+                                            "per window, so only the last micro-batch reaches the step; clear them "
+                                            "right after the step, on the boundary")
 
 
 class GradientsNeverCleared(Rule):
     code = "ACC102"
     name = "gradients-never-cleared"
     summary = "The loop steps the optimizer but never clears gradients between windows."
+    tokens = ("step(",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for window in model.windows:
+            if window.framework == "deepspeed":
+                continue
+            steps = [s for s in window.steps if not s.via_helper and s.api in ("optimizer", "scaler")
+                     and window.inside(s)]
+            if not steps:
+                continue
+            nest = window.loop_nest
+            in_nest = [e for e in window.scope.events if nest[0] in e.ctx.loops]
+            if any(e.kind == ev.ZERO_GRAD for e in in_nest):
+                continue
+            optimizers = {s.target for s in steps}
+            # An unknown call that is handed the optimizer may clear it; stay silent then.
+            if any(e.kind == ev.MODEL_CALL and optimizers & e.extra.get("args", set()) for e in in_nest):
+                continue
+            yield Report(steps[0].node, "the optimizer steps but gradients are never cleared, so every window adds "
+                                        "to the gradients of all earlier ones; call zero_grad() after each step")
 
 
 class ZeroGradBetweenBackwardAndStep(Rule):
     code = "ACC103"
     name = "zero-grad-between-backward-and-step"
     summary = "Gradients are cleared between the window's last backward and its optimizer step."
+    tokens = ("zero_grad", ".grad")
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for window in model.windows:
+            if window.shape == FRAMEWORK:
+                continue
+            for zero in window.of(ev.ZERO_GRAD, direct=True):
+                if window.clears_before_step(zero) is not None:
+                    yield Report(zero.node, "gradients are cleared after the last backward and before the step, so "
+                                            "the optimizer steps on zero gradients; clear them after the step")
 
 
 class StepEveryMicroBatch(Rule):
     code = "ACC104"
     name = "step-every-micro-batch"
     summary = "The loop declares accumulation but steps the optimizer on every micro-batch."
+    tokens = ("step(",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for window in model.windows:
+            if window.shape != UNGUARDED:
+                continue
+            steps = [s for s in window.steps if not s.via_helper and window.placement(s) == EVERY]
+            if not steps or not _declares_accumulation(model, window):
+                continue
+            yield Report(steps[0].node, "the loss is prepared for accumulation but the optimizer steps on every "
+                                        "micro-batch, so parameters change inside the window; step only when "
+                                        "the window is complete")
 
+
+def _declares_accumulation(model: FileModel, window: Window) -> bool:
+    """The loss is divided by N, or gradients are cleared on a `% N` boundary."""
+    for backward in window.backwards:
+        facts = model.loss_facts(backward.expr, window.scope, backward.order)
+        if any(model.is_accumulation_count(divisor, None, window.scope) for _, divisor in facts.divisions):
+            return True
+    for zero in window.of(ev.ZERO_GRAD):
+        for guard in zero.ctx.guards:
+            predicate = analyze(guard.test, window.scope)
+            if predicate is not None and predicate.key.startswith("mod:"):
+                return True
+    return False

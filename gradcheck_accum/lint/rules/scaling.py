@@ -4,8 +4,30 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import libcst as cst
+
+from gradcheck_accum.lint import bindings as b
+from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.model import FileModel
+from gradcheck_accum.lint.names import dotted, last_part
 from gradcheck_accum.lint.rule import Report, Rule
+from gradcheck_accum.lint.windows import FRAMEWORK, GUARDED, NESTED, Window
+
+
+def _framework_scales(window: Window, backward: ev.Event) -> bool:
+    """accelerator.backward under Accelerator(gradient_accumulation_steps=N), or a DeepSpeed engine."""
+    if backward.api == "deepspeed":
+        return True
+    return backward.api == "accelerate" and b.ACCELERATOR_ACCUMULATES in backward.kinds
+
+
+def _manual_windows(model: FileModel) -> Iterator[Window]:
+    """Windows where the loop itself, not a framework, decides the boundary."""
+    for window in model.windows:
+        if window.shape == GUARDED and window.predicate.key.split(":")[0] in ("mod", "ge") and window.accumulates:
+            yield window
+        elif window.shape == NESTED and window.is_micro_batch_loop():
+            yield window
 
 
 class UnscaledAccumulatedLoss(Rule):
@@ -14,16 +36,66 @@ class UnscaledAccumulatedLoss(Rule):
     summary = "An accumulated loss is backpropagated without being divided by the accumulation steps."
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for window in _manual_windows(model):
+            for backward in window.backwards:
+                if backward.via_helper or _framework_scales(window, backward) or backward.api == "lightning":
+                    continue
+                facts = model.loss_facts(backward.expr, window.scope, backward.order)
+                if facts.known and not facts.scaled and not facts.sum_reduced and not facts.detached:
+                    yield Report(backward.node, "the accumulated loss is never divided by the accumulation steps, "
+                                                "so the summed gradient is N times the big-batch gradient; divide "
+                                                "the loss by N before backward")
 
 
 class DoubleScaledLoss(Rule):
     code = "ACC202"
     name = "double-scaled-loss"
     summary = "The loss is divided by the accumulation steps by hand although the framework already does it."
+    tokens = ("backward", "training_step")
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for window in model.windows:
+            for backward in window.backwards:
+                if backward.via_helper or not _framework_scales(window, backward):
+                    continue
+                facts = model.loss_facts(backward.expr, window.scope, backward.order)
+                for node, divisor in facts.divisions:
+                    if model.is_accumulation_count(divisor, None, window.scope):
+                        yield Report(node, _double_message("accelerate" if backward.api == "accelerate"
+                                                           else "DeepSpeed"))
+        yield from self._lightning(model)
+
+    def _lightning(self, model: FileModel) -> Iterator[Report]:
+        manual = any(d.value is not None and isinstance(d.value, cst.Name) and d.value.value == "False"
+                     for scope in model.scopes for d in scope.defs.get("self.automatic_optimization", []))
+        if manual:
+            return
+        for scope in model.functions.get("training_step", []):
+            if not any(last_part(base) == "LightningModule" for base in scope.class_bases):
+                continue
+            for event in scope.events:
+                if event.kind != ev.RETURN:
+                    continue
+                facts = model.loss_facts(_returned_loss(event.expr), scope, event.order)
+                for node, divisor in facts.divisions:
+                    if model.is_accumulation_count(divisor, None, scope):
+                        yield Report(node, _double_message("Lightning"))
+
+
+def _returned_loss(expr: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """`return loss` or `return {"loss": loss, ...}`."""
+    if isinstance(expr, cst.Dict):
+        for element in expr.elements:
+            if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) \
+                    and element.key.evaluated_value == "loss":
+                return element.value
+        return None
+    return expr
+
+
+def _double_message(framework: str) -> str:
+    return (f"{framework} already divides the loss by the accumulation steps, so dividing it by hand makes "
+            f"gradients N times too small; remove the manual division")
 
 
 class MeanOfMeansTokenLoss(Rule):
@@ -32,7 +104,20 @@ class MeanOfMeansTokenLoss(Rule):
     summary = "A per-micro-batch mean over a variable number of valid tokens is divided by the accumulation steps."
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
+        for window in model.windows:
+            if not window.accumulates and window.shape != NESTED:
+                continue
+            for backward in window.backwards:
+                if backward.via_helper:
+                    continue
+                facts = model.loss_facts(backward.expr, window.scope, backward.order)
+                if not facts.token_level:
+                    continue
+                for node, divisor in facts.divisions:
+                    if model.is_accumulation_count(divisor, window, window.scope):
+                        yield Report(node, "a per-micro-batch mean over a varying number of valid tokens divided by "
+                                           "N over-weights micro-batches with few tokens; sum the loss and divide "
+                                           "by the valid-token count of the whole window")
 
 
 class LossGraphKeptAlive(Rule):
@@ -41,5 +126,23 @@ class LossGraphKeptAlive(Rule):
     summary = "A loss that still carries autograd history is accumulated into a running total."
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        return iter(())
-
+        for window in model.windows:
+            backwards = [e for e in window.backwards if not e.via_helper]
+            losses: set[str] = set()
+            fed_backward: set[str] = set()
+            for backward in backwards:
+                facts = model.loss_facts(backward.expr, window.scope, backward.order)
+                fed_backward |= facts.names
+                name = dotted(backward.expr) if backward.expr is not None else None
+                if name:
+                    losses.add(name)
+            for event in window.of(ev.LOSS_TOTAL):
+                if not window.inside(event) or event.target in fed_backward:
+                    continue
+                name = dotted(event.expr) if event.expr is not None else None
+                if name not in losses:
+                    continue
+                facts = model.loss_facts(event.expr, window.scope, event.order)
+                if facts.known and not facts.detached:
+                    yield Report(event.node, "the loss still carries its autograd graph, so every micro-batch graph "
+                                             "stays in memory; accumulate loss.item() or loss.detach() instead")

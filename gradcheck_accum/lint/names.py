@@ -1,0 +1,123 @@
+"""Small helpers over libcst expressions: dotted names, import aliases, qualified names."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+
+def dotted(node: cst.CSTNode | None) -> str | None:
+    """`a.b.c` for Name/Attribute chains (also `self.x`), else None."""
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        base = dotted(node.value)
+        return f"{base}.{node.attr.value}" if base else None
+    return None
+
+
+def last_part(name: str | None) -> str:
+    return name.rsplit(".", 1)[-1] if name else ""
+
+
+def call_receiver(call: cst.Call) -> tuple[cst.BaseExpression | None, str | None]:
+    """For `x.y.method(...)` return (`x.y` node, "method"); for `f(...)` return (None, "f")."""
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.value, func.attr.value
+    if isinstance(func, cst.Name):
+        return None, func.value
+    return None, None
+
+
+def keyword(call: cst.Call, name: str) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg.value
+    return None
+
+
+def positional(call: cst.Call, index: int) -> cst.BaseExpression | None:
+    args = [a for a in call.args if a.keyword is None and not a.star]
+    return args[index].value if index < len(args) else None
+
+
+def code(node: cst.CSTNode) -> str:
+    """Canonical source text of an expression, used to compare expressions structurally."""
+    return re.sub(r"\s+", "", cst.Module(body=[]).code_for_node(node))
+
+
+def iter_names(node: cst.CSTNode) -> Iterator[str]:
+    """Every dotted name (and each prefix-free Name) read inside an expression."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, (cst.Name, cst.Attribute)):
+            name = dotted(current)
+            if name:
+                yield name
+                if isinstance(current, cst.Attribute):
+                    yield from iter_names(current.value)
+                continue
+        stack.extend(current.children)
+
+
+def iter_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
+    """Calls inside an expression or small statement, outermost first, not entering lambdas or defs."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(current, cst.Call):
+            yield current
+        stack.extend(reversed(current.children))
+
+
+class ImportMap:
+    """Local name -> fully qualified name, from `import` and `from ... import` statements."""
+
+    def __init__(self) -> None:
+        self.aliases: dict[str, str] = {}
+
+    def add(self, node: cst.Import | cst.ImportFrom) -> None:
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = dotted(alias.name)
+                if not full:
+                    continue
+                if alias.asname is not None:
+                    local = dotted(alias.asname.name)
+                    if local:
+                        self.aliases[local] = full
+                else:
+                    # `import torch.nn` binds `torch`
+                    top = full.split(".")[0]
+                    self.aliases.setdefault(top, top)
+            return
+        if node.relative or isinstance(node.names, cst.ImportStar):
+            return
+        module = dotted(node.module) if node.module else None
+        if not module:
+            return
+        for alias in node.names:
+            name = dotted(alias.name)
+            if not name:
+                continue
+            local = dotted(alias.asname.name) if alias.asname is not None else name
+            if local:
+                self.aliases[local] = f"{module}.{name}"
+
+    def qualify(self, node: cst.CSTNode | None) -> str | None:
+        """`t.optim.AdamW` -> `torch.optim.AdamW` when `t` is an import alias of torch; None when the
+        head of the chain is not an imported name."""
+        name = dotted(node)
+        if not name:
+            return None
+        head, _, rest = name.partition(".")
+        full = self.aliases.get(head)
+        if full is None:
+            return None
+        return f"{full}.{rest}" if rest else full

@@ -1,0 +1,105 @@
+"""Boundary predicates: the tests that decide whether a micro-batch closes its accumulation window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import libcst as cst
+
+from gradcheck_accum.lint.bindings import is_accumulation_name
+from gradcheck_accum.lint.events import Scope
+from gradcheck_accum.lint.names import code, dotted, last_part
+
+
+@dataclass(frozen=True)
+class Predicate:
+    """A periodic test such as `(i + 1) % N == 0`, normalised.
+
+    `key` identifies the family (two tests with the same key split micro-batches the same way);
+    `positive` is True when the test is true on the boundary micro-batch.
+    """
+
+    key: str
+    positive: bool
+    flush: bool = False  # an `or` clause that also fires at the end of the data
+    n: cst.BaseExpression | None = None
+    counter: cst.BaseExpression | None = None  # `i` in `(i + 1) % N`
+    offset: int | None = None  # 1 for `(i + 1) % N == 0` and `i % N == N - 1`; 0 for `i % N == 0`
+    comparison: cst.Comparison | None = None
+
+    def flipped(self) -> "Predicate":
+        return replace(self, positive=not self.positive)
+
+
+def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Predicate | None:
+    if depth > 4:
+        return None
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = analyze(test.expression, scope, depth + 1)
+        return inner.flipped() if inner else None
+    if isinstance(test, cst.BooleanOperation):
+        left, right = analyze(test.left, scope, depth + 1), analyze(test.right, scope, depth + 1)
+        found = left or right
+        if found is None:
+            return None
+        if isinstance(test.operator, cst.Or) and found.positive:
+            return replace(found, flush=True)
+        if isinstance(test.operator, cst.And) and not found.positive:
+            return replace(found, flush=True)  # `not a or not b` in De Morgan form
+        return found
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        return _comparison(test, scope)
+    name = dotted(test)
+    if name is not None:
+        if last_part(name) == "sync_gradients":
+            return Predicate("sync", True)
+        defs = scope.defs_of(name)
+        values = {code(d.value) for d in defs if d.op == "=" and d.value is not None}
+        if len(values) == 1 and len(defs) == len([d for d in defs if d.op == "="]):
+            value = next(d.value for d in defs if d.op == "=")
+            return analyze(value, scope, depth + 1)
+    return None
+
+
+def _comparison(test: cst.Comparison, scope: Scope) -> Predicate | None:
+    target = test.comparisons[0]
+    op, right, left = target.operator, target.comparator, test.left
+    if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo) \
+            and isinstance(op, (cst.Equal, cst.NotEqual)):
+        n = left.right
+        counter = left.left
+        offset: int | None = None
+        if isinstance(right, cst.Integer) and right.value == "0":
+            offset = _plus_one(counter)
+            if offset == 1:
+                counter = counter.left  # type: ignore[union-attr]
+        elif isinstance(right, cst.BinaryOperation) and isinstance(right.operator, cst.Subtract) \
+                and code(right.left) == code(n) and isinstance(right.right, cst.Integer) and right.right.value == "1":
+            offset = 1 if _plus_one(counter) == 0 else None
+        else:
+            return None
+        return Predicate(f"mod:{resolve_n(n, scope)}", isinstance(op, cst.Equal), n=n, counter=counter,
+                         offset=offset, comparison=test)
+    if isinstance(op, (cst.GreaterThanEqual, cst.GreaterThan)) and dotted(right) is not None and (
+            is_accumulation_name(right) or (isinstance(left, cst.BinaryOperation)
+                                            and isinstance(left.operator, cst.Subtract))):
+        return Predicate(f"ge:{resolve_n(right, scope)}", True, n=right, comparison=test)
+    return None
+
+
+def _plus_one(counter: cst.BaseExpression) -> int:
+    if isinstance(counter, cst.BinaryOperation) and isinstance(counter.operator, cst.Add) \
+            and isinstance(counter.right, cst.Integer) and counter.right.value == "1":
+        return 1
+    return 0
+
+
+def resolve_n(node: cst.BaseExpression, scope: Scope) -> str:
+    """Canonical text of N, following one level of plain aliasing (`n = cfg.accum`)."""
+    name = dotted(node)
+    if name is not None:
+        defs = [d for d in scope.defs_of(name) if d.op == "=" and d.value is not None]
+        if len(defs) == 1 and dotted(defs[0].value) is not None:
+            return code(defs[0].value)
+    return code(node)
+

@@ -1,0 +1,297 @@
+"""The accumulation-window model: for each micro-batch loop, where each relevant call runs.
+
+Three window shapes (RULES.md):
+- guarded: the step sits in the micro-batch loop under a boundary predicate;
+- nested: an inner loop does the backwards and the step follows it;
+- framework: `accelerator.accumulate(...)` or a DeepSpeed engine owns the window.
+A loop whose step runs unconditionally is shape "unguarded" (no accumulation, or ACC104).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from gradcheck_accum.lint import bindings as b
+from gradcheck_accum.lint import events as ev
+from gradcheck_accum.lint.bindings import is_accumulation_name
+from gradcheck_accum.lint.names import call_receiver, dotted, iter_names, last_part, positional
+from gradcheck_accum.lint.predicates import Predicate, analyze
+
+# Placements of an event relative to its window
+EVERY = "every"  # runs on every micro-batch
+BOUNDARY = "boundary"  # runs once per window, on its last micro-batch (or once around a nested loop)
+OFF_BOUNDARY = "off-boundary"  # runs on every micro-batch except the boundary one
+AFTER = "after"  # runs after the micro-batch loop has finished
+UNKNOWN = "unknown"
+
+GUARDED, NESTED, FRAMEWORK, UNGUARDED = "guarded", "nested", "framework", "unguarded"
+
+_PURE_CALLS = {"len", "isinstance", "hasattr", "getattr", "bool", "int", "float", "str", "is_available"}
+
+
+@dataclass
+class Window:
+    scope: ev.Scope
+    loop: ev.Loop  # the micro-batch loop (the loop whose body reaches backward)
+    shape: str
+    framework: str | None = None  # "accelerate" | "deepspeed"
+    predicate: Predicate | None = None  # guarded: the boundary test of the step
+    n: cst.BaseExpression | None = None
+    events: list[ev.Event] = field(default_factory=list)  # events inside the loop and after it
+    placements: dict[int, str] = field(default_factory=dict)  # id(event) -> placement
+
+    def placement(self, event: ev.Event) -> str:
+        return self.placements.get(id(event), UNKNOWN)
+
+    def of(self, *kinds: str, direct: bool = False) -> list[ev.Event]:
+        return [e for e in self.events if e.kind in kinds and not (direct and e.via_helper)]
+
+    @property
+    def backwards(self) -> list[ev.Event]:
+        return [e for e in self.events if e.kind == ev.BACKWARD and self.placement(e) != AFTER]
+
+    @property
+    def steps(self) -> list[ev.Event]:
+        return self.of(ev.STEP)
+
+    def inside(self, event: ev.Event) -> bool:
+        return self.loop in event.ctx.loops
+
+    @property
+    def boundary_steps(self) -> list[ev.Event]:
+        return [s for s in self.steps if self.placement(s) == BOUNDARY]
+
+    @property
+    def loop_nest(self) -> tuple[ev.Loop, ...]:
+        """The micro-batch loop and the loops around it."""
+        return _loop_stack(self.scope, self.loop) + (self.loop,)
+
+    def clears_before_step(self, zero: ev.Event) -> ev.Event | None:
+        """The step that `zero` wipes the gradients of: zero_grad runs after a backward and before a
+        step of the same iteration, with no backward in between, whenever that step runs."""
+        backward_orders = [e.order for e in self.backwards]
+        if not backward_orders or zero.order < min(backward_orders):
+            return None
+        zero_guards = {(id(g.owner), g.positive) for g in zero.ctx.guards}
+        for step in self.steps:
+            if step.via_helper or step.order < zero.order or not same_target(zero, step):
+                continue
+            if any(zero.order < order < step.order for order in backward_orders):
+                continue
+            if zero_guards <= {(id(g.owner), g.positive) for g in step.ctx.guards}:
+                return step
+        return None
+
+    @property
+    def accumulates(self) -> bool:
+        """The optimizer steps once per window of several micro-batches."""
+        if self.shape == FRAMEWORK:
+            return True
+        return any(self.placement(s) == BOUNDARY for s in self.steps)
+
+    def iterates_sized_data(self) -> bool:
+        """True when the loop walks a finite data source with a length (so an epoch can end mid-window)."""
+        if not isinstance(self.loop, cst.For):
+            return False
+        source = self.loop.iter
+        if isinstance(source, cst.Call):
+            _, name = call_receiver(source)
+            if name == "enumerate":
+                source = positional(source, 0) or source
+        if isinstance(source, cst.Call):
+            _, name = call_receiver(source)
+            if name in {"range", "count", "cycle", "islice", "repeat", "infinite_loader", "iter"}:
+                return False
+            if name == "tqdm":
+                inner = positional(source, 0)
+                return inner is not None and dotted(inner) is not None
+            return False
+        return dotted(source) is not None
+
+    def is_micro_batch_loop(self) -> bool:
+        """For a nested window: does the inner loop clearly walk the micro-batches of one window?"""
+        if self.n is not None:
+            return True
+        source = self.loop.iter if isinstance(self.loop, cst.For) else None
+        return source is not None and any(
+            _MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in iter_names(source))
+
+
+_MICRO_WORDS = {"micro", "microbatch", "microbatches", "chunk", "chunks", "accum", "micro_batches"}
+
+
+def same_target(zero: ev.Event, step: ev.Event) -> bool:
+    """Does clearing `zero` affect the gradients `step` uses? Unknown or model-wide clears do."""
+    if zero.extra.get("model") or zero.target is None or step.target is None:
+        return True
+    return zero.target == step.target
+
+
+def build_windows(scope: ev.Scope) -> list[Window]:
+    events = scope.events
+    backward_loops: dict[int, ev.Loop] = {}
+    for event in events:
+        if event.kind == ev.BACKWARD and event.ctx.loops:
+            loop = event.ctx.loops[-1]
+            backward_loops[id(loop)] = loop
+    windows = []
+    for loop in backward_loops.values():
+        window = _build(scope, loop)
+        if window is not None:
+            windows.append(window)
+    return windows
+
+
+def _loop_stack(scope: ev.Scope, loop: ev.Loop) -> tuple[ev.Loop, ...]:
+    """The loops enclosing `loop` (not including it)."""
+    for event in scope.events:
+        if loop in event.ctx.loops:
+            return event.ctx.loops[: event.ctx.loops.index(loop)]
+    return ()
+
+
+def _build(scope: ev.Scope, loop: ev.Loop) -> Window | None:
+    end = scope.loop_end.get(id(loop), 0)
+    start = scope.loop_start.get(id(loop), 0)
+    outer = _loop_stack(scope, loop)
+    inside = [e for e in scope.events if loop in e.ctx.loops]
+    after = [e for e in scope.events if e.order > end and loop not in e.ctx.loops
+             and e.ctx.loops[: len(outer)] == outer]
+    window = Window(scope, loop, UNGUARDED, events=inside + after)
+    for event in after:
+        window.placements[id(event)] = AFTER
+    backwards = [e for e in inside if e.kind == ev.BACKWARD]
+
+    if any(e.api == "deepspeed" for e in backwards):
+        window.shape, window.framework = FRAMEWORK, "deepspeed"
+    elif any(_under_accumulate(e) for e in backwards):
+        window.shape, window.framework = FRAMEWORK, "accelerate"
+
+    steps = [e for e in inside if e.kind == ev.STEP]
+    variant = _assigned_in(scope, loop)
+    if window.shape != FRAMEWORK and steps:
+        for step in steps:
+            predicate = _step_predicate(step, loop, scope, variant)
+            if predicate is not None:
+                window.shape, window.predicate, window.n = GUARDED, predicate, predicate.n
+                break
+    elif window.shape != FRAMEWORK:
+        # nested: the step follows the inner loop, in the same enclosing loop (or function body)
+        later = [e for e in after if e.kind == ev.STEP and e.ctx.loops == outer]
+        if later:
+            window.shape = NESTED
+            window.n = _inner_count(loop)
+
+    for event in inside:
+        window.placements[id(event)] = _place_inside(window, event, variant)
+    if window.shape == NESTED:
+        for event in after:
+            if event.ctx.loops == outer and invariant_guards(event.ctx.guards, scope, outer):
+                window.placements[id(event)] = BOUNDARY
+        # events between the start of the enclosing loop body and the inner loop run once per window too
+        if outer:
+            head = [e for e in scope.events if e.ctx.loops == outer and e.order < start
+                    and e.order >= scope.loop_start.get(id(outer[-1]), 0)]
+            for event in head:
+                window.events.append(event)
+                window.placements[id(event)] = BOUNDARY
+    return window
+
+
+def _under_accumulate(event: ev.Event) -> bool:
+    for call in event.ctx.withs:
+        receiver, method = call_receiver(call)
+        if method == "accumulate" and receiver is not None:
+            return True
+    return False
+
+
+def _inner_count(loop: ev.Loop) -> cst.BaseExpression | None:
+    if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call):
+        return None
+    _, name = call_receiver(loop.iter)
+    if name == "range":
+        args = [a.value for a in loop.iter.args]
+        if len(args) == 1:
+            return args[0]
+        if len(args) == 2 and isinstance(args[0], cst.Integer) and args[0].value == "0":
+            return args[1]
+    if name == "chunk":
+        return loop.iter.args[-1].value if loop.iter.args else None
+    return None
+
+
+def _assigned_in(scope: ev.Scope, loop: ev.Loop) -> set[str]:
+    names = set()
+    for name, defs in scope.defs.items():
+        if any(loop in d.ctx.loops for d in defs):
+            names.add(name)
+    return names
+
+
+def invariant(test: cst.BaseExpression, variant: set[str]) -> bool:
+    """A test whose value cannot change from one micro-batch to the next."""
+    for call in ev.iter_calls(test):
+        _, name = call_receiver(call)
+        if name not in _PURE_CALLS:
+            return False
+    return not any(name in variant or name.split(".")[0] in variant for name in iter_names(test))
+
+
+def _guards_below(event: ev.Event, loop: ev.Loop) -> list[ev.Guard]:
+    """Guards of the event that sit inside `loop`."""
+    return [g for g in event.ctx.guards if _guard_inside(g, loop)]
+
+
+def _guard_inside(guard: ev.Guard, loop: ev.Loop) -> bool:
+    return contains(loop.body, guard.owner)
+
+
+def contains(root: cst.CSTNode, node: cst.CSTNode) -> bool:
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        if current is node:
+            return True
+        if isinstance(current, (cst.BaseExpression, cst.FunctionDef, cst.ClassDef)):
+            continue
+        stack.extend(current.children)
+    return False
+
+
+def _step_predicate(step: ev.Event, loop: ev.Loop, scope: ev.Scope, variant: set[str]) -> Predicate | None:
+    for guard in _guards_below(step, loop):
+        predicate = analyze(guard.test, scope)
+        if predicate is not None:
+            return predicate if guard.positive else predicate.flipped()
+    return None
+
+
+def _place_inside(window: Window, event: ev.Event, variant: set[str]) -> str:
+    if event.ctx.in_handler:
+        return UNKNOWN
+    guards = _guards_below(event, window.loop)
+    placement = EVERY
+    for guard in guards:
+        predicate = analyze(guard.test, window.scope)
+        if predicate is not None and window.predicate is not None and predicate.key == window.predicate.key:
+            effective = predicate.positive == guard.positive
+            same = effective == window.predicate.positive
+            placement = BOUNDARY if same else OFF_BOUNDARY
+            if placement == BOUNDARY:
+                return BOUNDARY
+        elif predicate is not None and predicate.key == "sync":
+            return BOUNDARY if predicate.positive == guard.positive else OFF_BOUNDARY
+        elif not invariant(guard.test, variant):
+            return UNKNOWN
+    return placement
+
+
+def invariant_guards(guards: tuple[ev.Guard, ...], scope: ev.Scope, outer: tuple[ev.Loop, ...]) -> bool:
+    # Guards of an event that follows the inner loop: those opened inside the enclosing loop body
+    # must not depend on the iteration (a `if grad_clip:` is fine, `if it % 10 == 0:` is not).
+    relevant = [g for g in guards if not outer or _guard_inside(g, outer[-1])]
+    outer_variant = _assigned_in(scope, outer[-1]) if outer else set()
+    return all(invariant(g.test, outer_variant) for g in relevant)
