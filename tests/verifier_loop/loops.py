@@ -1,0 +1,120 @@
+"""Training loops as projects write them: correct idioms and seeded bugs. Top-level functions, so
+they pickle for start_method='spawn' too."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def micro_loss(model, batch):
+    x, y = batch
+    return F.mse_loss(model(x), y)
+
+
+# --- correct idioms ---------------------------------------------------------------------------
+
+
+def guarded_with_flush(model, optimizer, micro_batches, n):
+    model.train()
+    for i, batch in enumerate(micro_batches):
+        loss = micro_loss(model, batch) / n
+        loss.backward()
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def nested_nanogpt(model, optimizer, micro_batches, n):
+    for start in range(0, len(micro_batches), n):
+        window = micro_batches[start:start + n]
+        for micro_step in range(len(window)):
+            loss = micro_loss(model, window[micro_step]) / len(window)
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def grad_scaler(model, optimizer, micro_batches, n):
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    for i, batch in enumerate(micro_batches):
+        scaler.scale(micro_loss(model, batch) / n).backward()
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1e6)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+
+
+def scheduler_per_window(model, optimizer, micro_batches, n):
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+    for i, batch in enumerate(micro_batches):
+        (micro_loss(model, batch) / n).backward()
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+
+
+def ddp_no_sync(model, optimizer, micro_batches, n):
+    from contextlib import nullcontext
+
+    for i, batch in enumerate(micro_batches):
+        boundary = (i + 1) % n == 0 or i + 1 == len(micro_batches)
+        with nullcontext() if boundary else model.no_sync():
+            (micro_loss(model, batch) / n).backward()
+        if boundary:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+# --- seeded bugs -------------------------------------------------------------------------------
+
+
+def zero_grad_every_micro_batch(model, optimizer, micro_batches, n):
+    for i, batch in enumerate(micro_batches):
+        optimizer.zero_grad()
+        (micro_loss(model, batch) / n).backward()
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            optimizer.step()
+
+
+def never_cleared(model, optimizer, micro_batches, n):
+    for i, batch in enumerate(micro_batches):
+        (micro_loss(model, batch) / n).backward()
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            optimizer.step()
+
+
+def step_every_micro_batch(model, optimizer, micro_batches, n):
+    for batch in micro_batches:
+        (micro_loss(model, batch) / n).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def loss_not_divided(model, optimizer, micro_batches, n):
+    for i, batch in enumerate(micro_batches):
+        micro_loss(model, batch).backward()
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def remainder_dropped(model, optimizer, micro_batches, n):
+    for i, batch in enumerate(micro_batches):
+        (micro_loss(model, batch) / n).backward()
+        if (i + 1) % n == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def scheduler_every_micro_batch(model, optimizer, micro_batches, n):
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+    for i, batch in enumerate(micro_batches):
+        (micro_loss(model, batch) / n).backward()
+        scheduler.step()
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            optimizer.step()
+            optimizer.zero_grad()
