@@ -106,6 +106,6 @@ def item_counts(micro_batches: Sequence[Any], ignore_index: int = -100) -> dict[
                 values = []
                 break
         if values and values != counts["rows"]:
-            label = path.replace("batch", "", 1) or "batch"
-            counts[f"valid entries of {label}"] = values
+            kind = "True entries of" if tensor.dtype == torch.bool else f"entries != {ignore_index} in"
+            counts[f"{kind} {path}"] = values
     return counts

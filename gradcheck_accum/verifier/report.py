@@ -110,7 +110,7 @@ class Report:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
-    def render(self, max_rows: int = 30) -> str:
+    def render(self, max_rows: int = 20) -> str:
         return render_text(self, max_rows=max_rows)
 
     def __str__(self) -> str:
@@ -146,7 +146,7 @@ def _table(headers: list[str], body: list[list[str]]) -> list[str]:
     return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in body]
 
 
-def render_text(report: Report, max_rows: int = 30) -> str:
+def render_text(report: Report, max_rows: int = 20) -> str:
     """A plain-text report: verdict and diagnosis first, then per-mode summary, then the rows
     (failing rows first, then the worst passing ones, capped at max_rows)."""
     out = [f"accumcheck verify: {report.verdict.upper()}", f"  {report.diagnosis}"]
