@@ -79,7 +79,7 @@ def verify_loop(
         run_copy = copy.deepcopy(module).to(device)
         on_device = [map_batch(mb, lambda t: t.to(device)) for mb in micro_batches]
         recording = record_loop(train_fn, run_copy, on_device, steps, optimizer)
-        module.train(run_copy.training)  # references run in the mode the loop left the model in
+    module.train(recording.training)  # references run in the mode the loop left the model in
     report = analyse(recording, module, micro_batches, sizes, loss_fn, steps, device, ranks=ranks)
     report.notes[:0] = notes
     report.settings.update(world_size=world_size, device=device)

@@ -42,6 +42,7 @@ class Recording:
     leftover: Grads = field(default_factory=dict)  # gradients still held when train_fn returned
     final_syncs: Optional[int] = None
     final_scheduler_steps: Optional[int] = None
+    training: bool = True  # the mode train_fn left the model in; references run in it
 
     @property
     def forwards(self) -> int:
@@ -155,4 +156,5 @@ def record_loop(
     rec.leftover = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in params.items()}
     rec.final_syncs = sync_count() if sync_count else None
     rec.final_scheduler_steps = _scheduler_steps(schedulers)
+    rec.training = module.training
     return rec
