@@ -178,6 +178,9 @@ class ScopeWalker:
     def walk_block(self, body, ctx: Context) -> None:
         for stmt in body:
             self.walk_stmt(stmt, ctx)
+            if isinstance(stmt, cst.If) and stmt.orelse is None and _exits(stmt.body):
+                # `if not need_update: continue` guards everything after it in this block
+                ctx = ctx.push_guard(Guard(stmt.test, False, stmt))
 
     def walk_stmt(self, stmt: cst.CSTNode, ctx: Context) -> None:
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -302,6 +305,10 @@ class ScopeWalker:
         if isinstance(target, cst.Attribute) and target.attr.value == "grad" and isinstance(value, cst.Name) \
                 and value.value == "None":
             self.emit(ZERO_GRAD, node, ctx, target=dotted(target.value), extra={"model": True})
+        if isinstance(target, cst.Attribute) and target.attr.value == "gradient_accumulation_steps":
+            owner = dotted(target.value)
+            if owner:  # `accelerator.gradient_accumulation_steps = n` turns accumulation on
+                self.env[owner] = self.kinds(target.value) | {b.ACCELERATOR_ACCUMULATES}
         if isinstance(target, cst.Attribute) and target.attr.value == "require_backward_grad_sync":
             self.emit(SYNC_CONTROL, node, ctx, target=dotted(target.value), api="require_backward_grad_sync")
         self.bind(name, kinds, ctx)
@@ -405,6 +412,15 @@ class ScopeWalker:
             arg_names = {name for a in call.args for name in iter_names(a.value)}
             emit(MODEL_CALL, target=model, kinds=self.kinds(receiver if method == "forward" else call.func),
                  extra={"args": arg_names})
+
+
+def _exits(block: cst.BaseSuite) -> bool:
+    """Does the block always leave the enclosing block (continue, break, return, raise)?"""
+    body = block.body
+    last = body[-1] if body else None
+    if isinstance(last, cst.SimpleStatementLine):
+        last = last.body[-1]
+    return isinstance(last, (cst.Continue, cst.Break, cst.Return, cst.Raise))
 
 
 def _targets(target: cst.BaseExpression) -> list[str]:

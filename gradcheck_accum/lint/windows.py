@@ -38,6 +38,7 @@ class Window:
     shape: str
     framework: str | None = None  # "accelerate" | "deepspeed"
     predicate: Predicate | None = None  # guarded: the boundary test of the step
+    framework_kinds: frozenset[str] = frozenset()  # kinds of the Accelerator owning the window
     n: cst.BaseExpression | None = None
     events: list[ev.Event] = field(default_factory=list)  # events inside the loop and after it
     placements: dict[int, str] = field(default_factory=dict)  # id(event) -> placement
@@ -75,8 +76,11 @@ class Window:
         if not backward_orders or zero.order < min(backward_orders):
             return None
         zero_guards = {(id(g.owner), g.positive) for g in zero.ctx.guards}
+        if self.placement(zero) == AFTER:
+            return None
         for step in self.steps:
-            if step.via_helper or step.order < zero.order or not same_target(zero, step):
+            if step.via_helper or self.placement(step) == AFTER or step.order < zero.order \
+                    or not same_target(zero, step):
                 continue
             if any(zero.order < order < step.order for order in backward_orders):
                 continue
@@ -88,7 +92,7 @@ class Window:
     def accumulates(self) -> bool:
         """The optimizer steps once per window of several micro-batches."""
         if self.shape == FRAMEWORK:
-            return True
+            return self.framework == "deepspeed" or b.ACCELERATOR_ACCUMULATES in self.framework_kinds
         return any(self.placement(s) == BOUNDARY for s in self.steps)
 
     def iterates_sized_data(self) -> bool:
@@ -96,19 +100,20 @@ class Window:
         if not isinstance(self.loop, cst.For):
             return False
         source = self.loop.iter
-        if isinstance(source, cst.Call):
-            _, name = call_receiver(source)
-            if name == "enumerate":
-                source = positional(source, 0) or source
-        if isinstance(source, cst.Call):
-            _, name = call_receiver(source)
-            if name in {"range", "count", "cycle", "islice", "repeat", "infinite_loader", "iter"}:
-                return False
-            if name == "tqdm":
-                inner = positional(source, 0)
-                return inner is not None and dotted(inner) is not None
+        if isinstance(source, cst.Call) and call_receiver(source)[1] in {"enumerate", "tqdm"}:
+            source = positional(source, 0)
+        name = dotted(source)
+        if name is None:
             return False
-        return dotted(source) is not None
+        defs = [d for d in self.scope.defs_of(name) if d.value is not None]
+        for d in defs:
+            if isinstance(d.value, cst.Call):
+                callee = (call_receiver(d.value)[1] or "").lower()
+                if any(word in callee for word in _ENDLESS_WORDS):
+                    return False
+        return "loader" in last_part(name).lower() or any(
+            isinstance(d.value, cst.Call) and call_receiver(d.value)[1] in {"DataLoader", "prepare", "setup_dataloaders"}
+            for d in defs)
 
     def is_micro_batch_loop(self) -> bool:
         """For a nested window: does the inner loop clearly walk the micro-batches of one window?"""
@@ -119,6 +124,7 @@ class Window:
             _MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in iter_names(source))
 
 
+_ENDLESS_WORDS = ("cycle", "iter", "infinite", "repeat", "stream", "endless")
 _MICRO_WORDS = {"micro", "microbatch", "microbatches", "chunk", "chunks", "accum", "micro_batches"}
 
 
@@ -166,8 +172,12 @@ def _build(scope: ev.Scope, loop: ev.Loop) -> Window | None:
 
     if any(e.api == "deepspeed" for e in backwards):
         window.shape, window.framework = FRAMEWORK, "deepspeed"
-    elif any(_under_accumulate(e) for e in backwards):
+    elif any(_accumulate_call(e) for e in backwards):
         window.shape, window.framework = FRAMEWORK, "accelerate"
+        calls = {id(_accumulate_call(e)) for e in backwards}
+        for event in scope.events:
+            if event.kind == ev.SYNC_CONTROL and id(event.node) in calls:
+                window.framework_kinds |= event.kinds
 
     steps = [e for e in inside if e.kind == ev.STEP]
     variant = _assigned_in(scope, loop)
@@ -200,12 +210,13 @@ def _build(scope: ev.Scope, loop: ev.Loop) -> Window | None:
     return window
 
 
-def _under_accumulate(event: ev.Event) -> bool:
+def _accumulate_call(event: ev.Event) -> cst.Call | None:
+    """The `accelerator.accumulate(...)` call of a `with` around the event, if any."""
     for call in event.ctx.withs:
         receiver, method = call_receiver(call)
         if method == "accumulate" and receiver is not None:
-            return True
-    return False
+            return call
+    return None
 
 
 def _inner_count(loop: ev.Loop) -> cst.BaseExpression | None:
@@ -246,16 +257,17 @@ def _guards_below(event: ev.Event, loop: ev.Loop) -> list[ev.Guard]:
 
 
 def _guard_inside(guard: ev.Guard, loop: ev.Loop) -> bool:
-    return contains(loop.body, guard.owner)
+    return contains(loop.body, guard.owner, statements_only=True)
 
 
-def contains(root: cst.CSTNode, node: cst.CSTNode) -> bool:
+def contains(root: cst.CSTNode, node: cst.CSTNode, statements_only: bool = False) -> bool:
+    """Is `node` inside `root`? With statements_only, expressions are not searched (faster for guards)."""
     stack = [root]
     while stack:
         current = stack.pop()
         if current is node:
             return True
-        if isinstance(current, (cst.BaseExpression, cst.FunctionDef, cst.ClassDef)):
+        if statements_only and isinstance(current, (cst.BaseExpression, cst.FunctionDef, cst.ClassDef)):
             continue
         stack.extend(current.children)
     return False
@@ -265,7 +277,9 @@ def _step_predicate(step: ev.Event, loop: ev.Loop, scope: ev.Scope, variant: set
     for guard in _guards_below(step, loop):
         predicate = analyze(guard.test, scope)
         if predicate is not None:
-            return predicate if guard.positive else predicate.flipped()
+            effective = predicate if guard.positive else predicate.flipped()
+            # The step must run when the test says "boundary"; a step under "not boundary" is no window.
+            return effective if effective.positive else None
     return None
 
 
