@@ -9,18 +9,21 @@ local. Process start-up, failures and hangs are handled by processes.py.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from contextlib import nullcontext
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from gradcheck_accum.verifier.batches import batch_size, map_batch, split_batch
+from gradcheck_accum.verifier.batches import batch_size, check_splits, even_splits, map_batch, split_batch
 from gradcheck_accum.verifier.errors import VerifyError
 from gradcheck_accum.verifier.loop_recording import Recording, record_loop
 from gradcheck_accum.verifier.processes import default_start_method, run_ranks
+from gradcheck_accum.verifier.report import Report
 
 
 def shard(micro_batch: Any, world_size: int, index: int) -> list[Any]:
@@ -123,3 +126,63 @@ def accumulate_with_no_sync(loss_fn: Callable, scaling: Any, model, optimizer, m
                 loss = loss / scaling(micro_batch, window)
             loss.backward()
     optimizer.step()
+
+
+def _reference_loss(reference_loss_fn: Callable, scaling: Any, model, batch):
+    """verify's reference: the big batch scaled as a window of one micro-batch would be."""
+    loss = reference_loss_fn(model, batch)
+    return loss / scaling(batch, [batch]) if callable(scaling) else loss
+
+
+def verify_distributed(
+    model: Any,
+    batch: Any,
+    loss_fn: Callable,
+    accumulation_steps: int = 4,
+    scaling: Any = "steps",
+    reference_loss_fn: Optional[Callable] = None,
+    splits: Optional[Sequence[int]] = None,
+    modes: Sequence[str] = ("eager",),
+    device: Any = None,
+    dtype: Any = None,
+    *,
+    world_size: int = 2,
+    timeout: float = 120.0,
+    start_method: Optional[str] = None,
+) -> Report:
+    """`verify(..., world_size=k)`: the batch is accumulated in N micro-batches under DDP (no_sync
+    on all but the last, each micro-batch split across the ranks) and the averaged gradient is
+    compared with the single-process big batch. Eager only."""
+    from gradcheck_accum.verifier.loop import verify_loop
+
+    if scaling not in ("steps", "none") and not callable(scaling):
+        raise VerifyError(f"scaling must be 'steps', 'none' or callable(micro_batch, window), got {scaling!r}")
+    total = batch_size(batch)
+    sizes = check_splits(splits, total) if splits is not None else even_splits(total, accumulation_steps)
+    reference = functools.partial(_reference_loss, loss_fn if reference_loss_fn is None else reference_loss_fn, scaling)
+    report = verify_loop(
+        functools.partial(accumulate_with_no_sync, loss_fn, scaling),
+        model,
+        split_batch(batch, sizes),
+        reference,
+        accumulation_steps=len(sizes),
+        world_size=world_size,
+        device=device,
+        dtype=dtype,
+        timeout=timeout,
+        start_method=start_method,
+    )
+    report.rows = [dataclasses.replace(r, mode="ddp") for r in report.rows]
+    report.modes = [dataclasses.replace(m, mode="ddp") for m in report.modes]
+    report.modes = [dataclasses.replace(m, diagnosis=m.diagnosis.replace("step 1", "the accumulated step"))
+                    for m in report.modes]
+    report.diagnosis = report.diagnosis.replace("step 1", "the accumulated step")
+    if report.ok:
+        report.diagnosis = (f"the gradient accumulated over {len(sizes)} micro-batches on {world_size} DDP ranks "
+                            "(no_sync on all but the last) matches the single-process big batch")
+    report.notes = [n for n in report.notes if "dropped remainder" not in n]
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)
+    if "compiled" in modes:
+        report.notes.append("compiled mode is not run with world_size > 1 (eager DDP only)")
+    report.settings.update(splits=sizes, scaling=scaling if isinstance(scaling, str) else "callable", modes=["ddp"])
+    return report

@@ -26,6 +26,7 @@ from gradcheck_accum.verifier.batches import batch_size, map_batch
 from gradcheck_accum.verifier.compare import Tolerance, compare, global_scale_cosine
 from gradcheck_accum.verifier.errors import VerifyError
 from gradcheck_accum.verifier.loop_recording import Grads, Recording, Weights, record_loop
+from gradcheck_accum.verifier.prepare import PreparedModel, exact_numerics, prepare, resolve_device, resolve_dtype
 from gradcheck_accum.verifier.report import ModeResult, Report, Row
 
 # A fitted micro-batch weight "equals" a pattern within this relative distance.
@@ -49,6 +50,7 @@ def verify_loop(
     *,
     world_size: int = 1,
     device: Optional[str] = None,
+    dtype: Any = None,
     timeout: float = 120.0,
     start_method: Optional[str] = None,
     find_unused_parameters: bool = False,
@@ -63,9 +65,25 @@ def verify_loop(
     """
     steps = _check_args(train_fn, micro_batches, loss_fn, accumulation_steps, world_size)
     micro_batches = list(micro_batches)
-    module, notes = prepare_model(model)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     sizes = [batch_size(mb) for mb in micro_batches]
+    prepared = prepare(model)
+    module, notes = prepared.module, _model_notes(prepared)
+    device = str(resolve_device(device))
+    if dtype is not None:
+        low = resolve_dtype(dtype)
+        module.to(low)
+        micro_batches = [map_batch(mb, lambda t: t.to(low) if t.is_floating_point() else t) for mb in micro_batches]
+    with exact_numerics():
+        report = _run_and_analyse(train_fn, module, micro_batches, sizes, loss_fn, steps, optimizer, device,
+                                  world_size, timeout, start_method, find_unused_parameters, prepared)
+    report.notes[:0] = notes
+    report.settings.update(world_size=world_size, device=device,
+                           dtype=str(next(module.parameters()).dtype).removeprefix("torch."))
+    return report
+
+
+def _run_and_analyse(train_fn, module, micro_batches, sizes, loss_fn, steps, optimizer, device, world_size,
+                     timeout, start_method, find_unused_parameters, prepared) -> Report:
     ranks: list[Recording] = []
     if world_size > 1:
         from gradcheck_accum.verifier.distributed import record_loop_distributed
@@ -80,10 +98,9 @@ def verify_loop(
         on_device = [map_batch(mb, lambda t: t.to(device)) for mb in micro_batches]
         recording = record_loop(train_fn, run_copy, on_device, steps, optimizer)
     module.train(recording.training)  # references run in the mode the loop left the model in
-    report = analyse(recording, module, micro_batches, sizes, loss_fn, steps, device, ranks=ranks)
-    report.notes[:0] = notes
-    report.settings.update(world_size=world_size, device=device)
-    return report
+    batch_stats = bool(prepared.batch_stat_layers) and recording.training
+    return analyse(recording, module, micro_batches, sizes, loss_fn, steps, device, ranks=ranks,
+                   batch_stats=batch_stats)
 
 
 def _check_args(train_fn, micro_batches, loss_fn, steps, world_size) -> int:
@@ -100,26 +117,13 @@ def _check_args(train_fn, micro_batches, loss_fn, steps, world_size) -> int:
     return steps
 
 
-def prepare_model(model: Any) -> tuple[torch.nn.Module, list[str]]:
-    """A private copy with dropout switched off (random masks would differ between the loop and
-    the reference), plus the notes saying what was changed."""
-    if isinstance(model, torch.nn.Module):
-        module = copy.deepcopy(model)
-    elif callable(model):
-        module = model()
-        if not isinstance(module, torch.nn.Module):
-            raise VerifyError(f"the model factory returned {type(module).__name__}, not a torch.nn.Module")
-    else:
-        raise VerifyError(f"model must be an nn.Module or a zero-argument factory, got {type(model).__name__}")
-    if not any(True for _ in module.parameters()):
-        raise VerifyError("the model has no parameters: there is no gradient to check")
+def _model_notes(prepared: PreparedModel) -> list[str]:
     notes = []
-    dropouts = [m for m in module.modules() if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0]
-    for layer in dropouts:
-        layer.p = 0.0
-    if dropouts:
-        notes.append(f"dropout switched off for the check ({len(dropouts)} layer(s))")
-    return module, notes
+    if prepared.dropout_layers:
+        notes.append(f"dropout switched off for the check: {', '.join(prepared.dropout_layers)}")
+    if prepared.batch_stat_layers:
+        notes.append(f"batch-statistic layers in training mode: {', '.join(prepared.batch_stat_layers)}")
+    return notes
 
 
 def concat_batches(batches: Sequence[Any]) -> Any:
@@ -324,6 +328,7 @@ def analyse(
     device: str,
     *,
     ranks: Sequence[Recording] = (),
+    batch_stats: bool = False,
 ) -> Report:
     total = len(micro_batches)
     windows, findings, notes = _windows(recording, total, steps_n)
@@ -385,7 +390,7 @@ def analyse(
         sync_findings, per_window = _sync_findings(recording, windows, steps_n)
         findings = _rank_findings(list(ranks)) + findings + sync_findings if ranks else findings + sync_findings
         notes.append(f"DDP all-reduces per window (micro-batches that synchronised): {per_window}")
-    return _report(findings, notes, rows, modes, module, recording, total, steps_n, per_window)
+    return _report(findings, notes, rows, modes, batch_stats, recording, total, steps_n, per_window)
 
 
 def _rows(label, grads, ref_low, ref64, tol, magnitude, shapes, summed, note) -> list[Row]:
@@ -397,12 +402,11 @@ def _rows(label, grads, ref_low, ref64, tol, magnitude, shapes, summed, note) ->
     return rows
 
 
-def _report(findings, notes, rows, modes, module, recording, total, steps_n, per_window) -> Report:
+def _report(findings, notes, rows, modes, batch_stats, recording, total, steps_n, per_window) -> Report:
     errors = [f for f in findings if f.error]
     warnings = [f for f in findings if not f.error]
     steps = len(recording.steps)
     if errors:
-        batch_stats = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training for m in module.modules())
         only_gradients = all(f.kind == "grad-mismatch" for f in errors)
         verdict = "inherent" if batch_stats and only_gradients else "mismatch"
         diagnosis = errors[0].sentence
@@ -411,8 +415,8 @@ def _report(findings, notes, rows, modes, module, recording, total, steps_n, per
                         "accumulation cannot reproduce the big batch: " + diagnosis
     else:
         verdict = "match"
-        diagnosis = (f"every optimizer step used its window's big-batch gradient ({steps} steps for {total} "
-                     f"micro-batches, windows of {steps_n})")
+        diagnosis = (f"every optimizer step used its window's big-batch gradient ({steps} step(s) for {total} "
+                     f"micro-batch(es), windows of {steps_n})")
         if warnings:
             diagnosis = "gradients match, but " + warnings[0].sentence
     extra = [f.sentence for f in findings if f.sentence != diagnosis and not diagnosis.endswith(f.sentence)]

@@ -118,3 +118,79 @@ def scheduler_every_micro_batch(model, optimizer, micro_batches, n):
         if (i + 1) % n == 0 or i + 1 == len(micro_batches):
             optimizer.step()
             optimizer.zero_grad()
+
+
+def boundary_off_by_one(model, optimizer, micro_batches, n):
+    for i, batch in enumerate(micro_batches):
+        (micro_loss(model, batch) / n).backward()
+        if i % n == 0 or i + 1 == len(micro_batches):
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def zero_grad_before_step(model, optimizer, micro_batches, n):
+    for i, batch in enumerate(micro_batches):
+        (micro_loss(model, batch) / n).backward()
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            optimizer.zero_grad()
+            optimizer.step()
+
+
+def mean_of_means(model, optimizer, micro_batches, n):
+    """Correct for equal micro-batches; over-weights small ones when sizes differ."""
+    guarded_with_flush(model, optimizer, micro_batches, n)
+
+
+def weights_moved_inside_window(model, optimizer, micro_batches, n):
+    for i, batch in enumerate(micro_batches):
+        (micro_loss(model, batch) / n).backward()
+        with torch.no_grad():  # e.g. a hand-rolled weight decay applied per micro-batch
+            for p in model.parameters():
+                p.mul_(0.99)
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def manual_lr_every_micro_batch(model, optimizer, micro_batches, n):
+    for i, batch in enumerate(micro_batches):
+        for group in optimizer.param_groups:
+            group["lr"] = 0.1 / (1 + i)
+        (micro_loss(model, batch) / n).backward()
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def raises(model, optimizer, micro_batches, n):
+    raise RuntimeError("data loader exhausted")
+
+
+# --- distributed -------------------------------------------------------------------------------
+
+
+def ddp_never_syncs(model, optimizer, micro_batches, n):
+    for i, batch in enumerate(micro_batches):
+        with model.no_sync():
+            (micro_loss(model, batch) / n).backward()
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def ddp_rank1_raises(model, optimizer, micro_batches, n):
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1:
+        raise ValueError("rank one is broken")
+    ddp_no_sync(model, optimizer, micro_batches, n)
+
+
+def ddp_rank1_hangs(model, optimizer, micro_batches, n):
+    import time
+
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1:
+        time.sleep(60)
+    ddp_no_sync(model, optimizer, micro_batches, n)
