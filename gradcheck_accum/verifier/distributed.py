@@ -9,6 +9,7 @@ local. Process start-up, failures and hangs are handled by processes.py.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from contextlib import nullcontext
@@ -48,7 +49,9 @@ def _loop_rank(rank, world_size, train_fn, module, shards, steps, optimizer, dev
     if device.startswith("cuda"):
         torch.cuda.set_device(rank)
         device = f"cuda:{rank}"
-    module = module.to(device)
+    # Under spawn, torch.multiprocessing hands every rank the same shared-memory storage: without
+    # a private copy the ranks' optimizers would all update one set of weights.
+    module = copy.deepcopy(module).to(device)
     ddp = DistributedDataParallel(
         module,
         device_ids=[rank] if device.startswith("cuda") else None,
@@ -56,7 +59,7 @@ def _loop_rank(rank, world_size, train_fn, module, shards, steps, optimizer, dev
     )
     calls = [0]
     ddp.register_comm_hook(calls, _counting_allreduce)
-    micro_batches = [map_batch(mb, lambda t: t.to(device)) for mb in shards[rank]]
+    micro_batches = [map_batch(mb, lambda t: t.to(device).clone()) for mb in shards[rank]]
     recording = record_loop(train_fn, module, micro_batches, steps, optimizer, wrapped=ddp, sync_count=lambda: calls[0])
     return _to_cpu(recording)
 

@@ -1,0 +1,103 @@
+"""Accumulation under DistributedDataParallel: 2 CPU processes on gloo, started by the checker."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import verify_loop_cases as cases
+from gradcheck_accum import verify_loop
+from gradcheck_accum.verifier.distributed import verify_distributed
+from gradcheck_accum.verifier.errors import VerifyError
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="torch.distributed with gloo is needed")
+
+N = 4
+
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+
+def micro_batches(count=9, size=4):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(size, 4, generator=g), torch.randn(size, 2, generator=g)) for _ in range(count)]
+
+
+def run(train_fn, **kwargs):
+    return verify_loop(train_fn, make_model(), micro_batches(), cases.micro_loss, N, world_size=2,
+                       device="cpu", **kwargs)
+
+
+def assert_no_children():
+    # Every rank is joined before verify_loop returns, on success, failure and timeout alike.
+    assert multiprocessing.active_children() == []
+
+
+def test_no_sync_loop_matches_with_one_allreduce_per_window():
+    report = run(cases.ddp_no_sync)
+    assert report.ok, report.render()
+    assert report.settings["findings"] == []
+    assert report.settings["allreduces_per_window"] == [1, 1, 1]
+    assert_no_children()
+
+
+def test_loop_without_no_sync_matches_but_reports_sync_every_micro_batch():
+    report = run(cases.guarded_with_flush)
+    assert report.ok  # the gradients are right; the communication is N times what it needs
+    assert report.settings["findings"] == ["ddp-sync-every-micro-batch"]
+    assert report.settings["allreduces_per_window"] == [4, 4, 1]
+    assert "all-reduced on every micro-batch" in report.diagnosis and "no_sync" in report.diagnosis
+
+
+def test_loop_bug_named_under_ddp():
+    report = run(cases.loss_not_divided)
+    assert report.settings["findings"][0] == "loss-not-divided", report.render()
+
+
+def test_window_without_allreduce_makes_ranks_diverge():
+    report = run(cases.ddp_never_syncs)
+    assert not report.ok
+    assert report.settings["findings"][0] == "ranks-diverged", report.render()
+    assert report.settings["allreduces_per_window"] == [0, 0, 0]
+
+
+def test_failing_rank_reported_with_its_error():
+    with pytest.raises(VerifyError, match="rank 1 failed: .*rank one is broken"):
+        run(cases.ddp_rank1_raises, timeout=30)
+    assert_no_children()
+
+
+def test_hanging_rank_reported_within_timeout():
+    started = time.monotonic()
+    with pytest.raises(VerifyError, match=r"did not finish within 3 s: .*rank 1 at verify_loop_cases.py:\d+ in ddp_rank1_hangs"):
+        run(cases.ddp_rank1_hangs, timeout=3)
+    assert time.monotonic() - started < 15
+    assert_no_children()
+
+
+def test_uneven_shards_rejected():
+    with pytest.raises(VerifyError, match="world_size=2 cannot split evenly"):
+        verify_loop(cases.ddp_no_sync, make_model(), micro_batches(size=3), cases.micro_loss, N, world_size=2)
+
+
+def test_verify_world_size_2_matches_single_process_big_batch():
+    batch = (torch.randn(16, 4), torch.randn(16, 2))
+    good = verify_distributed(make_model(), batch, cases.micro_loss, N, world_size=2, device="cpu")
+    assert good.ok, good.render()
+    assert "matches the single-process big batch" in good.diagnosis
+    bad = verify_distributed(make_model(), batch, cases.micro_loss, N, scaling="none", world_size=2, device="cpu")
+    assert bad.settings["findings"][0] == "loss-not-divided"
+    assert bad.mode("ddp").scale == pytest.approx(4.0, rel=1e-4)
+
+
+def test_spawn_start_method():
+    # GPUs need spawn (CUDA does not survive fork); the loop functions must then be importable.
+    report = run(cases.ddp_no_sync, start_method="spawn", timeout=60)
+    assert report.ok, report.render()
