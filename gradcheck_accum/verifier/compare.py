@@ -36,8 +36,8 @@ class Tolerance:
     @classmethod
     def for_dtype(cls, dtype: torch.dtype) -> "Tolerance":
         if dtype in (torch.float16, torch.bfloat16):
-            return cls(multiplier=3.0, tiny_multiplier=5.0, tiny_numel=16, floor=4.0, eps=eps_of(dtype))
-        return cls(multiplier=2.0, tiny_multiplier=4.0, tiny_numel=16, floor=16.0, eps=eps_of(dtype))
+            return cls(multiplier=3.0, tiny_multiplier=5.0, tiny_numel=16, floor=2.0, eps=eps_of(dtype))
+        return cls(multiplier=2.0, tiny_multiplier=4.0, tiny_numel=16, floor=2.0, eps=eps_of(dtype))
 
     def to_dict(self) -> dict:
         return {"multiplier": self.multiplier, "tiny_multiplier": self.tiny_multiplier,

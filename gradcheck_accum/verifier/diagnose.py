@@ -88,27 +88,49 @@ def _solve(gram: torch.Tensor, rhs: torch.Tensor) -> Optional[torch.Tensor]:
     return torch.linalg.solve(gram, rhs)
 
 
-def fit_weights(
-    accumulated: Grads, contributions: Sequence[Grads], reference: Grads
-) -> tuple[Optional[tuple[float, ...]], Optional[tuple[float, ...]], float]:
-    """Return (presence a, required w, relative residual of the w fit)."""
-    names = [n for n in reference]
-    sizes = _shapes(reference, names)
+@dataclass(frozen=True)
+class Fit:
+    """presence a (accumulated ~= sum a_i c_i), required w (reference ~= sum w_i c_i) and the
+    relative residuals of both fits. Micro-batches whose contribution is exactly zero (nothing to
+    weigh, e.g. no valid item) are left out of the fits and get nan."""
+
+    presence: Optional[tuple[float, ...]]
+    required: Optional[tuple[float, ...]]
+    presence_residual: float
+    residual: float
+
+
+def fit_weights(accumulated: Grads, contributions: Sequence[Grads], reference: Grads) -> Fit:
+    none = Fit(None, None, math.nan, math.nan)
+    sizes = _shapes(reference, list(reference))
     if not contributions:
-        return None, None, math.nan
+        return none
     C = torch.stack([_aligned(c, sizes) for c in contributions])          # (N, P)
     ref = _aligned(reference, sizes)
     acc = _aligned(accumulated, sizes)
     if not (torch.isfinite(C).all() and torch.isfinite(acc).all()):
-        return None, None, math.nan
-    gram = C @ C.T
-    w = _solve(gram, C @ ref)
-    a = _solve(gram, C @ acc)
+        return none
+    active = [i for i in range(C.shape[0]) if bool(torch.any(C[i] != 0))]
+    if not active:
+        return none
+    Ca = C[active]
+    gram = Ca @ Ca.T
+    w = _solve(gram, Ca @ ref)
+    a = _solve(gram, Ca @ acc)
     if w is None or a is None:
-        return None, None, math.nan
-    ref_norm = float(torch.linalg.vector_norm(ref))
-    residual = float(torch.linalg.vector_norm(ref - w @ C)) / ref_norm if ref_norm > 0 else math.nan
-    return tuple(float(x) for x in a), tuple(float(x) for x in w), residual
+        return none
+
+    def residual(target: torch.Tensor, coef: torch.Tensor) -> float:
+        norm = float(torch.linalg.vector_norm(target))
+        return float(torch.linalg.vector_norm(target - coef @ Ca)) / norm if norm > 0 else math.nan
+
+    def spread(values: torch.Tensor) -> tuple[float, ...]:
+        out = [math.nan] * C.shape[0]
+        for i, v in zip(active, values.tolist()):
+            out[i] = float(v)
+        return tuple(out)
+
+    return Fit(spread(a), spread(w), residual(acc, a), residual(ref, w))
 
 
 def _uniform(values: Sequence[float]) -> bool:
@@ -159,25 +181,38 @@ def diagnose(
         return Diagnosis("non_finite", f"NaN/inf in the accumulated gradient{where}", math.nan, math.nan, None, math.nan)
 
     scale, cosine = global_scale_cosine(accumulated, reference)
-    presence, required, residual = fit_weights(accumulated, contributions, reference)
-
+    fit = fit_weights(accumulated, contributions, reference)
+    presence, required, residual = fit.presence, fit.required, fit.residual
     error = _relative_error(accumulated, reference)
+    bad_losses = [i + 1 for i, loss in enumerate(losses) if not math.isfinite(loss)]
+    prefix = (f"loss of micro-batch {', '.join(map(str, bad_losses))} is NaN/inf (no valid items?) though its "
+              "gradient is finite; ") if bad_losses else ""
 
     def result(code: str, cause: str, weights: Optional[tuple[float, ...]] = None) -> Diagnosis:
-        return Diagnosis(code, cause, scale, cosine, weights, residual, error)
+        return Diagnosis(code, prefix + cause, scale, cosine, weights, residual, error)
+
+    # How the window combined its contributions does not depend on the reference: a wiped
+    # micro-batch is named even when the loss couples items (BatchNorm).
+    if presence is not None and fit.presence_residual <= FIT_RESIDUAL:
+        known = [(i, a) for i, a in enumerate(presence) if math.isfinite(a)]
+        present = {i: abs(a) > 0.5 for i, a in known}
+        if len(presence) > 1 and present.get(len(presence) - 1) and not any(v for i, v in present.items()
+                                                                             if i < len(presence) - 1):
+            return result("only_last", "only the last micro-batch contributes: gradients cleared every micro-batch "
+                          f"(contributions present: {_weights_text(presence)})", presence)
+        if not all(present.values()):
+            missing = [str(i + 1) for i, p in present.items() if not p]
+            return result("dropped", f"micro-batch {', '.join(missing)} contribute(s) nothing: their gradients were "
+                          f"cleared or dropped before the step (contributions present: {_weights_text(presence)})",
+                          presence)
 
     if presence is not None and required is not None and residual <= FIT_RESIDUAL:
         effective = tuple(a / w if w != 0 else math.inf for a, w in zip(presence, required))
-        present = [abs(a) > 0.5 for a in presence]
-        if len(present) > 1 and present[-1] and not any(present[:-1]):
-            return result("only_last", "only the last micro-batch contributes: gradients cleared every micro-batch "
-                          f"(contributions present: {_weights_text(presence)})", effective)
-        if not all(present):
-            missing = [str(i + 1) for i, p in enumerate(present) if not p]
-            return result("dropped", f"micro-batch {', '.join(missing)} contribute(s) nothing: their gradients were "
-                          f"cleared or dropped before the step (contributions present: {_weights_text(presence)})", effective)
-        if _uniform(effective):
-            s = sum(effective) / len(effective)
+        active = [e for e in effective if math.isfinite(e)]
+        active_counts = {label: [v for v, e in zip(values, effective) if math.isfinite(e)]
+                         for label, values in (item_counts or {}).items() if len(values) == len(effective)}
+        if active and _uniform(active):
+            s = sum(active) / len(active)
             if n > 1 and abs(s / n - 1) <= RATIO_MATCH:
                 return result("not_divided", f"{_fmt_scale(s)}: loss not divided by the accumulation steps "
                               f"(every micro-batch counts {s:.2f} times)", effective)
@@ -186,20 +221,19 @@ def diagnose(
                               "accumulation steps on top of a normalisation that already accounts for them", effective)
             return result("uniform_scale", f"{_fmt_scale(s)}: every micro-batch's gradient is scaled by {s:.6g} "
                           "relative to the big batch", effective)
-        counts = dict(item_counts or {})
-        match = _items_match(effective, counts, inverse=True)
+        match = _items_match(active, active_counts, inverse=True)
         if match:
             return result("mean_of_means", "weights proportional to 1/items: per-micro-batch mean over unequal item "
                           f"counts (mean-of-means; {match}); sum per-item losses and divide by the window's item count",
                           effective)
-        match = _items_match(effective, counts, inverse=False)
+        match = _items_match(active, active_counts, inverse=False)
         if match:
             return result("proportional_items", f"weights proportional to items ({match}): each micro-batch's "
                           "sum is not normalised by the window's item count", effective)
         return result("uneven_weights", f"micro-batches weighted {_weights_text(effective)} instead of all 1: "
                       "the window does not weight micro-batches as the big batch does", effective)
 
-    if presence is not None and residual > FIT_RESIDUAL:
+    if required is not None and residual > FIT_RESIDUAL:
         return result("coupled", f"no weighting of the micro-batch gradients reproduces the big batch (residual "
                       f"{residual:.2g}, cosine {cosine:.4f}): the loss or a layer couples items across micro-batches")
     if math.isfinite(cosine) and cosine > 1 - 1e-4 and math.isfinite(scale):

@@ -1,0 +1,37 @@
+"""pytest plugin (entry point `pytest11`): the `accumcheck` fixture.
+
+    def test_accumulation(accumcheck):
+        accumcheck(model, batch, loss_fn, accumulation_steps=4)
+
+It takes `verify`'s arguments, fails the test with the rendered report when accumulated
+gradients do not match, and returns the report. `expect="mismatch"` (or "inherent") asserts
+the opposite, for negative controls. Torch is imported only when the fixture is called, so the
+plugin costs nothing in test runs that do not use it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+
+def _check(*args: Any, expect: str = "match", **kwargs: Any) -> Any:
+    from gradcheck_accum.verifier.check import verify
+    from gradcheck_accum.verifier.errors import VerifyError
+
+    if expect not in ("match", "mismatch", "inherent"):
+        raise ValueError(f"expect must be 'match', 'mismatch' or 'inherent', got {expect!r}")
+    try:
+        report = verify(*args, **kwargs)
+    except VerifyError as exc:
+        pytest.fail(f"accumcheck could not verify: {exc}", pytrace=False)
+    if report.verdict != expect:
+        pytest.fail(f"expected verdict {expect!r}, got {report.verdict!r}\n{report.render()}", pytrace=False)
+    return report
+
+
+@pytest.fixture
+def accumcheck() -> Callable[..., Any]:
+    """Callable like `gradcheck_accum.verify`; fails the test unless the verdict is `expect`."""
+    return _check
