@@ -77,6 +77,8 @@ def verify_loop(
         report = _run_and_analyse(train_fn, module, micro_batches, sizes, loss_fn, steps, optimizer, device,
                                   world_size, timeout, start_method, find_unused_parameters, prepared)
     report.notes[:0] = notes
+    if world_size > 1 and report.diagnosis.startswith("every optimizer step"):
+        report.diagnosis = f"on {world_size} DDP ranks, " + report.diagnosis
     report.settings.update(world_size=world_size, device=device,
                            dtype=str(next(module.parameters()).dtype).removeprefix("torch."))
     return report
