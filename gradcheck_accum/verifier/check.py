@@ -89,6 +89,7 @@ def verify(
     compile_backend: Any = "inductor",
     item_counts_fn: Optional[Callable[[Any], int]] = None,
     seed: int = 0,
+    world_size: int = 1,
 ) -> Report:
     """Check that accumulating `accumulation_steps` micro-batches reproduces the big-batch gradient.
 
@@ -101,8 +102,15 @@ def verify(
     (running statistics) so the rest of the model can be checked exactly. compile_backend: the
     torch.compile backend for mode "compiled". item_counts_fn(micro_batch) -> int: how many items
     a micro-batch holds, to recognise mean-of-means weighting (rows, valid labels and mask entries
-    are tried by default).
+    are tried by default). world_size > 1: accumulate under DistributedDataParallel in that many
+    processes (gloo on CPU, NCCL on GPUs) and compare with the single-process big batch (eager only).
     """
+    if world_size != 1:
+        # DDP: N micro-batches with no_sync, split across world_size processes (distributed.py).
+        from gradcheck_accum.verifier.distributed import verify_distributed
+
+        return verify_distributed(model, batch, loss_fn, accumulation_steps, scaling, reference_loss_fn, splits,
+                                  modes, device, dtype, world_size=world_size)
     modes = tuple(modes) if not isinstance(modes, str) else (modes,)
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:

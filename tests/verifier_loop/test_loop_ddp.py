@@ -10,8 +10,7 @@ import torch
 import torch.distributed as dist
 
 import verify_loop_cases as cases
-from gradcheck_accum import verify_loop
-from gradcheck_accum.verifier.distributed import verify_distributed
+from gradcheck_accum import verify, verify_loop
 from gradcheck_accum.verifier.errors import VerifyError
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
@@ -89,10 +88,10 @@ def test_uneven_shards_rejected():
 
 def test_verify_world_size_2_matches_single_process_big_batch():
     batch = (torch.randn(16, 4), torch.randn(16, 2))
-    good = verify_distributed(make_model(), batch, cases.micro_loss, N, world_size=2, device="cpu")
+    good = verify(make_model(), batch, cases.micro_loss, N, world_size=2, device="cpu")
     assert good.ok, good.render()
     assert "matches the single-process big batch" in good.diagnosis
-    bad = verify_distributed(make_model(), batch, cases.micro_loss, N, scaling="none", world_size=2, device="cpu")
+    bad = verify(make_model(), batch, cases.micro_loss, N, scaling="none", world_size=2, device="cpu")
     assert bad.settings["findings"][0] == "loss-not-divided"
     assert bad.mode("ddp").scale == pytest.approx(4.0, rel=1e-4)
 
