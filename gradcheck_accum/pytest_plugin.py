@@ -4,8 +4,9 @@
         accumcheck(model, batch, loss_fn, accumulation_steps=4)
 
 It takes `verify`'s arguments, fails the test with the rendered report when accumulated
-gradients do not match, and returns the report. `expect="mismatch"` (or "inherent") asserts
-the opposite, for negative controls. Torch is imported only when the fixture is called, so the
+gradients do not match, and returns the report. Given `train_fn=` (or `loop=True`) it takes
+`verify_loop`'s arguments instead and checks the training loop. `expect="mismatch"` (or
+"inherent") asserts the opposite, for negative controls. Torch is imported only when the fixture is called, so the
 plugin costs nothing in test runs that do not use it.
 """
 
@@ -16,9 +17,14 @@ from typing import Any, Callable
 import pytest
 
 
-def _check(*args: Any, expect: str = "match", **kwargs: Any) -> Any:
+def _check(*args: Any, expect: str = "match", loop: bool = False, **kwargs: Any) -> Any:
     from gradcheck_accum.verifier.check import verify
     from gradcheck_accum.verifier.errors import VerifyError
+
+    if loop or "train_fn" in kwargs:
+        # The training loop itself: accumcheck(train_fn=..., model=..., micro_batches=..., loss_fn=...)
+        # or accumcheck(train_fn, model, micro_batches, loss_fn, loop=True), as verify_loop takes them.
+        from gradcheck_accum.verifier.loop import verify_loop as verify
 
     if expect not in ("match", "mismatch", "inherent"):
         raise ValueError(f"expect must be 'match', 'mismatch' or 'inherent', got {expect!r}")
