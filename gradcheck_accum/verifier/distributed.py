@@ -71,6 +71,7 @@ def _to_cpu(recording: Recording) -> Recording:
     recording.start = move(recording.start)
     recording.after_step = [move(w) for w in recording.after_step]
     recording.leftover = move(recording.leftover)
+    recording.final_weights = move(recording.final_weights)
     for step in recording.steps:
         step.grads = move(step.grads)
     return recording

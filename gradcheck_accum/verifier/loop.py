@@ -68,6 +68,8 @@ def verify_loop(
     sizes = [batch_size(mb) for mb in micro_batches]
     prepared = prepare(model)
     module, notes = prepared.module, _model_notes(prepared)
+    if device is None and world_size > 1 and torch.cuda.device_count() < world_size:
+        device = "cpu"  # one process per GPU: too few GPUs, so the ranks share the CPU (gloo)
     device = str(resolve_device(device))
     if dtype is not None:
         low = resolve_dtype(dtype)
@@ -193,7 +195,7 @@ def _close(values: Sequence[float], target: float) -> bool:
 
 def _name_gradient_bug(
     step: int, grads: Grads, contributions: list[Grads], previous: Optional[Grads], shapes, items: list[int],
-    steps_n: int, scale: float, cosine: float,
+    steps_n: int, scale: float, cosine: float, eps: float,
 ) -> tuple[Finding, tuple[float, ...]]:
     """Fit the step's gradient as a weighted sum of the window's per-micro-batch gradients (plus
     the previous step's gradient, to see a leak) and name the pattern of the weights."""
@@ -214,7 +216,7 @@ def _name_gradient_bug(
     total = sum(items)
     expected = [n / total for n in items]
     k = len(weights)
-    if residual < 1e-3:
+    if residual < max(1e-3, 4 * eps):  # the step is exactly such a weighted sum, up to rounding
         if leak > 0.5:
             return Finding("grad-leak", f"gradients never cleared: the gradient of {where} still holds the "
                            f"previous window's gradient (fitted {leak:.2f}x of it); zero them after each step"), weights
@@ -251,7 +253,10 @@ def _windows(recording: Recording, total: int, steps_n: int) -> tuple[list[tuple
     sizes = [b - a for a, b in windows]
     wanted = [b - a for a, b in expected]
     if not steps:
-        findings.append(Finding("no-steps", f"the optimizer never stepped over {total} micro-batches"))
+        moved = any(not torch.equal(recording.start[n], w) for n, w in recording.final_weights.items())
+        how = (": the weights changed anyway, so train_fn steps an optimizer of its own instead of the one "
+               "it was given" if moved else "")
+        findings.append(Finding("no-steps", f"the optimizer never stepped over {total} micro-batches{how}"))
     elif recording.forwards == total and sizes != wanted:
         if steps_n > 1 and len(sizes) == total and all(s == 1 for s in sizes):
             findings.append(Finding("step-every-micro-batch", f"optimizer stepped on every micro-batch: {len(steps)} "
@@ -377,7 +382,7 @@ def analyse(
         if not ok:
             previous = recording.steps[j - 1].grads if j > 0 else None
             finding, fitted = _name_gradient_bug(j + 1, step.grads, contributions, previous, shapes, items,
-                                                 steps_n, scale, cosine)
+                                                 steps_n, scale, cosine, tol.eps)
             grad_findings.append(finding)
             diagnosis = finding.sentence
         lr = "lr " + ", ".join(f"{v:.4g}" for v in step.lrs)

@@ -40,6 +40,7 @@ class Recording:
     forward_syncs: list[int] = field(default_factory=list)
     moved_before: list[int] = field(default_factory=list)  # micro-batch indices met with weights moved mid-window
     leftover: Grads = field(default_factory=dict)  # gradients still held when train_fn returned
+    final_weights: Weights = field(default_factory=dict)
     final_syncs: Optional[int] = None
     final_scheduler_steps: Optional[int] = None
     training: bool = True  # the mode train_fn left the model in; references run in it
@@ -154,6 +155,7 @@ def record_loop(
         for handle in handles:
             handle.remove()
     rec.leftover = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in params.items()}
+    rec.final_weights = _snapshot(params)
     rec.final_syncs = sync_count() if sync_count else None
     rec.final_scheduler_steps = _scheduler_steps(schedulers)
     rec.training = module.training

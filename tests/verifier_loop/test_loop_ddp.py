@@ -55,6 +55,13 @@ def test_loop_without_no_sync_matches_but_reports_sync_every_micro_batch():
     assert "all-reduced on every micro-batch" in report.diagnosis and "no_sync" in report.diagnosis
 
 
+def test_no_sync_around_backward_only_still_syncs():
+    # ACC502's dynamic twin: DDP arms its reducer in forward, so no_sync must wrap the forward too.
+    report = run(cases.ddp_no_sync_backward_only)
+    assert report.settings["findings"] == ["ddp-sync-every-micro-batch"]
+    assert report.settings["allreduces_per_window"] == [4, 4, 1]
+
+
 def test_loop_bug_named_under_ddp():
     report = run(cases.loss_not_divided)
     assert report.settings["findings"][0] == "loss-not-divided", report.render()

@@ -57,6 +57,7 @@ def test_correct_idioms_pass(train_fn):
         (cases.zero_grad_before_step, "zero-grad-before-step", "stepped on zero gradients"),
         (cases.weights_moved_inside_window, "moved-inside-window", "parameters changed inside an accumulation window"),
         (cases.manual_lr_every_micro_batch, "scheduler-every-micro-batch", "learning rate changed"),
+        (cases.own_optimizer, "no-steps", "steps an optimizer of its own"),
     ],
     ids=lambda v: v.__name__ if callable(v) else "",
 )

@@ -194,3 +194,40 @@ def ddp_rank1_hangs(model, optimizer, micro_batches, n):
     if dist.get_rank() == 1:
         time.sleep(60)
     ddp_no_sync(model, optimizer, micro_batches, n)
+
+
+def own_optimizer(model, optimizer, micro_batches, n):
+    mine = torch.optim.SGD(model.parameters(), lr=0.1)
+    guarded_with_flush(model, mine, micro_batches, n)
+
+
+def ddp_no_sync_backward_only(model, optimizer, micro_batches, n):
+    for i, batch in enumerate(micro_batches):
+        loss = micro_loss(model, batch) / n  # forward outside no_sync: DDP is armed to reduce anyway
+        boundary = (i + 1) % n == 0 or i + 1 == len(micro_batches)
+        if boundary:
+            loss.backward()
+        else:
+            with model.no_sync():
+                loss.backward()
+        if boundary:
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def rank1_exits(rank, world_size):
+    import os
+
+    if rank == 1:
+        os._exit(3)
+    return rank
+
+
+def rank1_raises_others_wait(rank, world_size):
+    import torch.distributed as dist
+
+    if rank == 1:
+        raise KeyError("the real cause")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return t
