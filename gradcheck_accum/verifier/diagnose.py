@@ -133,6 +133,27 @@ def fit_weights(accumulated: Grads, contributions: Sequence[Grads], reference: G
     return Fit(spread(a), spread(w), residual(acc, a), residual(ref, w))
 
 
+def pattern_residual(accumulated: Grads, contributions: Sequence[Grads], reference: Grads,
+                     pattern: Sequence[float]) -> float:
+    """Relative residual of reference ~= k * sum_i pattern_i c_i with the best scalar k, given
+    that accumulated holds the plain sum of the contributions (else nan). Tests one named
+    hypothesis when the free fit is ill-conditioned (collinear micro-batch gradients)."""
+    sizes = _shapes(reference, list(reference))
+    C = torch.stack([_aligned(c, sizes) for c in contributions])
+    ref, acc = _aligned(reference, sizes), _aligned(accumulated, sizes)
+    total = C.sum(0)
+    acc_norm = float(torch.linalg.vector_norm(acc))
+    if acc_norm == 0 or float(torch.linalg.vector_norm(acc - total)) > FIT_RESIDUAL * acc_norm:
+        return math.nan
+    combo = torch.tensor([float(p) for p in pattern], dtype=torch.float64) @ C
+    cc = float(combo @ combo)
+    ref_norm = float(torch.linalg.vector_norm(ref))
+    if cc == 0 or ref_norm == 0:
+        return math.nan
+    k = float(combo @ ref) / cc
+    return float(torch.linalg.vector_norm(ref - k * combo)) / ref_norm
+
+
 def _uniform(values: Sequence[float]) -> bool:
     mean = sum(values) / len(values)
     return mean != 0 and all(abs(v - mean) <= UNIFORM_SPREAD * abs(mean) for v in values)
@@ -195,7 +216,8 @@ def diagnose(
     # micro-batch is named even when the loss couples items (BatchNorm).
     if presence is not None and fit.presence_residual <= FIT_RESIDUAL:
         known = [(i, a) for i, a in enumerate(presence) if math.isfinite(a)]
-        present = {i: abs(a) > 0.5 for i, a in known}
+        largest = max((abs(a) for _, a in known), default=0.0)
+        present = {i: abs(a) > 0.1 * largest for i, a in known}
         if len(presence) > 1 and present.get(len(presence) - 1) and not any(v for i, v in present.items()
                                                                              if i < len(presence) - 1):
             return result("only_last", "only the last micro-batch contributes: gradients cleared every micro-batch "
@@ -232,6 +254,16 @@ def diagnose(
                           "sum is not normalised by the window's item count", effective)
         return result("uneven_weights", f"micro-batches weighted {_weights_text(effective)} instead of all 1: "
                       "the window does not weight micro-batches as the big batch does", effective)
+
+    if required is None and contributions and item_counts:
+        for label, values in item_counts.items():
+            if len(values) == len(contributions) and len(set(values)) > 1 and min(values) > 0:
+                plain = pattern_residual(accumulated, contributions, reference, [1.0] * len(values))
+                by_items = pattern_residual(accumulated, contributions, reference, values)
+                if by_items <= FIT_RESIDUAL and not plain <= FIT_RESIDUAL:
+                    return result("mean_of_means", "weights proportional to 1/items: per-micro-batch mean over "
+                                  f"unequal item counts (mean-of-means; {label} = {list(values)}); sum per-item "
+                                  "losses and divide by the window's item count")
 
     if required is not None and residual > FIT_RESIDUAL:
         return result("coupled", f"no weighting of the micro-batch gradients reproduces the big batch (residual "
