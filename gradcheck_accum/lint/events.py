@@ -42,7 +42,8 @@ HELPER_EFFECTS = (BACKWARD, ZERO_GRAD, STEP, SCALER_UPDATE, UNSCALE, SCHED_STEP,
 class Guard:
     test: cst.BaseExpression
     positive: bool  # True in the `if` body, False in `else`/`elif`
-    owner: cst.CSTNode  # the If (or a synthetic owner for try/except/match)
+    owner: cst.CSTNode  # the If statement
+    depth: int  # how many loops enclose the If: the guard sits inside loops[:depth]
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,10 @@ class Scope:
         return [d for d in found if before is None or d.order < before]
 
 
+# Ways to skip or control the gradient all-reduce: torch DDP, accelerate, Fabric, apex, DeepSpeed.
+_SYNC_METHODS = {"no_sync", "accumulate", "no_backward_sync", "skip_synchronize", "disable_allreduce",
+                 "enable_allreduce", "disable_need_reduction", "enable_need_reduction",
+                 "set_gradient_accumulation_boundary"}
 _SAVE_QUALNAMES = {"torch.save", "safetensors.torch.save_file", "safetensors.torch.save_model"}
 
 
@@ -180,7 +185,7 @@ class ScopeWalker:
             self.walk_stmt(stmt, ctx)
             if isinstance(stmt, cst.If) and stmt.orelse is None and _exits(stmt.body):
                 # `if not need_update: continue` guards everything after it in this block
-                ctx = ctx.push_guard(Guard(stmt.test, False, stmt))
+                ctx = ctx.push_guard(Guard(stmt.test, False, stmt, len(ctx.loops)))
 
     def walk_stmt(self, stmt: cst.CSTNode, ctx: Context) -> None:
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -217,9 +222,9 @@ class ScopeWalker:
 
     def walk_if(self, stmt: cst.If, ctx: Context) -> None:
         self.scan_expression(stmt.test, ctx)
-        self.walk_block(stmt.body.body, ctx.push_guard(Guard(stmt.test, True, stmt)))
+        self.walk_block(stmt.body.body, ctx.push_guard(Guard(stmt.test, True, stmt, len(ctx.loops))))
         orelse = stmt.orelse
-        negated = ctx.push_guard(Guard(stmt.test, False, stmt))
+        negated = ctx.push_guard(Guard(stmt.test, False, stmt, len(ctx.loops)))
         if isinstance(orelse, cst.If):
             self.walk_if(orelse, negated)
         elif isinstance(orelse, cst.Else):
@@ -331,7 +336,10 @@ class ScopeWalker:
         emit: Callable[..., Event] = lambda kind, **kw: self.emit(kind, call, ctx, **kw)  # noqa: E731
 
         if method == "backward":
-            if receiver is not None and (owner & {b.ACCELERATOR, b.FABRIC, b.DEEPSPEED}):
+            if receiver is not None and b.OPTIMIZER in owner:
+                # apex/DeepSpeed FP16 optimizers: `optimizer.backward(loss)` applies only the loss scale
+                emit(BACKWARD, target=target, kinds=owner, api="tensor", expr=positional(call, 0))
+            elif receiver is not None and (owner & {b.ACCELERATOR, b.FABRIC, b.DEEPSPEED}):
                 api = "accelerate" if b.ACCELERATOR in owner else "fabric" if b.FABRIC in owner else "deepspeed"
                 emit(BACKWARD, target=target, kinds=owner, api=api, expr=positional(call, 0))
             elif qual in {"torch.autograd.backward"}:
@@ -381,7 +389,7 @@ class ScopeWalker:
         if qual == "torch.compile" or (method == "compile" and target == "torch"):
             emit(COMPILE)
             return
-        if method in {"no_sync", "accumulate", "no_backward_sync", "skip_synchronize"}:
+        if method in _SYNC_METHODS:
             module = dotted(positional(call, 0)) if method != "no_sync" or b.ACCELERATOR in owner else target
             emit(SYNC_CONTROL, target=module, kinds=owner, api=method,
                  extra={"framework": "accelerate" if b.ACCELERATOR in owner else

@@ -145,6 +145,10 @@ class FileModel:
                         facts.divisions.append((node, node.args[0].value))
                 self._trace(receiver, scope, before, facts, depth + 1)
                 return
+            if method in {"scale", "scale_loss"} and node.args:
+                # scaler.scale(loss) / amp.scale_loss(loss, opt): the loss scale, not accumulation
+                self._trace(node.args[0].value, scope, before, facts, depth + 1)
+                return
             if method in {"item", "detach", "tolist", "cpu"} or (receiver is None and method == "float"):
                 facts.detached = True
                 return

@@ -8,6 +8,34 @@ from typing import Iterator
 import libcst as cst
 
 
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+_SKIPPED_FIELDS = {"lpar", "rpar", "whitespace", "comma", "semicolon", "dot", "equal", "colon", "lbracket",
+                   "rbracket", "lbrace", "rbrace", "operator", "header", "footer", "leading_lines",
+                   "trailing_whitespace", "newline", "indent", "star", "asynchronous", "decorators",
+                   "lines_after_decorators", "whitespace_before_args", "whitespace_after_func"}
+
+
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The syntactic children of a node, without whitespace and punctuation.
+
+    libcst's own `children` property rebuilds every child through a visitor, which dominates the
+    analysis time on large files; reading the dataclass fields directly is an order of magnitude faster.
+    """
+    fields = _CHILD_FIELDS.get(type(node))
+    if fields is None:
+        fields = tuple(name for name in node.__dataclass_fields__
+                       if name not in _SKIPPED_FIELDS and not name.startswith("whitespace"))
+        _CHILD_FIELDS[type(node)] = fields
+    out: list[cst.CSTNode] = []
+    for name in fields:
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            out.append(value)
+        elif isinstance(value, (list, tuple)):
+            out.extend(item for item in value if isinstance(item, cst.CSTNode))
+    return out
+
+
 def dotted(node: cst.CSTNode | None) -> str | None:
     """`a.b.c` for Name/Attribute chains (also `self.x`), else None."""
     if isinstance(node, cst.Name):
@@ -61,7 +89,7 @@ def iter_names(node: cst.CSTNode) -> Iterator[str]:
                 if isinstance(current, cst.Attribute):
                     yield from iter_names(current.value)
                 continue
-        stack.extend(current.children)
+        stack.extend(children(current))
 
 
 def iter_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
@@ -73,7 +101,7 @@ def iter_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
             continue
         if isinstance(current, cst.Call):
             yield current
-        stack.extend(reversed(current.children))
+        stack.extend(reversed(children(current)))
 
 
 class ImportMap:

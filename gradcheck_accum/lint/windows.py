@@ -16,7 +16,7 @@ import libcst as cst
 from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.bindings import is_accumulation_name
-from gradcheck_accum.lint.names import call_receiver, dotted, iter_names, last_part, positional
+from gradcheck_accum.lint.names import call_receiver, children, dotted, iter_names, last_part, positional
 from gradcheck_accum.lint.predicates import Predicate, analyze
 
 # Placements of an event relative to its window
@@ -253,23 +253,18 @@ def invariant(test: cst.BaseExpression, variant: set[str]) -> bool:
 
 def _guards_below(event: ev.Event, loop: ev.Loop) -> list[ev.Guard]:
     """Guards of the event that sit inside `loop`."""
-    return [g for g in event.ctx.guards if _guard_inside(g, loop)]
+    level = event.ctx.loops.index(loop)
+    return [g for g in event.ctx.guards if g.depth > level]
 
 
-def _guard_inside(guard: ev.Guard, loop: ev.Loop) -> bool:
-    return contains(loop.body, guard.owner, statements_only=True)
-
-
-def contains(root: cst.CSTNode, node: cst.CSTNode, statements_only: bool = False) -> bool:
-    """Is `node` inside `root`? With statements_only, expressions are not searched (faster for guards)."""
+def contains(root: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """Is `node` inside `root`?"""
     stack = [root]
     while stack:
         current = stack.pop()
         if current is node:
             return True
-        if statements_only and isinstance(current, (cst.BaseExpression, cst.FunctionDef, cst.ClassDef)):
-            continue
-        stack.extend(current.children)
+        stack.extend(children(current))
     return False
 
 
@@ -306,6 +301,6 @@ def _place_inside(window: Window, event: ev.Event, variant: set[str]) -> str:
 def invariant_guards(guards: tuple[ev.Guard, ...], scope: ev.Scope, outer: tuple[ev.Loop, ...]) -> bool:
     # Guards of an event that follows the inner loop: those opened inside the enclosing loop body
     # must not depend on the iteration (a `if grad_clip:` is fine, `if it % 10 == 0:` is not).
-    relevant = [g for g in guards if not outer or _guard_inside(g, outer[-1])]
+    relevant = [g for g in guards if g.depth >= len(outer)]
     outer_variant = _assigned_in(scope, outer[-1]) if outer else set()
     return all(invariant(g.test, outer_variant) for g in relevant)

@@ -9,7 +9,7 @@ import libcst as cst
 from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.model import FileModel
-from gradcheck_accum.lint.names import call_receiver, dotted, iter_calls, iter_names, keyword, positional
+from gradcheck_accum.lint.names import call_receiver, children, dotted, iter_calls, iter_names, keyword, positional
 from gradcheck_accum.lint.rule import Report, Rule
 from gradcheck_accum.lint.windows import AFTER, BOUNDARY, EVERY, FRAMEWORK, GUARDED, NESTED, Window
 
@@ -89,7 +89,7 @@ class _LengthFacts:
             if isinstance(current, cst.BinaryOperation) and isinstance(current.operator,
                                                                        (cst.Divide, cst.FloorDivide)):
                 self.divided = True
-            stack.extend(current.children)
+            stack.extend(children(current))
         for name in iter_names(node):
             if b.ACCUM_NAME.search(name):
                 self.mentions_accumulation = True

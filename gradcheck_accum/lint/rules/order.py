@@ -50,6 +50,10 @@ class GradientsNeverCleared(Rule):
             if any(e.kind == ev.ZERO_GRAD for e in in_nest):
                 continue
             optimizers = {s.target for s in steps}
+            # An optimizer built inside the loop starts fresh every iteration (often on fresh tensors).
+            if any(loop in d.ctx.loops for name in optimizers if name for d in window.scope.defs_of(name)
+                   for loop in nest):
+                continue
             # An unknown call that is handed the optimizer may clear it; stay silent then.
             if any(e.kind == ev.MODEL_CALL and optimizers & e.extra.get("args", set()) for e in in_nest):
                 continue

@@ -11,13 +11,16 @@ from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.model import FileModel
 from gradcheck_accum.lint.names import dotted, last_part
 from gradcheck_accum.lint.rule import Report, Rule
-from gradcheck_accum.lint.windows import FRAMEWORK, GUARDED, NESTED, Window
+from gradcheck_accum.lint.windows import EVERY, GUARDED, NESTED, Window
 
 
 def _framework_scales(window: Window, backward: ev.Event) -> bool:
-    """accelerator.backward under Accelerator(gradient_accumulation_steps=N), or a DeepSpeed engine."""
+    """accelerator.backward under Accelerator(gradient_accumulation_steps=N), or a DeepSpeed engine that
+    owns the window. An engine stepped only on a hand-written boundary is configured without
+    accumulation (its `gradient_accumulation_steps` is 1), so its backward does not divide."""
     if backward.api == "deepspeed":
-        return True
+        steps = [s for s in window.steps if s.api == "deepspeed" and window.inside(s)]
+        return bool(steps) and all(window.placement(s) == EVERY for s in steps)
     return backward.api == "accelerate" and b.ACCELERATOR_ACCUMULATES in backward.kinds
 
 
