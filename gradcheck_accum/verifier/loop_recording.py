@@ -121,7 +121,10 @@ def record_loop(
         rec.forward_lrs.append(_lrs(optimizer))
 
     def before_step(_optimizer, _args, _kwargs):
-        if not schedulers and scans[0] < 2:  # a scheduler is built before the first steps, if at all
+        # A scheduler is built before the first steps, if at all, and its constructor marks the
+        # param groups with "initial_lr"; scanning the heap for it is slow, so only then.
+        scheduled = any("initial_lr" in group for group in optimizer.param_groups)
+        if scheduled and not schedulers and scans[0] < 2:
             scans[0] += 1
             schedulers.extend(_schedulers_of(optimizer))
         grads = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in params.items()}
