@@ -1,0 +1,133 @@
+"""Benchmark of `gradcheck_accum.verify` on a small transformer-like model (fixtures/verify_demo.py's
+TinyGPT, token loss summed and divided by the window's valid-token count).
+
+Prints, as ratios and counts:
+  - verify wall time / one plain eager big-batch forward+backward (eager-only verify, and the
+    full eager+compiled verify, which includes compilation);
+  - compilations, recompilations and graph breaks in compiled mode;
+  - false alarms over correct configurations (random seeds and splits);
+  - the smallest relative scale error (loss multiplied by 1+eps in the accumulated run) that
+    verify reports as a mismatch.
+
+    .venv/bin/python bench/verify.py                 # full (compiles with inductor: ~1 min on 2 CPU cores)
+    .venv/bin/python bench/verify.py --backend aot_eager --seeds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import random
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+
+from gradcheck_accum import verify  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _demo():
+    spec = importlib.util.spec_from_file_location("verify_demo", ROOT / "fixtures" / "verify_demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def plain_step_seconds(demo, batch, repeats: int) -> float:
+    model = demo.model_factory()
+    total = demo.window_tokens(batch, [batch])
+    times = []
+    for _ in range(repeats + 2):
+        model.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        (demo.token_loss_sum(model, batch) / total).backward()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[2:])
+
+
+def timed(fn, repeats: int = 1) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def random_splits(rng: random.Random, total: int, steps: int) -> list[int]:
+    cuts = sorted(rng.sample(range(1, total), steps - 1))
+    edges = [0, *cuts, total]
+    return [b - a for a, b in zip(edges, edges[1:])]
+
+
+def smallest_caught(demo, batch, dtype: str) -> float:
+    """Bisect (in log space) the smallest eps for which a (1+eps)-scaled accumulated loss fails."""
+
+    def caught(eps: float) -> bool:
+        report = verify(demo.model_factory, batch, lambda m, b: demo.token_loss_sum(m, b) * (1 + eps),
+                        reference_loss_fn=demo.token_loss_sum, scaling=demo.window_tokens, modes=("eager",),
+                        dtype=dtype)
+        return not report.ok
+
+    low, high = 1e-10, 1e-1
+    assert caught(high) and not caught(low)
+    for _ in range(24):
+        mid = math.sqrt(low * high)
+        low, high = (low, mid) if caught(mid) else (mid, high)
+    return high
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="inductor", help="torch.compile backend for compiled mode")
+    parser.add_argument("--seeds", type=int, default=20, help="correct configurations checked for false alarms")
+    parser.add_argument("--rows", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--dtype", default="float32")
+    args = parser.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    demo = _demo()
+    batch = demo.token_batch(rows=args.rows)
+    params = sum(p.numel() for p in demo.model_factory().parameters())
+    print(f"model: TinyGPT, {params} parameters; batch {args.rows}x{demo.CONTEXT} tokens; "
+          f"N={args.steps}; torch {torch.__version__}; {torch.get_num_threads()} threads; dtype {args.dtype}")
+
+    step = plain_step_seconds(demo, batch, repeats=20)
+    kwargs = dict(model=demo.model_factory, batch=batch, loss_fn=demo.token_loss_sum, scaling=demo.window_tokens,
+                  accumulation_steps=args.steps, dtype=args.dtype)
+    eager_s, eager_report = timed(lambda: verify(**kwargs, modes=("eager",)), repeats=5)
+    assert eager_report.ok, eager_report.render()
+    full_s, full_report = timed(lambda: verify(**kwargs, compile_backend=args.backend))
+    assert full_report.ok, full_report.render()
+    compiled = full_report.mode("compiled")
+    print(f"plain eager big-batch forward+backward: {step * 1e3:.2f} ms")
+    print(f"verify(modes=('eager',)) / plain step: {eager_s / step:.1f}x ({eager_s * 1e3:.0f} ms)")
+    print(f"verify(eager + compiled, backend={args.backend}) / plain step: {full_s / step:.0f}x "
+          f"({full_s:.1f} s, mostly compilation)")
+    print(f"compiled mode: {compiled.compilations} compilation(s), {compiled.recompilations} recompilation(s), "
+          f"{compiled.graph_breaks} graph break(s)")
+
+    rng = random.Random(0)
+    alarms = 0
+    for seed in range(args.seeds):
+        rows = rng.randint(args.steps, 24)
+        b = demo.token_batch(rows=rows, seed=seed)
+        report = verify(demo.model_factory, b, demo.token_loss_sum, scaling=demo.window_tokens, modes=("eager",),
+                        splits=random_splits(rng, rows, rng.randint(1, min(6, rows))), dtype=args.dtype)
+        alarms += not report.ok
+    print(f"false alarms on correct configurations: {alarms} of {args.seeds} (random seeds, rows and splits)")
+    eps = smallest_caught(demo, batch, args.dtype)
+    print(f"smallest relative scale error caught: {eps:.2e} (loss x (1 + eps) in the accumulated run)")
+    sys.exit(1 if alarms else 0)
+
+
+if __name__ == "__main__":
+    main()
