@@ -27,6 +27,7 @@ DEEPSPEED = "deepspeed"
 PREPARED = "prepared"  # returned by accelerator.prepare: steps and zero_grads are skipped off-boundary
 SUM_LOSS = "sum-loss"  # a criterion with reduction="sum"
 TOKEN_LOSS = "token-loss"  # a criterion with an explicit ignore_index
+CRITERION = "criterion"  # a loss function or its result
 
 Kinds = frozenset
 NONE: frozenset[str] = frozenset()
@@ -43,6 +44,8 @@ _OPTIMIZERS = {
     "AdamW8bit", "Adam8bit", "PagedAdamW", "PagedAdamW8bit", "DeepSpeedCPUAdam", "Muon", "Shampoo",
     "create_optimizer", "create_optimizer_v2", "ZeroRedundancyOptimizer",
 }
+_FUNCTIONAL_LOSSES = {"cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+                      "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "ctc_loss"}
 _SCALERS = {"GradScaler", "ShardedGradScaler"}
 _WRAPPERS = {"DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP"}
 
@@ -100,9 +103,9 @@ def constructor_kinds(call: cst.Call, imports: ImportMap, lookup) -> frozenset[s
         return frozenset({ACCELERATOR} | ({ACCELERATOR_ACCUMULATES} if accumulates else set()))
     if last == "Fabric":
         return frozenset({FABRIC})
-    if last in {"CrossEntropyLoss", "NLLLoss", "cross_entropy", "nll_loss"} or last.endswith("Loss"):
+    if last in _FUNCTIONAL_LOSSES or last.endswith("Loss"):
         reduction = keyword(call, "reduction")
-        tags = set()
+        tags = {CRITERION}
         if isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "sum":
             tags.add(SUM_LOSS)
         if keyword(call, "ignore_index") is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -157,16 +158,18 @@ class FileModel:
                 self._trace(receiver, scope, before, facts, depth + 1)
                 return
             callee = dotted(node.func)
-            if callee and callee.removeprefix("self.") in self.functions:
-                facts.known = False  # a helper of this file computes it: scaling may hide there
+            kinds = b.constructor_kinds(node, self.imports, lambda _: b.NONE) | self._kinds_of(callee, scope)
+            if b.SUM_LOSS in kinds:
+                facts.sum_reduced = True
+            if b.TOKEN_LOSS in kinds:
+                facts.token_level = True
+            # Only producers whose reduction we know count: torch losses and criteria, and model
+            # forwards (HF-style `.loss`). Anything else (`compute_loss(...)`) may sum or scale inside.
             if any(self.is_accumulation_count(a.value, None, scope) for a in node.args):
                 facts.known = False
-            kinds = b.constructor_kinds(node, self.imports, lambda _: b.NONE)
-            criterion = self._kinds_of(dotted(node.func), scope)
-            if b.SUM_LOSS in kinds | criterion:
-                facts.sum_reduced = True
-            if b.TOKEN_LOSS in kinds | criterion:
-                facts.token_level = True
+            elif not (b.CRITERION in kinds or (self.imports.qualify(node.func) or "").startswith("torch")
+                      or _is_model_like(callee, scope)):
+                facts.known = False
             return
         if isinstance(node, (cst.Subscript, cst.Attribute)) and dotted(node) is None or (
                 isinstance(node, cst.Attribute) and node.attr.value == "data"):
@@ -178,6 +181,8 @@ class FileModel:
         if name is None:
             return
         facts.names.add(name)
+        if isinstance(node, cst.Attribute) and node.attr.value == "loss" and not scope.defs_of(name, before):
+            return  # `outputs.loss`: a model's mean loss
         defs = scope.defs_of(name, before)
         if not defs:
             if isinstance(node, cst.Attribute):
@@ -218,6 +223,20 @@ class FileModel:
                     if isinstance(d.value, cst.Call):
                         kinds |= b.constructor_kinds(d.value, self.imports, lambda _: b.NONE)
         return kinds
+
+
+_MODEL_WORDS = re.compile(r"model|net|module|engine|encoder|decoder|transformer|gpt|bert|unet|policy", re.I)
+
+
+_CRITERION_NAMES = re.compile(r"^(criterion\w*|loss_fn|loss_func|loss_fct|lossfn|loss_function)$")
+
+
+def _is_model_like(callee: str | None, scope: ev.Scope) -> bool:
+    """A forward pass or a criterion called by its conventional name: both return a mean loss."""
+    if not callee:
+        return False
+    last = callee.split(".")[-1]
+    return last in {"forward", "__call__"} or bool(_MODEL_WORDS.search(last) or _CRITERION_NAMES.match(last))
 
 
 def _is_count_of_items(node: cst.BaseExpression) -> bool:

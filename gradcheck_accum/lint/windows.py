@@ -72,8 +72,10 @@ class Window:
     def clears_before_step(self, zero: ev.Event) -> ev.Event | None:
         """The step that `zero` wipes the gradients of: zero_grad runs after a backward and before a
         step of the same iteration, with no backward in between, whenever that step runs."""
-        backward_orders = [e.order for e in self.backwards]
-        if not backward_orders or zero.order < min(backward_orders):
+        # every backward counts as a "backward in between", also those of a later loop in the same body
+        backward_orders = [e.order for e in self.events if e.kind == ev.BACKWARD]
+        own = [e.order for e in self.backwards]
+        if not own or zero.order < min(own):
             return None
         zero_guards = {(id(g.owner), g.positive) for g in zero.ctx.guards}
         if self.placement(zero) == AFTER:
