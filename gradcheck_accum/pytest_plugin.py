@@ -37,7 +37,9 @@ def _check(*args: Any, expect: str = "match", loop: bool = False, **kwargs: Any)
     return report
 
 
-@pytest.fixture
+# Session scope: the fixture is a stateless function, and hypothesis rejects @given tests that
+# use function-scoped fixtures.
+@pytest.fixture(scope="session")
 def accumcheck() -> Callable[..., Any]:
     """Callable like `gradcheck_accum.verify`; fails the test unless the verdict is `expect`."""
     return _check

@@ -39,3 +39,17 @@ def test_fixture_fails_the_test_with_the_rendered_report(tmp_path):
     assert "2 failed" in out.stdout
     assert "accumcheck verify: MISMATCH" in out.stdout and "4.00x: loss not divided" in out.stdout
     assert "accumcheck could not verify: the model has no parameters" in out.stdout
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from gradcheck_accum.strategies import split_plans  # noqa: E402
+from verifier_models import ce_sum, window_rows  # noqa: E402
+
+
+@settings(max_examples=10, deadline=None)
+@given(split_plans(total=st.integers(2, 24), steps=st.integers(1, 5)))
+def test_fixture_works_under_hypothesis_given(accumcheck, plan):
+    rows, splits = plan
+    accumcheck(mlp(), classification_batch(rows), ce_sum, splits=splits, scaling=window_rows, modes=("eager",))
