@@ -44,6 +44,7 @@ def test_no_sync_loop_matches_with_one_allreduce_per_window():
     assert report.ok, report.render()
     assert report.settings["findings"] == []
     assert report.settings["allreduces_per_window"] == [1, 1, 1]
+    assert report.settings["allreduce_calls_per_window"] == [1, 1, 1]  # one bucket: tiny model
     assert_no_children()
 
 
@@ -52,6 +53,7 @@ def test_loop_without_no_sync_matches_but_reports_sync_every_micro_batch():
     assert report.ok  # the gradients are right; the communication is N times what it needs
     assert report.settings["findings"] == ["ddp-sync-every-micro-batch"]
     assert report.settings["allreduces_per_window"] == [4, 4, 1]
+    assert report.settings["allreduce_calls_per_window"] == [4, 4, 1]
     assert "all-reduced on every micro-batch" in report.diagnosis and "no_sync" in report.diagnosis
 
 

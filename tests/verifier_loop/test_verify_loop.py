@@ -137,3 +137,38 @@ def test_bad_input_gets_one_line_error(kwargs, message):
     with pytest.raises(VerifyError, match=message) as info:
         verify_loop(**args)
     assert "\n" not in str(info.value)
+
+
+def test_batchnorm_model_is_inherent_not_a_loop_bug():
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
+
+    report = verify_loop(cases.guarded_with_flush, model, micro_batches(), cases.micro_loss, N)
+    assert report.verdict == "inherent", report.render()
+    assert "BatchNorm" in report.diagnosis
+
+
+def test_dropout_switched_off_and_said():
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 2))
+
+    report = verify_loop(cases.guarded_with_flush, model, micro_batches(), cases.micro_loss, N)
+    assert report.ok, report.render()
+    assert any("dropout switched off" in n for n in report.notes)
+
+
+def test_dict_micro_batches():
+    def loss(model, batch):
+        return torch.nn.functional.mse_loss(model(batch["x"]), batch["y"])
+
+    def train(model, optimizer, batches, n):
+        for i, batch in enumerate(batches):
+            (loss(model, batch) / n).backward()
+            if (i + 1) % n == 0 or i + 1 == len(batches):
+                optimizer.step()
+                optimizer.zero_grad()
+
+    batches = [{"x": x, "y": y, "tag": "train"} for x, y in micro_batches()]
+    assert verify_loop(train, make_model(), batches, loss, N).ok
