@@ -84,7 +84,7 @@ def constructor_kinds(call: cst.Call, imports: ImportMap, lookup) -> frozenset[s
     """Kinds of the value a call returns. `lookup(expr)` gives the kinds of an argument expression."""
     receiver, method = call_receiver(call)
     qual = imports.qualify(call.func) or dotted(call.func) or ""
-    last = method or last_part(qual)
+    last = method if receiver is not None else last_part(qual)
     if qual == "torch.compile" or (last == "compile" and receiver is not None and dotted(receiver) == "torch"):
         return frozenset({COMPILED})
     if last in _WRAPPERS:

@@ -129,7 +129,8 @@ class ScopeWalker:
                  local_functions: set[str], counter: list[int]) -> None:
         self.scope = scope
         self.imports = imports
-        self.env: dict[str, frozenset[str]] = dict(seed)
+        self.env = scope.env  # the scope keeps the final bindings (module globals, self attributes)
+        self.env.update(seed)
         self.local_functions = local_functions
         self.counter = counter  # shared across scopes so orders are file-wide
 

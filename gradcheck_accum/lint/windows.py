@@ -209,6 +209,7 @@ def _build(scope: ev.Scope, loop: ev.Loop) -> Window | None:
             for event in head:
                 window.events.append(event)
                 window.placements[id(event)] = BOUNDARY
+            window.events.sort(key=lambda e: e.order)
     return window
 
 

@@ -1,0 +1,84 @@
+"""What names are: resolved from imports, assignments, prepare/initialize results and self attributes."""
+
+import libcst as cst
+import pytest
+
+from gradcheck_accum.lint import bindings as b
+from gradcheck_accum.lint import events as ev
+from gradcheck_accum.lint.model import FileModel
+
+
+def kinds_at(source: str, kind: str) -> list[frozenset[str]]:
+    model = FileModel(cst.parse_module(source))
+    return [event.kinds for _, event in model.events(kind)]
+
+
+@pytest.mark.parametrize("source", [
+    "import torch as t\nopt = t.optim.AdamW(ps)\nopt.step()\n",
+    "from torch.optim import AdamW as A\nthing = A(ps)\nthing.step()\n",
+    "from torch import optim\nthing = optim.SGD(ps, lr=1)\nthing.step()\n",
+    "import bitsandbytes as bnb\nthing = bnb.optim.AdamW8bit(ps)\nthing.step()\n",
+    "def f(optimizer):\n    optimizer.step()\n",
+    "class T:\n    def __init__(self):\n        self.thing = torch.optim.Adam(ps)\n"
+    "    def fit(self):\n        self.thing.step()\n",
+])
+def test_optimizer_bindings(source):
+    assert any(b.OPTIMIZER in k for k in kinds_at(source, ev.STEP))
+
+
+@pytest.mark.parametrize("source", [
+    "obs = env.step(action)\n",
+    "sampler.step()\n",
+    "noise_scheduler.step(pred, t, x)\n",
+    "import torch\nsched = torch.optim.lr_scheduler.StepLR(opt, 1)\nsched.step()\n",
+])
+def test_non_optimizer_steps_are_not_steps(source):
+    assert kinds_at(source, ev.STEP) == []
+
+
+def test_scheduler_known_by_constructor_and_name():
+    source = "from transformers import get_linear_schedule_with_warmup as g\ns = g(o, 1, 2)\ns.step()\nlr_scheduler.step()\n"
+    assert [b.SCHEDULER in k for k in kinds_at(source, ev.SCHED_STEP)] == [True, True]
+
+
+def test_compiled_binding_is_flow_sensitive():
+    source = (
+        "import torch\n"
+        "model.load_state_dict(sd)\n"
+        "model = torch.compile(model)\n"
+        "model.load_state_dict(sd)\n"
+        "model = model._orig_mod\n"
+        "model.load_state_dict(sd)\n"
+    )
+    assert [b.COMPILED in k for k in kinds_at(source, ev.LOAD_STATE)] == [False, True, False]
+
+
+def test_compiled_binding_on_some_path_and_through_ddp_module():
+    source = (
+        "import torch\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "if args.compile:\n"
+        "    model = torch.compile(model)\n"
+        "if ddp:\n"
+        "    model = DDP(model)\n"
+        "raw = model.module if ddp else model\n"
+        "raw.state_dict()\n"
+        "getattr(model, '_orig_mod', model).state_dict()\n"
+    )
+    flags = [b.COMPILED in k for k in kinds_at(source, ev.STATE_DICT)]
+    assert flags == [True, False]
+
+
+def test_prepare_and_initialize_results():
+    source = (
+        "from accelerate import Accelerator\nimport deepspeed\nimport torch\n"
+        "accelerator = Accelerator(gradient_accumulation_steps=4)\n"
+        "opt = torch.optim.AdamW(ps)\n"
+        "m, o, s = accelerator.prepare(model, opt, sched)\n"
+        "o.step()\n"
+        "engine, dopt, _, _ = deepspeed.initialize(model=model)\n"
+        "engine.step()\n"
+    )
+    steps = kinds_at(source, ev.STEP)
+    assert b.PREPARED in steps[0] and b.OPTIMIZER in steps[0]
+    assert b.DEEPSPEED in steps[1]
