@@ -336,6 +336,8 @@ class ScopeWalker:
             self.scope.drop_last = True
         emit: Callable[..., Event] = lambda kind, **kw: self.emit(kind, call, ctx, **kw)  # noqa: E731
 
+        if method == "backward" and (qual.startswith("torch.distributed") or target == "dist_autograd"):
+            return  # distributed autograd keeps gradients in its context, not in .grad
         if method == "backward":
             if receiver is not None and b.OPTIMIZER in owner:
                 # apex/DeepSpeed FP16 optimizers: `optimizer.backward(loss)` applies only the loss scale
