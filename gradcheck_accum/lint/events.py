@@ -363,8 +363,8 @@ class ScopeWalker:
         if method == "zero_grad":
             emit(ZERO_GRAD, target=target, kinds=owner, extra={"model": b.OPTIMIZER not in owner})
             return
-        if method == "zero_" and isinstance(receiver, cst.Attribute) and receiver.attr.value == "grad":
-            emit(ZERO_GRAD, target=dotted(receiver.value), extra={"model": True})
+        if method == "zero_" and target is not None and ".grad" in f"{target}.":
+            emit(ZERO_GRAD, target=target.split(".grad")[0], extra={"model": True})  # p.grad.zero_(), .data.zero_()
             return
         if method == "step" and receiver is not None:
             if b.SCALER in owner:

@@ -91,6 +91,11 @@ class FileModel:
 
     # -- queries ----------------------------------------------------------------------------------
     @cached_property
+    def drop_last(self) -> bool:
+        """Some DataLoader in the file drops its incomplete last batch."""
+        return any(scope.drop_last for scope in self.scopes)
+
+    @cached_property
     def windows(self) -> list[Window]:
         return [w for scope in self.scopes for w in build_windows(scope)]
 
@@ -165,8 +170,9 @@ class FileModel:
                 facts.token_level = True
             # Only producers whose reduction we know count: torch losses and criteria, and model
             # forwards (HF-style `.loss`). Anything else (`compute_loss(...)`) may sum or scale inside.
-            if any(self.is_accumulation_count(a.value, None, scope) for a in node.args):
-                facts.known = False
+            if any(self.is_accumulation_count(a.value, None, scope) for a in node.args) or any(
+                    a.keyword is not None and "num_items" in a.keyword.value for a in node.args):
+                facts.known = False  # N, or the window's item count, is handed to the producer
             elif not (b.CRITERION in kinds or (self.imports.qualify(node.func) or "").startswith("torch")
                       or _is_model_like(callee, scope)):
                 facts.known = False

@@ -167,7 +167,7 @@ class RemainderDropped(Rule):
             predicate = window.predicate
             if window.shape != GUARDED or not predicate.key.startswith("mod:") or predicate.flush:
                 continue
-            if window.scope.drop_last or not window.iterates_sized_data() or not _steps_after_backward(window):
+            if model.drop_last or not window.iterates_sized_data() or not _steps_after_backward(window):
                 continue
             if any(window.placement(s) == AFTER for s in window.steps):
                 continue
