@@ -15,7 +15,7 @@ class DdpSyncEveryMicroBatch(Rule):
     code = "ACC501"
     name = "ddp-sync-every-micro-batch"
     summary = "A DistributedDataParallel model all-reduces gradients on every micro-batch of a window."
-    tokens = ("DistributedDataParallel", "DDP")
+    tokens = ("DataParallel", "DDP", "FSDP")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:

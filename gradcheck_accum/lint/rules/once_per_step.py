@@ -25,7 +25,7 @@ class SchedulerEveryMicroBatch(Rule):
     code = "ACC401"
     name = "scheduler-every-micro-batch"
     summary = "The learning-rate scheduler steps on every micro-batch while the optimizer steps on the boundary."
-    tokens = ("step(",)
+    tokens = ("step",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in _stepping_windows(model):
@@ -43,7 +43,7 @@ class ScheduleLengthIgnoresAccumulation(Rule):
     code = "ACC402"
     name = "schedule-length-ignores-accumulation"
     summary = "The scheduler's length counts micro-batches, not optimizer steps."
-    tokens = ("len(",)
+    tokens = ("len",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         per_window = {e.target for w in model.windows if w.accumulates for e in w.of(ev.SCHED_STEP)
@@ -123,7 +123,7 @@ class ScalerEveryMicroBatch(Rule):
     code = "ACC404"
     name = "scaler-every-micro-batch"
     summary = "GradScaler step, update or unscale_ runs on every micro-batch while the window steps on the boundary."
-    tokens = ("scaler", "unscale_")
+    tokens = ("scaler", "Scaler", "unscale_")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in _stepping_windows(model):

@@ -35,7 +35,7 @@ class GradientsNeverCleared(Rule):
     code = "ACC102"
     name = "gradients-never-cleared"
     summary = "The loop steps the optimizer but never clears gradients between windows."
-    tokens = ("step(",)
+    tokens = ("step",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
@@ -81,7 +81,7 @@ class StepEveryMicroBatch(Rule):
     code = "ACC104"
     name = "step-every-micro-batch"
     summary = "The loop declares accumulation but steps the optimizer on every micro-batch."
-    tokens = ("step(",)
+    tokens = ("step",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
