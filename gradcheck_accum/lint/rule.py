@@ -19,17 +19,15 @@ class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
     summary: ClassVar[str]
-    # Prefilter: a file containing none of these substrings cannot trigger the rule, so it is not parsed.
+    # Prefilter: a file lacking any of `needs`, or containing none of `tokens`, cannot trigger the
+    # rule, so it is never parsed for it. Most rules report inside a loop that reaches backward.
     tokens: ClassVar[tuple[str, ...]] = ("backward",)
-    # Most rules report inside a loop that reaches a backward call, so "backward" must appear as well.
-    needs_backward: ClassVar[bool] = True
+    needs: ClassVar[tuple[str, ...]] = ("backward",)
 
     @classmethod
     def could_fire(cls, text: str) -> bool:
         """Cheap necessary condition on the file's text; False means the rule cannot report anything."""
-        if cls.needs_backward and "backward" not in text:
-            return False
-        return any(token in text for token in cls.tokens)
+        return all(token in text for token in cls.needs) and any(token in text for token in cls.tokens)
 
     def check(self, model: "FileModel") -> Iterator[Report]:
         raise NotImplementedError

@@ -16,7 +16,7 @@ class LoadAfterCompile(Rule):
     name = "load-after-compile"
     summary = "Weights are loaded into a module after it was wrapped by torch.compile."
     tokens = ("compile",)
-    needs_backward = False  # reported wherever it happens, not only in a training loop
+    needs = ("compile", "load_state_dict")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for _, event in model.events(ev.LOAD_STATE):
@@ -30,7 +30,7 @@ class CompiledStateDictSaved(Rule):
     name = "compiled-state-dict-saved"
     summary = "The state_dict of a torch.compile wrapper is saved, so its keys carry the _orig_mod. prefix."
     tokens = ("compile",)
-    needs_backward = False  # reported wherever it happens, not only in a training loop
+    needs = ("compile", "state_dict")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for scope, event in model.events(ev.STATE_DICT):

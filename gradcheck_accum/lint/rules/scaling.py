@@ -55,7 +55,7 @@ class DoubleScaledLoss(Rule):
     name = "double-scaled-loss"
     summary = "The loss is divided by the accumulation steps by hand although the framework already does it."
     tokens = ("backward", "training_step")
-    needs_backward = False  # Lightning returns the loss from training_step; no backward call in the file
+    needs = ()  # Lightning returns the loss from training_step: no backward call in the file
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
