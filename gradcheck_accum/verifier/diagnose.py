@@ -260,7 +260,8 @@ def diagnose(
             if len(values) == len(contributions) and len(set(values)) > 1 and min(values) > 0:
                 plain = pattern_residual(accumulated, contributions, reference, [1.0] * len(values))
                 by_items = pattern_residual(accumulated, contributions, reference, values)
-                if by_items <= FIT_RESIDUAL and not plain <= FIT_RESIDUAL:
+                # The item pattern must explain the reference far better than the plain sum does.
+                if by_items <= FIT_RESIDUAL and (math.isnan(plain) or by_items < 0.1 * plain):
                     return result("mean_of_means", "weights proportional to 1/items: per-micro-batch mean over "
                                   f"unequal item counts (mean-of-means; {label} = {list(values)}); sum per-item "
                                   "losses and divide by the window's item count")
