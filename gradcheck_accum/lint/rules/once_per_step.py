@@ -216,7 +216,7 @@ def _counter_base(window: Window, counter: cst.BaseExpression | None) -> int | N
     defs = window.scope.defs_of(name)
     loop_target = [d for d in defs if d.op == "for" and d.node is loop]
     if loop_target:
-        return _enumerate_start(loop, loop_target[0].index)
+        return _enumerate_start(loop, loop_target[0].index, window.scope)
     inside = [d for d in defs if loop in d.ctx.loops]
     before = [d for d in defs if loop not in d.ctx.loops and d.order < window.scope.loop_start.get(id(loop), 0)]
     if len(inside) != 1 or inside[0].op != "+=" or not before:
@@ -229,9 +229,30 @@ def _counter_base(window: Window, counter: cst.BaseExpression | None) -> int | N
     return 1 if step.order < first_step else 0
 
 
-def _enumerate_start(loop: ev.Loop, index: int | None) -> int | None:
-    source = loop.iter if isinstance(loop, cst.For) else None
-    if not isinstance(source, cst.Call) or index != 0:
+def _enumerate_start(loop: ev.Loop, index: int | None, scope: ev.Scope) -> int | None:
+    """The first value of the loop's index target, following `it = tqdm(enumerate(x)) if a else enumerate(x)`."""
+    if not isinstance(loop, cst.For) or index != 0:
+        return None
+    starts = {_start_of(source) for source in _sources(loop.iter, scope, 0)}
+    return starts.pop() if len(starts) == 1 else None
+
+
+def _sources(node: cst.BaseExpression, scope: ev.Scope, depth: int) -> list[cst.BaseExpression]:
+    if depth > 3:
+        return [node]
+    if isinstance(node, cst.IfExp):
+        return _sources(node.body, scope, depth + 1) + _sources(node.orelse, scope, depth + 1)
+    if isinstance(node, cst.Call) and call_receiver(node)[1] == "tqdm" and node.args:
+        return _sources(node.args[0].value, scope, depth + 1)
+    if isinstance(node, cst.Name):
+        defs = [d for d in scope.defs_of(node.value) if d.value is not None]
+        if len(defs) == 1 and defs[0].op == "=":
+            return _sources(defs[0].value, scope, depth + 1)
+    return [node]
+
+
+def _start_of(source: cst.BaseExpression) -> int | None:
+    if not isinstance(source, cst.Call):
         return None
     _, name = call_receiver(source)
     if name == "enumerate":
