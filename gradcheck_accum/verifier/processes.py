@@ -81,7 +81,7 @@ def run_ranks(
                 child_end.close()
                 conns.append(parent_end)
                 procs.append(proc)
-            return _collect(procs, conns, timeout, stacks)
+            return _collect(procs, conns, timeout, stacks, start_method)
         finally:
             _stop_all(procs)
             for conn in conns:
@@ -94,7 +94,7 @@ _FAILURE_GRACE_S = 2.0
 _SECONDARY = ("connection reset", "connection closed", "broken pipe", "gloo", "nccl", "timed out")
 
 
-def _collect(procs: list, conns: list, timeout: float, stacks: list[str]) -> list[Any]:
+def _collect(procs: list, conns: list, timeout: float, stacks: list[str], start_method: str) -> list[Any]:
     results: dict[int, Any] = {}
     failures: dict[int, str] = {}
     deadline = time.monotonic() + timeout
@@ -130,7 +130,11 @@ def _collect(procs: list, conns: list, timeout: float, stacks: list[str]) -> lis
             deadline = min(deadline, time.monotonic() + _FAILURE_GRACE_S)
     if failures:
         primary = [m for m in failures.values() if not any(k in m.lower() for k in _SECONDARY)]
-        raise RankFailure((primary or list(failures.values()))[0])
+        message = (primary or list(failures.values()))[0]
+        if "before reporting" in message and start_method == "spawn":
+            message += (" (under start_method='spawn' each rank re-imports the main module: guard the "
+                        "script's entry point with `if __name__ == \"__main__\":`)")
+        raise RankFailure(message)
     return [results[r] for r in range(len(procs))]
 
 
