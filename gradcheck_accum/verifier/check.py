@@ -148,6 +148,7 @@ def verify(
         rows: list[Row] = []
         results: list[ModeResult] = []
         diagnoses: dict[str, Diagnosis] = {}
+        compile_notes: list[str] = []
         if "eager" in modes:
             model_copy = prepared.copy(run_device, run_dtype)
             window = run_window(model_copy, micro, loss_fn, divs, label="eager", seed=seed)
@@ -171,15 +172,12 @@ def verify(
             results.append(ModeResult("compiled big batch", big_ok, diagnosis="" if big_ok else
                                       "compiled big batch differs from the float64 reference", seconds=big_c.seconds))
             if stats.fallback_wrapper:
-                notes_extra = ["Module.compile traced no graph (forward defined in torch.nn); used torch.compile(model) instead"]
-            else:
-                notes_extra = []
-        else:
-            notes_extra = []
+                compile_notes.append("Module.compile traced no graph (forward defined in torch.nn); "
+                                     "used torch.compile(model) instead")
 
     elapsed = time.perf_counter() - started
     verdict, sentence = _verdict(results, diagnoses, prepared, rows, steps)
-    notes = _notes(prepared, reference, freeze_batchnorm) + notes_extra
+    notes = _notes(prepared, reference, freeze_batchnorm) + compile_notes
     settings = {
         "accumulation_steps": steps,
         "splits": sizes,
