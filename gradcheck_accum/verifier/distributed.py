@@ -153,6 +153,7 @@ def verify_distributed(
     world_size: int = 2,
     timeout: float = 120.0,
     start_method: Optional[str] = None,
+    freeze_batchnorm: bool = False,
 ) -> Report:
     """`verify(..., world_size=k)`: the batch is accumulated in N micro-batches under DDP (no_sync
     on all but the last, each micro-batch split across the ranks) and the averaged gradient is
@@ -175,6 +176,7 @@ def verify_distributed(
         dtype=dtype,
         timeout=timeout,
         start_method=start_method,
+        freeze_batchnorm=freeze_batchnorm,
     )
     report.rows = [dataclasses.replace(r, mode="ddp") for r in report.rows]
     report.modes = [dataclasses.replace(m, mode="ddp") for m in report.modes]

@@ -50,6 +50,7 @@ def verify_loop(
     timeout: float = 120.0,
     start_method: Optional[str] = None,
     find_unused_parameters: bool = False,
+    freeze_batchnorm: bool = False,
 ) -> Report:
     """Run ``train_fn(model, optimizer, micro_batches, accumulation_steps)`` and check every step.
 
@@ -58,11 +59,14 @@ def verify_loop(
     factory(params) -> torch.optim.Optimizer, default SGD(lr=0.1). world_size > 1 runs the loop
     in that many processes under DistributedDataParallel (each micro-batch split evenly across
     the ranks) and compares the averaged gradients with the single-process big batch.
+    freeze_batchnorm: keep BatchNorm layers on running statistics (eval) even when train_fn
+    calls model.train(), so the rest of the loop can be checked exactly.
     """
     steps = _check_args(train_fn, micro_batches, loss_fn, accumulation_steps, world_size)
     micro_batches = list(micro_batches)
     sizes = [batch_size(mb) for mb in micro_batches]
-    prepared = prepare(model)
+    prepared = prepare(model, freeze_batchnorm=freeze_batchnorm)
+    _keep_frozen_layers_in_eval(prepared)
     module, notes = prepared.module, _model_notes(prepared)
     if device is None and world_size > 1 and torch.cuda.device_count() < world_size:
         device = "cpu"  # one process per GPU: too few GPUs, so the ranks share the CPU (gloo)
@@ -115,6 +119,18 @@ def _check_args(train_fn, micro_batches, loss_fn, steps, world_size) -> int:
     if isinstance(micro_batches, (torch.Tensor, dict)) or not isinstance(micro_batches, Sequence) or not micro_batches:
         raise VerifyError("micro_batches must be a non-empty list of micro-batches")
     return steps
+
+
+def _stay_in_eval(layer: torch.nn.Module, _args: Any) -> None:
+    layer.training = False
+
+
+def _keep_frozen_layers_in_eval(prepared: PreparedModel) -> None:
+    """train_fn usually calls model.train(), which would unfreeze them: a forward pre-hook (a
+    module-level function, so it survives deepcopy and pickling) puts them back before each use."""
+    for layer in prepared.module.modules():
+        if isinstance(layer, torch.nn.modules.batchnorm._BatchNorm) and not layer.training:
+            layer.register_forward_pre_hook(_stay_in_eval)
 
 
 def _model_notes(prepared: PreparedModel) -> list[str]:

@@ -147,6 +147,9 @@ def test_batchnorm_model_is_inherent_not_a_loop_bug():
     report = verify_loop(cases.guarded_with_flush, model, micro_batches(), cases.micro_loss, N)
     assert report.verdict == "inherent", report.render()
     assert "BatchNorm" in report.diagnosis
+    # Frozen on running statistics (although the loop calls model.train()), the loop checks exactly.
+    frozen = verify_loop(cases.guarded_with_flush, model, micro_batches(), cases.micro_loss, N, freeze_batchnorm=True)
+    assert frozen.ok, frozen.render()
 
 
 def test_dropout_switched_off_and_said():
