@@ -58,13 +58,16 @@ def name_gradient_bug(
     residual = float(torch.linalg.vector_norm(matrix @ solution - y) / torch.linalg.vector_norm(y))
     weights = tuple(float(w) for w in solution[: len(contributions)])
     leak = float(solution[-1]) if leak_column else 0.0
+    # Share of the step's gradient that is the previous step's: 1x for a plain leak, 1/scale when
+    # a GradScaler unscaled the stale gradients in place before they were summed again.
+    leak_share = abs(leak) * float(torch.linalg.vector_norm(columns[-1])) / float(torch.linalg.vector_norm(y)) if leak_column else 0.0
     total = sum(items)
     expected = [n / total for n in items]
     k = len(weights)
     if residual < max(1e-3, 4 * eps):  # the step is exactly such a weighted sum, up to rounding
-        if leak > 0.5:
+        if leak > 0.5 or (leak > 0 and leak_share > 100 * eps):
             return Finding("grad-leak", f"gradients never cleared: the gradient of {where} still holds the "
-                           f"previous window's gradient (fitted {leak:.2f}x of it); zero them after each step"), weights
+                           f"previous window's gradient (fitted {leak:.3g}x of it); zero them after each step"), weights
         if k > 1 and all(abs(w) <= _FIT_TOL * abs(weights[-1]) for w in weights[:-1]) and weights[-1] > 0:
             return Finding("grad-cleared-every-micro-batch", "gradients cleared every micro-batch: only the last "
                            f"micro-batch of the window reaches {where} (zero_grad inside the window)"), weights

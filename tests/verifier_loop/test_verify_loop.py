@@ -49,6 +49,7 @@ def test_correct_idioms_pass(train_fn):
     [
         (cases.zero_grad_every_micro_batch, "grad-cleared-every-micro-batch", "gradients cleared every micro-batch"),
         (cases.never_cleared, "grad-leak", "gradients never cleared"),
+        (cases.grad_scaler_never_cleared, "grad-leak", "gradients never cleared"),
         (cases.step_every_micro_batch, "step-every-micro-batch", "stepped on every micro-batch: 9 steps"),
         (cases.loss_not_divided, "loss-not-divided", "loss not divided by the accumulation steps"),
         (cases.remainder_dropped, "remainder-dropped", "remainder dropped: the last 1 micro-batch"),

@@ -231,3 +231,12 @@ def rank1_raises_others_wait(rank, world_size):
     t = torch.ones(1)
     dist.all_reduce(t)
     return t
+
+
+def grad_scaler_never_cleared(model, optimizer, micro_batches, n):
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    for i, batch in enumerate(micro_batches):
+        scaler.scale(micro_loss(model, batch) / n).backward()
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            scaler.step(optimizer)
+            scaler.update()
