@@ -41,8 +41,8 @@ def _demo():
     return module
 
 
-def plain_step_seconds(demo, batch, repeats: int) -> float:
-    model = demo.model_factory()
+def plain_step_seconds(demo, batch, repeats: int, dtype: str) -> float:
+    model = demo.model_factory().to(getattr(torch, dtype))
     total = demo.window_tokens(batch, [batch])
     times = []
     for _ in range(repeats + 2):
@@ -100,7 +100,7 @@ def main() -> None:
     print(f"model: TinyGPT, {params} parameters; batch {args.rows}x{demo.CONTEXT} tokens; "
           f"N={args.steps}; torch {torch.__version__}; {torch.get_num_threads()} threads; dtype {args.dtype}")
 
-    step = plain_step_seconds(demo, batch, repeats=20)
+    step = plain_step_seconds(demo, batch, repeats=20, dtype=args.dtype)
     kwargs = dict(model=demo.model_factory, batch=batch, loss_fn=demo.token_loss_sum, scaling=demo.window_tokens,
                   accumulation_steps=args.steps, dtype=args.dtype)
     eager_s, eager_report = timed(lambda: verify(**kwargs, modes=("eager",)), repeats=5)
@@ -108,7 +108,7 @@ def main() -> None:
     full_s, full_report = timed(lambda: verify(**kwargs, compile_backend=args.backend))
     assert full_report.ok, full_report.render()
     compiled = full_report.mode("compiled")
-    print(f"plain eager big-batch forward+backward: {step * 1e3:.2f} ms")
+    print(f"plain eager big-batch forward+backward ({args.dtype}): {step * 1e3:.2f} ms")
     print(f"verify(modes=('eager',)) / plain step: {eager_s / step:.1f}x ({eager_s * 1e3:.0f} ms)")
     print(f"verify(eager + compiled, backend={args.backend}) / plain step: {full_s / step:.0f}x "
           f"({full_s:.1f} s, mostly compilation)")
