@@ -97,7 +97,7 @@ def call_loss(loss_fn: LossFn, model: nn.Module, micro_batch: Any, where: str) -
     return loss.reshape(())
 
 
-def _divisor_value(value: Any, where: str) -> Any:
+def _divisor_value(value: Any, where: str) -> float:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise VerifyError(f"scaling must return a number, got a tensor of shape {tuple(value.shape)} ({where})")
@@ -108,7 +108,7 @@ def _divisor_value(value: Any, where: str) -> Any:
         raise VerifyError(f"scaling must return a number, got {type(value).__name__} ({where})")
     if not math.isfinite(number) or number == 0:
         raise VerifyError(f"scaling returned {number} ({where}): the loss cannot be divided by it")
-    return value
+    return number  # a plain number: the float64 reference may live on another device
 
 
 def divisors(scaling: Any, micro_batches: Sequence[Any]) -> list[Any]:

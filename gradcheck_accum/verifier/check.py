@@ -229,7 +229,7 @@ def _verdict(results: list[ModeResult], diagnoses: dict[str, Diagnosis], prepare
                             f"relative error {d.error:.3g}); pass freeze_batchnorm=True to check the rest")
     if primary == "eager" and d.code == "coupled":
         return "inherent", d.cause
-    if primary == "compiled":
+    if primary == "compiled" and eager is not None:
         big = by_mode.get("compiled big batch")
         if big is not None and not big.ok:
             return "mismatch", ("mismatch only when compiled: the compiled big batch already differs from the "
