@@ -50,7 +50,13 @@ def _unwrap(model: nn.Module) -> nn.Module:
 
 
 def snapshot(params: Sequence[tuple[str, nn.Parameter]]) -> Grads:
-    return {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in params}
+    """Dense copies of the current gradients (sparse embedding gradients are densified so every
+    later step works on plain tensors)."""
+    out: Grads = {}
+    for n, p in params:
+        g = p.grad
+        out[n] = None if g is None else (g.detach().to_dense() if g.layout != torch.strided else g.detach().clone())
+    return out
 
 
 def _delta(after: Grads, before: Grads) -> Grads:
@@ -86,7 +92,9 @@ def call_loss(loss_fn: LossFn, model: nn.Module, micro_batch: Any, where: str) -
     except VerifyError:
         raise
     except Exception as exc:  # the user's code: one clear line, never a traceback
-        raise VerifyError(f"loss_fn raised {_first_line(exc)} ({where})") from None
+        hint = ("; floating batch tensors take the checked dtype, integer ones keep theirs"
+                if "dtype" in str(exc) or "Long" in str(exc) else "")
+        raise VerifyError(f"loss_fn raised {_first_line(exc)} ({where}){hint}") from None
     if not isinstance(loss, torch.Tensor):
         raise VerifyError(f"loss_fn must return a scalar tensor, got {type(loss).__name__} ({where})")
     if loss.numel() != 1:

@@ -77,6 +77,10 @@ def prepare(model: ModelLike, *, freeze_batchnorm: bool = False) -> PreparedMode
             else:
                 prepared.batch_stat_layers.append(label)
     params = list(module.named_parameters())
+    lazy = [n for n, p in params if isinstance(p, nn.parameter.UninitializedParameter)]
+    if lazy:
+        raise VerifyError(f"the model has uninitialised lazy parameters ({', '.join(lazy[:3])}): run one forward "
+                          "pass before verify, so every copy starts from the same weights")
     prepared.frozen_parameters = [n for n, p in params if not p.requires_grad]
     if not params:
         raise VerifyError("the model has no parameters: there is no gradient to check")

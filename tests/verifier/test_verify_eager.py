@@ -211,3 +211,34 @@ def test_float64_failure_explains_itself():
     torch.manual_seed(0)
     with pytest.raises(VerifyError, match="float64"):
         verify(Hardcoded(), classification_batch(16), ce_mean, **EAGER)
+
+
+def test_sparse_embedding_gradients_are_compared_densely():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(12, 6, sparse=True), nn.Flatten(), nn.Linear(30, 12))
+    batch = token_batch(8)
+    report = verify(model, batch["ids"], lambda m, ids: F.cross_entropy(m(ids), ids[:, 0]), **EAGER)
+    assert report.ok, report.render()
+
+
+def test_lazy_modules_must_be_initialised_first():
+    model = nn.Sequential(nn.LazyLinear(4), nn.Tanh(), nn.Linear(4, 3))
+    with pytest.raises(VerifyError, match="uninitialised lazy parameters"):
+        verify(model, classification_batch(8), ce_mean, **EAGER)
+
+
+def test_loss_coupling_items_across_the_batch_is_inherent():
+    torch.manual_seed(0)
+
+    def in_batch_negatives(model, batch):
+        z = model(batch[0])
+        return torch.logsumexp(z @ z.T, dim=1).mean()
+
+    report = verify(nn.Linear(6, 4), classification_batch(16), in_batch_negatives, **EAGER)
+    assert report.verdict == "inherent"
+    assert "couples items across micro-batches" in report.diagnosis
+
+
+def test_integer_tensor_fed_to_a_float_layer_explains_the_dtype_rule():
+    with pytest.raises(VerifyError, match="integer ones keep theirs"):
+        verify(mlp(), torch.randint(0, 3, (8, 6)), lambda m, b: m(b).sum(), **EAGER)
