@@ -66,8 +66,9 @@ def name_gradient_bug(
     k = len(weights)
     if residual < max(1e-3, 4 * eps):  # the step is exactly such a weighted sum, up to rounding
         if leak > 0.5 or (leak > 0 and leak_share > 100 * eps):
+            amount = f"{leak:.2f}x of it" if leak >= 0.01 else f"{leak:.3g}x of it, unscaled in place by a GradScaler"
             return Finding("grad-leak", f"gradients never cleared: the gradient of {where} still holds the "
-                           f"previous window's gradient (fitted {leak:.3g}x of it); zero them after each step"), weights
+                           f"previous window's gradient ({amount}); zero them after each step"), weights
         if k > 1 and all(abs(w) <= _FIT_TOL * abs(weights[-1]) for w in weights[:-1]) and weights[-1] > 0:
             return Finding("grad-cleared-every-micro-batch", "gradients cleared every micro-batch: only the last "
                            f"micro-batch of the window reaches {where} (zero_grad inside the window)"), weights

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import importlib.machinery
+import importlib.util
 import io
 import multiprocessing.connection
 import os
 import pickle
+import pickletools
 import re
 import signal
 import socket
@@ -20,6 +23,7 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -61,8 +65,8 @@ def run_ranks(
     Returns each rank's return value, in rank order. Raises RankFailure when a rank raises, dies or
     does not finish within ``timeout`` seconds.
     """
-    if start_method == "spawn":
-        _require_picklable(worker, args)
+    # fork hands the objects over as they are; spawn needs them pickled (see PickledJob).
+    job: Any = PickledJob.of(worker, args) if start_method == "spawn" else (worker, args)
     ctx = mp.get_context(start_method)
     port = free_loopback_port()
     conns, procs = [], []
@@ -73,7 +77,7 @@ def run_ranks(
                 parent_end, child_end = ctx.Pipe(duplex=False)
                 proc = ctx.Process(
                     target=_rank_main,
-                    args=(rank, world_size, port, backend, timeout, worker, args, child_end, stacks[rank]),
+                    args=(rank, world_size, port, backend, timeout, job, child_end, stacks[rank]),
                     daemon=True,
                     name=f"accumcheck-rank{rank}",
                 )
@@ -187,14 +191,43 @@ def _stop_all(procs: list) -> None:
             proc.join(5)
 
 
-def _require_picklable(worker: Callable, args: tuple) -> None:
-    try:
-        pickle.dumps((worker, args))
-    except Exception as exc:  # noqa: BLE001 - any pickling failure gets the same advice
-        raise RankFailure(
-            "start_method='spawn' needs the model, loss and training functions to be picklable "
-            f"(defined at module top level, not lambdas or closures): {exc}"
-        ) from None
+@dataclass(frozen=True)
+class PickledJob:
+    """The worker and its arguments pickled by the parent, plus the modules a spawned rank must
+    load from a file first: functions defined in a file imported by path (an `accumcheck verify
+    path/to/file.py:target`, a script's sibling module) pickle by module name, which a fresh
+    interpreter cannot import. Plain pickling also gives every rank its own copy of the tensors
+    (torch.multiprocessing would share their storage between ranks)."""
+
+    data: bytes
+    preload: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, worker: Callable, args: tuple) -> "PickledJob":
+        try:
+            data = pickle.dumps((worker, args))
+        except Exception as exc:  # noqa: BLE001 - any pickling failure gets the same advice
+            raise RankFailure(
+                "start_method='spawn' needs the model, loss and training functions to be picklable "
+                f"(defined at module top level, not lambdas or closures): {exc}"
+            ) from None
+        named = {arg for _, arg, _ in pickletools.genops(data) if isinstance(arg, str)}
+        preload = []
+        for name in sorted(named & set(sys.modules)):
+            path = getattr(sys.modules[name], "__file__", None)
+            top = name.partition(".")[0]
+            if name != "__main__" and path and top not in sys.builtin_module_names \
+                    and importlib.machinery.PathFinder.find_spec(top, sys.path) is None:
+                preload.append((name, path))
+        return cls(data, tuple(preload))
+
+    def load(self) -> tuple[Callable, tuple]:
+        for name, path in self.preload:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        return pickle.loads(self.data)
 
 
 def _die_with_parent() -> None:
@@ -206,7 +239,7 @@ def _die_with_parent() -> None:
             pass
 
 
-def _rank_main(rank, world_size, port, backend, timeout, worker, args, conn, stack_file) -> None:
+def _rank_main(rank, world_size, port, backend, timeout, job, conn, stack_file) -> None:
     _die_with_parent()
     stack_handle = open(stack_file, "w", encoding="utf-8")  # closed when the process exits
     faulthandler.register(signal.SIGUSR1, file=stack_handle, all_threads=True)
@@ -220,6 +253,7 @@ def _rank_main(rank, world_size, port, backend, timeout, worker, args, conn, sta
             timeout=timedelta(seconds=timeout),
         )
         try:
+            worker, args = job.load() if isinstance(job, PickledJob) else job
             result = worker(rank, world_size, *args)
         finally:
             dist.destroy_process_group()

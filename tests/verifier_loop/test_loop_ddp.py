@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -105,7 +108,17 @@ def test_verify_world_size_2_matches_single_process_big_batch():
     assert bad.mode("ddp").scale == pytest.approx(4.0, rel=1e-4)
 
 
-def test_spawn_start_method():
-    # GPUs need spawn (CUDA does not survive fork); the loop functions must then be importable.
-    report = run(cases.ddp_no_sync, start_method="spawn", timeout=60)
+def test_spawn_with_functions_from_a_file_imported_by_path():
+    # GPUs need spawn (CUDA does not survive fork). A target file imported by path, as
+    # `accumcheck verify path/to/file.py:target` does, is loaded again in each spawned rank.
+    path = Path(__file__).resolve().parents[2] / "fixtures" / "verify_loop_demo.py"
+    spec = importlib.util.spec_from_file_location("_accumcheck_test_spawn_target", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        report = verify_loop(**{**module.ddp(), "start_method": "spawn", "timeout": 60})
+    finally:
+        del sys.modules[spec.name]
     assert report.ok, report.render()
+    assert report.settings["allreduces_per_window"] == [1, 1, 1]
