@@ -110,7 +110,7 @@ def verify(
         from gradcheck_accum.verifier.distributed import verify_distributed
 
         return verify_distributed(model, batch, loss_fn, accumulation_steps, scaling, reference_loss_fn, splits,
-                                  modes, device, dtype, world_size=world_size)
+                                  modes, device, dtype, world_size=world_size, freeze_batchnorm=freeze_batchnorm)
     modes = tuple(modes) if not isinstance(modes, str) else (modes,)
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
