@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from gradcheck_accum.verifier.errors import VerifyError
+from gradcheck_accum.verifier.user_errors import one_line, user_frame
 
 Grads = dict[str, Optional[torch.Tensor]]
 Weights = dict[str, torch.Tensor]
@@ -153,7 +154,10 @@ def record_loop(
     except VerifyError:
         raise
     except Exception as exc:  # noqa: BLE001 - user code: report it in one line
-        raise VerifyError(f"train_fn raised {type(exc).__name__}: {exc}") from exc
+        hint = ""
+        if "find_unused_parameters" in str(exc):
+            hint = " (pass find_unused_parameters=True to verify_loop)"
+        raise VerifyError(f"train_fn raised {type(exc).__name__}: {one_line(str(exc))}{hint}{user_frame(exc)}") from exc
     finally:
         for handle in handles:
             handle.remove()

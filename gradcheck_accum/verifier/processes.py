@@ -22,7 +22,6 @@ import socket
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
@@ -32,6 +31,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from gradcheck_accum.verifier.errors import VerifyError
+from gradcheck_accum.verifier.user_errors import one_line, user_frame
 
 
 class RankFailure(VerifyError):
@@ -261,10 +261,13 @@ def _rank_main(rank, world_size, port, backend, timeout, job, conn, stack_file) 
         torch.save(result, buffer)
         conn.send(("ok", buffer.getvalue()))
     except BaseException as exc:  # noqa: BLE001 - the parent reports every failure, whatever it is
-        where = traceback.extract_tb(exc.__traceback__)
-        at = f" (at {os.path.basename(where[-1].filename)}:{where[-1].lineno})" if where else ""
+        # A VerifyError is already a sentence about the user's code; others get their type and frame.
+        if isinstance(exc, VerifyError):
+            message = one_line(str(exc), limit=600)
+        else:
+            message = f"{type(exc).__name__}: {one_line(str(exc), limit=600)}{user_frame(exc)}"
         try:
-            conn.send(("error", f"{type(exc).__name__}: {exc}{at}"))
+            conn.send(("error", message))
         except OSError:
             pass
     finally:
