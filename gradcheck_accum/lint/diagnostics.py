@@ -17,6 +17,8 @@ class Finding:
     code: str
     name: str
     message: str
+    fix_safety: str | None = None  # "safe" or "unsafe" when the rule can fix this finding
+    fix_description: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)

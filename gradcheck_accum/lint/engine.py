@@ -2,38 +2,95 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Iterable
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from gradcheck_accum.lint.diagnostics import Finding
+from gradcheck_accum.lint.fixes import Fix
 from gradcheck_accum.lint.model import FileModel
 from gradcheck_accum.lint.rule import Rule
 from gradcheck_accum.lint.suppressions import filter_suppressed
+
+Rules = Iterable[type[Rule]]
 
 
 class ParseFailure(Exception):
     """The source is not Python this linter can parse; str(self) is a one-line reason."""
 
 
-def lint_source(source: str, path: str, rules: Sequence[type[Rule]] | Iterable[type[Rule]]) -> list[Finding]:
-    """Lint one file's text with the given rule classes. Raises ParseFailure on unparseable source."""
+@dataclass
+class Analysis:
+    module: cst.Module
+    findings: list[Finding]
+    fixes: dict[Finding, Fix] = field(default_factory=dict)
+
+
+def parse(source: str) -> cst.Module:
     try:
-        module = cst.parse_module(source)
+        return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
         raise ParseFailure(f"syntax error at {exc.raw_line}:{exc.raw_column + 1}: {exc.message}") from None
+    except RecursionError:
+        raise ParseFailure("nesting too deep to parse") from None
+
+
+def analyze(source: str, path: str, rules: Rules) -> Analysis:
+    """Lint one file's text with the given rule classes. Raises ParseFailure on unparseable source."""
+    module = parse(source)
     model = FileModel(module)
     reports = [(rule, report) for rule in rules for report in rule().check(model)]
     if not reports:
-        return []
+        return Analysis(module, [])
     # Positions are computed only for files that have something to report.
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    findings = []
-    for rule, (node, message) in reports:
-        span = positions[node]
-        findings.append(
-            Finding(path, span.start.line, span.start.column + 1, span.end.line, span.end.column + 1,
-                    rule.code, rule.name, message)
-        )
-    return filter_suppressed(sorted(set(findings)), source)
+    entries: dict[Finding, Fix | None] = {}
+    for rule, report in reports:
+        span, fix = positions[report.node], report.fix
+        finding = Finding(path, span.start.line, span.start.column + 1, span.end.line, span.end.column + 1,
+                          rule.code, rule.name, report.message,
+                          fix.safety if fix else None, fix.description if fix else None)
+        entries.setdefault(finding, fix)
+    findings = filter_suppressed(sorted(entries), source)
+    return Analysis(module, findings, {f: entries[f] for f in findings if entries[f] is not None})
+
+
+def lint_source(source: str, path: str, rules: Rules) -> list[Finding]:
+    return analyze(source, path, rules).findings
+
+
+@dataclass
+class FixResult:
+    source: str
+    fixed: list[Finding]
+    remaining: list[Finding]
+
+
+def fix_source(source: str, path: str, rules: Rules, unsafe: bool = False, max_passes: int = 25) -> FixResult:
+    """Apply fixes one at a time, re-linting after each, until none applies (ruff's fixed-point loop).
+
+    A fix whose result does not parse, or changes nothing, is skipped and its finding kept.
+    """
+    rules = list(rules)
+    fixed: list[Finding] = []
+    skipped: set[tuple[str, int, int]] = set()
+    for _ in range(max_passes):
+        analysis = analyze(source, path, rules)
+        candidates = [(f, fix) for f, fix in analysis.fixes.items()
+                      if (fix.safe or unsafe) and (f.code, f.line, f.column) not in skipped]
+        if not candidates:
+            return FixResult(source, fixed, analysis.findings)
+        finding, fix = candidates[0]
+        new_source = fix.apply(analysis.module)
+        try:
+            parse(new_source)
+        except ParseFailure:
+            new_source = source
+        if new_source == source:
+            skipped.add((finding.code, finding.line, finding.column))
+            continue
+        source = new_source
+        fixed.append(finding)
+    return FixResult(source, fixed, analyze(source, path, rules).findings)

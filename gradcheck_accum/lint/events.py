@@ -81,6 +81,7 @@ class Event:
     api: str = ""  # backward: tensor/accelerate/fabric/deepspeed/autograd/lightning; clip: torch/accelerate
     expr: cst.BaseExpression | None = None  # backward: the loss expression; loss_total: the added value
     via_helper: str | None = None  # the helper function's name when this event stands for a call to it
+    stmt: cst.CSTNode | None = None  # the statement the event belongs to (what a fix moves)
     extra: dict = field(default_factory=dict)
 
 
@@ -133,6 +134,7 @@ class ScopeWalker:
         self.env.update(seed)
         self.local_functions = local_functions
         self.counter = counter  # shared across scopes so orders are file-wide
+        self.statement: cst.CSTNode | None = None
 
     # -- bookkeeping --------------------------------------------------------------------------
     def tick(self) -> int:
@@ -176,7 +178,7 @@ class ScopeWalker:
         self.scope.defs.setdefault(d.name, []).append(d)
 
     def emit(self, kind: str, node: cst.CSTNode, ctx: Context, **fields) -> Event:
-        event = Event(kind, node, ctx, self.tick(), **fields)
+        event = Event(kind, node, ctx, self.tick(), stmt=self.statement, **fields)
         self.scope.events.append(event)
         return event
 
@@ -189,6 +191,7 @@ class ScopeWalker:
                 ctx = ctx.push_guard(Guard(stmt.test, False, stmt, len(ctx.loops)))
 
     def walk_stmt(self, stmt: cst.CSTNode, ctx: Context) -> None:
+        self.statement = stmt
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 self.walk_small(small, ctx)

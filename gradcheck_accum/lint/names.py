@@ -72,6 +72,11 @@ def positional(call: cst.Call, index: int) -> cst.BaseExpression | None:
     return args[index].value if index < len(args) else None
 
 
+def source(node: cst.CSTNode) -> str:
+    """The node's source text as written."""
+    return cst.Module(body=[]).code_for_node(node)
+
+
 def code(node: cst.CSTNode) -> str:
     """Canonical source text of an expression, used to compare expressions structurally."""
     return re.sub(r"\s+", "", cst.Module(body=[]).code_for_node(node))

@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING, ClassVar, Iterator, NamedTuple
 import libcst as cst
 
 if TYPE_CHECKING:
+    from gradcheck_accum.lint.fixes import Fix
     from gradcheck_accum.lint.model import FileModel
 
 
 class Report(NamedTuple):
     node: cst.CSTNode
     message: str
+    fix: "Fix | None" = None
 
 
 class Rule:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import libcst as cst
+
 from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint import events as ev
+from gradcheck_accum.lint.fixes import Fix, hoist_statement
 from gradcheck_accum.lint.model import FileModel
+from gradcheck_accum.lint.names import source
 from gradcheck_accum.lint.rule import Report, Rule
 from gradcheck_accum.lint.windows import contains, invariant_guards
 
@@ -36,9 +40,22 @@ class CompiledStateDictSaved(Rule):
         for scope, event in model.events(ev.STATE_DICT):
             if b.COMPILED not in event.kinds or not _is_saved(scope, event):
                 continue
+            fix = _unwrap_fix(event)
             yield Report(event.node, f"`{event.target}` may be a torch.compile wrapper, so the saved keys carry "
                                      "the `_orig_mod.` prefix and will not load into an eager model; save "
-                                     f"`getattr({event.target}, \"_orig_mod\", {event.target}).state_dict()` instead")
+                                     f"`getattr({event.target}, \"_orig_mod\", {event.target}).state_dict()` instead",
+                         fix)
+
+
+def _unwrap_fix(event: ev.Event) -> Fix | None:
+    call = event.node
+    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+        return None
+    owner = source(call.func.value)
+    unwrapped = cst.parse_expression(f'getattr({owner}, "_orig_mod", {owner})')
+    # Safe: on an eager module getattr returns the module itself, so nothing changes there.
+    return Fix(True, "Save the state_dict of the unwrapped module",
+               ((call.func, call.func.with_changes(value=unwrapped)),))
 
 
 def _is_saved(scope: ev.Scope, state_dict: ev.Event) -> bool:
@@ -68,5 +85,7 @@ class CompileInsideLoop(Rule):
                     continue
                 if invariant_guards(event.ctx.guards, window.scope, (outermost,)):
                     seen.add(id(event))
+                    fix = hoist_statement(event, outermost, "Compile once, before the loop")
                     yield Report(event.node, "torch.compile inside the training loop builds a new compiled wrapper "
-                                             "(and may recompile) on every iteration; compile once before the loop")
+                                             "(and may recompile) on every iteration; compile once before the loop",
+                                 fix)

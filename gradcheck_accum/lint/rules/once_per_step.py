@@ -8,6 +8,7 @@ import libcst as cst
 
 from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint import events as ev
+from gradcheck_accum.lint.fixes import Fix, move_statement
 from gradcheck_accum.lint.model import FileModel
 from gradcheck_accum.lint.names import call_receiver, children, dotted, iter_calls, iter_names, keyword, positional
 from gradcheck_accum.lint.rule import Report, Rule
@@ -31,9 +32,11 @@ class SchedulerEveryMicroBatch(Rule):
         for window in _stepping_windows(model):
             for event in window.of(ev.SCHED_STEP, direct=True):
                 if window.placement(event) == EVERY and b.PREPARED not in event.kinds:
+                    fix = move_statement(event, window.boundary_steps[-1], after=True,
+                                         description="Step the scheduler after the optimizer step")
                     yield Report(event.node, "the scheduler steps on every micro-batch but the optimizer once per "
                                              "window, so warm-up and decay run N times too fast; step it with the "
-                                             "optimizer, on the boundary")
+                                             "optimizer, on the boundary", fix)
 
 
 _LENGTH_KEYWORDS = ("T_max", "num_training_steps", "total_steps", "total_iters", "steps_per_epoch")
@@ -111,12 +114,14 @@ class ClipEveryMicroBatch(Rule):
             steps = window.boundary_steps
             for clip in window.of(ev.CLIP, direct=True):
                 placement = window.placement(clip)
+                fix = move_statement(clip, steps[0], after=False, description="Clip once, before the step") \
+                    if steps else None
                 if placement == EVERY and window.inside(clip):
                     yield Report(clip.node, "gradients are clipped on every micro-batch, so partial sums are "
-                                            "clipped repeatedly; clip once on the boundary, before the step")
+                                            "clipped repeatedly; clip once on the boundary, before the step", fix)
                 elif placement == BOUNDARY and steps and all(s.order < clip.order for s in steps):
                     yield Report(clip.node, "gradients are clipped after the optimizer step, where clipping changes "
-                                            "nothing; clip on the boundary before the step")
+                                            "nothing; clip on the boundary before the step", fix)
 
 
 class ScalerEveryMicroBatch(Rule):
@@ -132,7 +137,20 @@ class ScalerEveryMicroBatch(Rule):
             for event in calls:
                 if window.placement(event) == EVERY and window.inside(event):
                     yield Report(event.node, "the GradScaler call runs on every micro-batch but the window steps "
-                                             "once; call unscale_, step and update once, on the boundary")
+                                             "once; call unscale_, step and update once, on the boundary",
+                                 _scaler_fix(window, event))
+
+
+def _scaler_fix(window: Window, event: ev.Event) -> Fix | None:
+    """unscale_ moves before the boundary clip (or step), update after the boundary step."""
+    steps = window.boundary_steps
+    if not steps or event.kind == ev.STEP:
+        return None
+    if event.kind == ev.SCALER_UPDATE:
+        return move_statement(event, steps[-1], after=True, description="Update the scaler after the step")
+    clips = [c for c in window.of(ev.CLIP, direct=True) if window.placement(c) == BOUNDARY]
+    anchor = clips[0] if clips and clips[0].order < steps[0].order else steps[0]
+    return move_statement(event, anchor, after=False, description="Unscale once, on the boundary")
 
 
 class ClipBeforeUnscale(Rule):

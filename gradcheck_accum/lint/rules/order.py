@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradcheck_accum.lint import events as ev
+from gradcheck_accum.lint.fixes import move_statement
 from gradcheck_accum.lint.model import FileModel
 from gradcheck_accum.lint.predicates import analyze
 from gradcheck_accum.lint.rule import Report, Rule
@@ -25,10 +26,12 @@ class ZeroGradEveryMicroBatch(Rule):
             for zero in window.of(ev.ZERO_GRAD, direct=True):
                 if window.placement(zero) != EVERY or not window.inside(zero):
                     continue
-                if any(same_target(zero, step) for step in steps) and window.clears_before_step(zero) is None:
+                same = [step for step in steps if same_target(zero, step)]
+                if same and window.clears_before_step(zero) is None:
+                    fix = move_statement(zero, same[0], after=True, description="Clear gradients after the step")
                     yield Report(zero.node, "gradients are cleared on every micro-batch but the optimizer steps once "
                                             "per window, so only the last micro-batch reaches the step; clear them "
-                                            "right after the step, on the boundary")
+                                            "right after the step, on the boundary", fix)
 
 
 class GradientsNeverCleared(Rule):

@@ -8,6 +8,7 @@ import libcst as cst
 
 from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint import events as ev
+from gradcheck_accum.lint.fixes import Fix, divide
 from gradcheck_accum.lint.model import FileModel
 from gradcheck_accum.lint.names import dotted, last_part
 from gradcheck_accum.lint.rule import Report, Rule
@@ -47,7 +48,17 @@ class UnscaledAccumulatedLoss(Rule):
                 if facts.known and not facts.scaled and not facts.sum_reduced and not facts.detached:
                     yield Report(backward.node, "the accumulated loss is never divided by the accumulation steps, "
                                                 "so the summed gradient is N times the big-batch gradient; divide "
-                                                "the loss by N before backward")
+                                                "the loss by N before backward", _divide_fix(window, backward))
+
+
+def _divide_fix(window: Window, backward: ev.Event) -> Fix | None:
+    if window.n is None or backward.expr is None:
+        return None
+    # `loss.backward()` needs parentheses around the division; an argument does not.
+    receiver = isinstance(backward.node, cst.Call) and isinstance(backward.node.func, cst.Attribute) \
+        and backward.node.func.value is backward.expr
+    divided = divide(backward.expr, window.n, parenthesize=receiver)
+    return Fix(False, "Divide the loss by the accumulation steps", ((backward.expr, divided),))
 
 
 class DoubleScaledLoss(Rule):

@@ -1,0 +1,80 @@
+"""Autofixes: rules attach a Fix (node replacements) to a report; the engine applies them.
+
+A fix is a set of replacements keyed by the original nodes of the parsed module: a node may be
+replaced by a new node, removed, or flattened into several statements (how a statement is moved).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Union
+
+import libcst as cst
+
+from gradcheck_accum.lint import events as ev
+from gradcheck_accum.lint.names import source
+
+Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
+
+
+@dataclass(frozen=True)
+class Fix:
+    safe: bool
+    description: str
+    replacements: tuple[tuple[cst.CSTNode, Replacement], ...] = field(default_factory=tuple)
+
+    @property
+    def safety(self) -> str:
+        return "safe" if self.safe else "unsafe"
+
+    def apply(self, module: cst.Module) -> str:
+        """The module's code with this fix applied."""
+        return module.visit(_Replace({id(node): new for node, new in self.replacements})).code
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, replacements: dict[int, Replacement]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node, updated_node):
+        new = self.replacements.get(id(original_node))
+        if new is None:
+            return updated_node
+        return new(updated_node) if callable(new) and not isinstance(new, cst.CSTNode) else new
+
+
+def lone_statement(event: ev.Event) -> cst.SimpleStatementLine | None:
+    """The event's statement when it holds nothing but this one call (so it can be moved whole)."""
+    stmt = event.stmt
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return None
+    small = stmt.body[0]
+    value = getattr(small, "value", None)
+    return stmt if value is event.node else None
+
+
+def move_statement(event: ev.Event, anchor: ev.Event, after: bool, description: str) -> Fix | None:
+    """Move the event's statement right before or after the anchor's statement (unsafe: order changes)."""
+    stmt, target = lone_statement(event), anchor.stmt
+    if stmt is None or not isinstance(target, cst.SimpleStatementLine) or stmt is target:
+        return None
+    moved = stmt.with_changes(leading_lines=())
+    placed = (lambda updated: cst.FlattenSentinel([updated, moved])) if after else (
+        lambda updated: cst.FlattenSentinel([moved, updated]))
+    return Fix(False, description, ((stmt, cst.RemoveFromParent()), (target, placed)))
+
+
+def hoist_statement(event: ev.Event, loop: cst.CSTNode, description: str) -> Fix | None:
+    """Move the event's statement to just before `loop` (a statement)."""
+    stmt = lone_statement(event)
+    if stmt is None:
+        return None
+    moved = stmt.with_changes(leading_lines=())
+    return Fix(False, description, ((stmt, cst.RemoveFromParent()),
+                                    (loop, lambda updated: cst.FlattenSentinel([moved, updated]))))
+
+
+def divide(expr: cst.BaseExpression, n: cst.BaseExpression, parenthesize: bool) -> cst.BaseExpression:
+    text = f"{source(expr)} / {source(n)}"
+    return cst.parse_expression(f"({text})" if parenthesize else text)
