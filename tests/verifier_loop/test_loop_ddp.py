@@ -122,3 +122,25 @@ def test_spawn_with_functions_from_a_file_imported_by_path():
         del sys.modules[spec.name]
     assert report.ok, report.render()
     assert report.settings["allreduces_per_window"] == [1, 1, 1]
+
+
+class _WithUnusedLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.used = torch.nn.Linear(4, 2)
+        self.unused = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.used(x)
+
+
+def test_unused_parameters_need_find_unused_and_are_said_so():
+    with pytest.raises(VerifyError, match=r"find_unused_parameters=True to verify_loop") as info:
+        verify_loop(cases.ddp_no_sync, _WithUnusedLayer(), micro_batches(), cases.micro_loss, N, world_size=2,
+                    device="cpu", timeout=30)
+    assert "\n" not in str(info.value)
+    report = verify_loop(cases.ddp_no_sync, _WithUnusedLayer(), micro_batches(), cases.micro_loss, N, world_size=2,
+                         device="cpu", find_unused_parameters=True)
+    assert report.ok, report.render()
+    assert_no_children()
