@@ -261,11 +261,16 @@ def analyse(
     # One named gradient cause is enough; the per-step table keeps the rest.
     if grad_findings:
         findings.append(grad_findings[0])
-    findings += schedule_findings(recording, windows)
+    # Per-micro-batch observations (learning rate, all-reduces) are indexed by forward call, so
+    # they map onto windows only when the loop ran the model once per micro-batch.
+    aligned = recording.forwards == total
+    findings += schedule_findings(recording, windows, per_micro_batch=aligned)
     per_window: list[int] = []
-    if recording.final_syncs is not None:
+    if ranks:
+        findings = rank_findings(list(ranks)) + findings
+    if recording.final_syncs is not None and aligned:
         sync, per_window = sync_findings(recording, windows, steps_n)
-        findings = rank_findings(list(ranks)) + findings + sync if ranks else findings + sync
+        findings += sync
         notes.append(f"DDP all-reduces per window (micro-batches that synchronised): {per_window}")
     report = _report(findings, notes, rows, modes, batch_stats, recording, total, steps_n, per_window)
     if recording.final_syncs is not None:

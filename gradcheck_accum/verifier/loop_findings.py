@@ -125,7 +125,7 @@ def windows_of(recording: Recording, total: int, steps_n: int) -> tuple[list[tup
     return windows, findings, notes
 
 
-def schedule_findings(recording: Recording, windows: list[tuple[int, int]]) -> list[Finding]:
+def schedule_findings(recording: Recording, windows: list[tuple[int, int]], *, per_micro_batch: bool) -> list[Finding]:
     findings = []
     counts = [s.scheduler_steps for s in recording.steps] + [recording.final_scheduler_steps]
     if counts[0] is not None and counts[-1] is not None:
@@ -134,6 +134,8 @@ def schedule_findings(recording: Recording, windows: list[tuple[int, int]]) -> l
             findings.append(Finding("scheduler-every-micro-batch", f"scheduler advanced per micro-batch: it stepped "
                                     f"{max(per_step)} times between optimizer steps, so warm-up and decay run "
                                     f"{max(per_step)}x too fast; step it once per optimizer step"))
+    if not per_micro_batch:
+        return findings
     starts = {a for a, _ in windows} | {b for _, b in windows}
     lrs = recording.forward_lrs
     inside = sum(1 for f in range(1, len(lrs)) if f not in starts and lrs[f] != lrs[f - 1])

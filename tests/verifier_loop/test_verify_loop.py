@@ -176,3 +176,9 @@ def test_dict_micro_batches():
 
     batches = [{"x": x, "y": y, "tag": "train"} for x, y in micro_batches()]
     assert verify_loop(train, make_model(), batches, loss, N).ok
+
+
+def test_two_forwards_per_micro_batch_match_steps_in_order():
+    report = run(cases.two_forwards_per_micro_batch)
+    assert report.ok, report.render()
+    assert any("ran the model 18 times for 9 micro-batches" in n for n in report.notes)

@@ -240,3 +240,13 @@ def grad_scaler_never_cleared(model, optimizer, micro_batches, n):
         if (i + 1) % n == 0 or i + 1 == len(micro_batches):
             scaler.step(optimizer)
             scaler.update()
+
+
+def two_forwards_per_micro_batch(model, optimizer, micro_batches, n):
+    for i, (x, y) in enumerate(micro_batches):
+        with torch.no_grad():
+            model(x)  # e.g. logging a metric with a second forward
+        (micro_loss(model, (x, y)) / n).backward()
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            optimizer.step()
+            optimizer.zero_grad()
