@@ -195,6 +195,48 @@ def run_window(
     return run
 
 
+class RandomOpRecorder:
+    """Records the random ops (tagged nondeterministic_seeded) a run executes. Micro-batches
+    draw different random numbers than the big batch, so such ops make an exact match impossible;
+    attention kernels and dropout with probability 0 are not random and are skipped."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        recorder = self
+        self.ops: set[str] = set()
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+                kwargs = kwargs or {}
+                if torch.Tag.nondeterministic_seeded in func.tags and _draws_random(func, args, kwargs):
+                    recorder.ops.add(func._schema.name.removeprefix("aten::"))
+                return func(*args, **kwargs)
+
+        self.mode = _Mode()
+
+    def __enter__(self) -> "RandomOpRecorder":
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.mode.__exit__(*exc)
+
+
+def _draws_random(func: Any, args: tuple, kwargs: dict) -> bool:
+    values = {}
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.name in kwargs:
+            values[arg.name] = kwargs[arg.name]
+        elif i < len(args):
+            values[arg.name] = args[i]
+    if "dropout_p" in values:
+        return bool(values["dropout_p"])
+    if func._schema.name == "aten::native_dropout":
+        return bool(values.get("p")) and values.get("train") is not False
+    return True
+
+
 class CountingBackend:
     """A torch.compile backend that counts the graphs dynamo hands to the real backend."""
 

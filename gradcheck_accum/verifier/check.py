@@ -176,8 +176,12 @@ def verify(
                                      "used torch.compile(model) instead")
 
     elapsed = time.perf_counter() - started
-    verdict, sentence = _verdict(results, diagnoses, prepared, rows, steps)
+    verdict, sentence = _verdict(results, diagnoses, prepared, reference)
     notes = _notes(prepared, reference, freeze_batchnorm) + compile_notes
+    if reference.random_ops and verdict != "match":
+        # Every run is seeded alike, so random draws line up when micro-batches consume the
+        # stream in the big batch's order; when they do not, they cannot match.
+        notes.append(f"random ops run in the forward pass: {', '.join(reference.random_ops)}")
     settings = {
         "accumulation_steps": steps,
         "splits": sizes,
@@ -213,7 +217,7 @@ def _mode_result(mode: str, window: WindowRun, rows: list[Row], reference: Refer
 
 
 def _verdict(results: list[ModeResult], diagnoses: dict[str, Diagnosis], prepared: PreparedModel,
-             rows: list[Row], steps: int) -> tuple[str, str]:
+             reference: Reference) -> tuple[str, str]:
     by_mode = {r.mode: r for r in results}
     if all(r.ok for r in results):
         ran = ", ".join(r.mode for r in results if r.mode in MODES)
@@ -227,6 +231,10 @@ def _verdict(results: list[ModeResult], diagnoses: dict[str, Diagnosis], prepare
         return "inherent", (f"batch-statistic layers ({layers}) normalise each micro-batch with its own statistics, "
                             f"so accumulation cannot reproduce the big batch (measured: cosine {d.cosine:.4f}, "
                             f"relative error {d.error:.3g}); pass freeze_batchnorm=True to check the rest")
+    if reference.random_ops and not confident_bug:
+        return "inherent", (f"the forward pass draws random numbers ({', '.join(reference.random_ops)}), and "
+                            "the micro-batches' draws differ from the big batch's (measured: cosine "
+                            f"{d.cosine:.4f}, relative error {d.error:.3g}); switch those ops off for the check")
     if primary == "eager" and d.code == "coupled":
         return "inherent", d.cause
     if primary == "compiled" and eager is not None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from gradcheck_accum.verifier.accumulate import Grads, LossFn, WindowRun, run_window, to_device
+from gradcheck_accum.verifier.accumulate import Grads, LossFn, RandomOpRecorder, WindowRun, run_window, to_device
 from gradcheck_accum.verifier.errors import VerifyError
 from gradcheck_accum.verifier.prepare import PreparedModel
 
@@ -19,6 +19,7 @@ class Reference:
     baseline: WindowRun            # big batch in the run's dtype
     exact: Grads                   # big batch in float64
     nondeterminism: dict[str, float]  # absolute L2 difference between two baseline runs, per parameter
+    random_ops: tuple[str, ...] = ()  # random ops the big batch runs (dropout left on, noise, ...)
 
     @property
     def nondeterministic(self) -> list[str]:
@@ -54,7 +55,9 @@ def compute_reference(
     model = prepared.copy(device, dtype)
     big = to_device(batch, device, dtype)
     first = run_window(model, [big], reference_loss_fn, [reference_div], label="big batch", capture=False, seed=seed)
-    second = run_window(model, [big], reference_loss_fn, [reference_div], label="big batch", capture=False, seed=seed)
+    with RandomOpRecorder() as recorder:
+        second = run_window(model, [big], reference_loss_fn, [reference_div], label="big batch", capture=False,
+                            seed=seed)
     device64 = float64_device(device)
     model64 = prepared.copy(device64, torch.float64)
     try:
@@ -63,4 +66,4 @@ def compute_reference(
     except VerifyError as exc:
         raise VerifyError(f"{exc}; the float64 reference needs the model and loss_fn to run in float64 "
                           "(avoid hard-coded float32 dtypes)") from None
-    return Reference(first, exact.grads, _difference(first.grads, second.grads))
+    return Reference(first, exact.grads, _difference(first.grads, second.grads), tuple(sorted(recorder.ops)))

@@ -242,3 +242,23 @@ def test_loss_coupling_items_across_the_batch_is_inherent():
 def test_integer_tensor_fed_to_a_float_layer_explains_the_dtype_rule():
     with pytest.raises(VerifyError, match="integer ones keep theirs"):
         verify(mlp(), torch.randint(0, 3, (8, 6)), lambda m, b: m(b).sum(), **EAGER)
+
+
+def test_functional_dropout_that_cannot_be_switched_off_is_inherent_and_named():
+    class FunctionalDropout(MLP):
+        def forward(self, x):
+            # One dropout mask per feature, shared by the batch: each micro-batch draws its own,
+            # so the draws cannot line up with the big batch's.
+            h = torch.tanh(self.fc1(x))
+            return self.fc2(h * F.dropout(torch.ones(h.shape[1]), 0.3, training=True))
+
+    torch.manual_seed(0)
+    report = verify(FunctionalDropout(), classification_batch(16), ce_mean, **EAGER)
+    assert report.verdict == "inherent", report.render()
+    assert "draws random numbers (bernoulli_)" in report.diagnosis, report.diagnosis
+    assert any("random ops run in the forward pass" in n for n in report.notes)
+
+
+def test_switched_off_dropout_and_attention_are_not_random_ops():
+    report = verify(mlp(dropout=0.5), classification_batch(16), ce_mean, **EAGER)
+    assert report.ok and not any("random ops run" in n for n in report.notes)
