@@ -49,8 +49,8 @@ def _loop_rank(rank, world_size, train_fn, module, shards, steps, optimizer, dev
     if device.startswith("cuda"):
         torch.cuda.set_device(rank)
         device = f"cuda:{rank}"
-    # Under spawn, torch.multiprocessing hands every rank the same shared-memory storage: without
-    # a private copy the ranks' optimizers would all update one set of weights.
+    # Each rank trains weights of its own: a storage shared with another rank (torch.multiprocessing
+    # moves tensors to shared memory when it pickles them) would take every rank's update.
     module = copy.deepcopy(module).to(device)
     ddp = DistributedDataParallel(
         module,
@@ -157,7 +157,8 @@ def verify_distributed(
 ) -> Report:
     """`verify(..., world_size=k)`: the batch is accumulated in N micro-batches under DDP (no_sync
     on all but the last, each micro-batch split across the ranks) and the averaged gradient is
-    compared with the single-process big batch. Eager only."""
+    compared with the single-process big batch. Eager only. A callable `scaling` sees each rank's
+    slice of the micro-batch and of the window, as it would in a DDP training loop."""
     from gradcheck_accum.verifier.loop import verify_loop
 
     if scaling not in ("steps", "none") and not callable(scaling):
