@@ -163,7 +163,12 @@ def render_text(report: Report, max_rows: int = 20) -> str:
             compile_info = "-"
             if m.compilations is not None:
                 compile_info = f"{m.compilations} compiled, {m.recompilations or 0} recompiled, {m.graph_breaks or 0} breaks"
-            body.append([m.mode, "ok" if m.ok else "FAIL", _num(m.scale), _num(m.cosine), weights, compile_info, m.diagnosis])
+            said = m.diagnosis
+            if said and report.diagnosis.endswith(said):
+                said = "(as above)"
+            elif len(said) > 80:
+                said = said[:77] + "..."
+            body.append([m.mode, "ok" if m.ok else "FAIL", _num(m.scale), _num(m.cosine), weights, compile_info, said])
         out += _table(["mode", "", "scale", "cosine", "micro-batch weights", "compile", "diagnosis"], body)
     if report.rows:
         failing = [r for r in report.rows if not r.ok]
