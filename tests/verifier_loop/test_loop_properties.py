@@ -3,6 +3,7 @@ fail, and each seeded loop bug is caught with its own name."""
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
@@ -23,7 +24,12 @@ def _model(seed, width):
     return torch.nn.Sequential(torch.nn.Linear(4, width), torch.nn.Tanh(), torch.nn.Linear(width, 2))
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# As in tests/verifier: CI runs a fixed, derandomized set; ACCUMCHECK_PROPERTY_EXAMPLES=200 searches wider.
+_EXAMPLES = int(os.environ.get("ACCUMCHECK_PROPERTY_EXAMPLES", "0"))
+
+
+@settings(max_examples=_EXAMPLES or 15, derandomize=not _EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.integers(1, 5), extra=st.integers(0, 6), rows=st.integers(1, 4), seed=st.integers(0, 2**16),
        width=st.sampled_from([3, 8]))
 def test_correct_loops_pass_and_bugs_are_named(steps, extra, rows, seed, width):
