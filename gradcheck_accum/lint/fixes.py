@@ -59,10 +59,7 @@ def move_statement(event: ev.Event, anchor: ev.Event, after: bool, description: 
     stmt, target = lone_statement(event), anchor.stmt
     if stmt is None or not isinstance(target, cst.SimpleStatementLine) or stmt is target:
         return None
-    moved = stmt.with_changes(leading_lines=())
-    placed = (lambda updated: cst.FlattenSentinel([updated, moved])) if after else (
-        lambda updated: cst.FlattenSentinel([moved, updated]))
-    return Fix(False, description, ((stmt, cst.RemoveFromParent()), (target, placed)))
+    return Fix(False, description, ((stmt, cst.RemoveFromParent()), (target, _place(stmt, after))))
 
 
 def hoist_statement(event: ev.Event, loop: cst.CSTNode, description: str) -> Fix | None:
@@ -70,9 +67,22 @@ def hoist_statement(event: ev.Event, loop: cst.CSTNode, description: str) -> Fix
     stmt = lone_statement(event)
     if stmt is None:
         return None
-    moved = stmt.with_changes(leading_lines=())
-    return Fix(False, description, ((stmt, cst.RemoveFromParent()),
-                                    (loop, lambda updated: cst.FlattenSentinel([moved, updated]))))
+    return Fix(False, description, ((stmt, cst.RemoveFromParent()), (loop, _place(stmt, after=False))))
+
+
+def _place(stmt: cst.SimpleStatementLine, after: bool) -> Callable[[cst.CSTNode], cst.FlattenSentinel]:
+    """Insert `stmt` next to the anchor. Comments written above the moved statement travel with it;
+    blank lines do not. Placed before the anchor, it takes over the anchor's leading lines, so the
+    comments above the anchor stay on top."""
+    moved = stmt.with_changes(leading_lines=[line for line in stmt.leading_lines if line.comment is not None])
+
+    def place(anchor: cst.CSTNode) -> cst.FlattenSentinel:
+        if after:
+            return cst.FlattenSentinel([anchor, moved])
+        leading = list(anchor.leading_lines) + list(moved.leading_lines)
+        return cst.FlattenSentinel([moved.with_changes(leading_lines=leading), anchor.with_changes(leading_lines=())])
+
+    return place
 
 
 def divide(expr: cst.BaseExpression, n: cst.BaseExpression, parenthesize: bool) -> cst.BaseExpression:
