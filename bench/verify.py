@@ -92,9 +92,19 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--width", type=int, default=None, help="model width (default: the demo's 32)")
+    parser.add_argument("--layers", type=int, default=None, help="transformer blocks (default: the demo's 2)")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     demo = _demo()
+    if args.width or args.layers:
+        width, layers = args.width or demo.WIDTH, args.layers or 2
+
+        def factory():
+            torch.manual_seed(0)
+            return demo.TinyGPT(width=width, layers=layers)
+
+        demo.model_factory = factory
     batch = demo.token_batch(rows=args.rows)
     params = sum(p.numel() for p in demo.model_factory().parameters())
     print(f"model: TinyGPT, {params} parameters; batch {args.rows}x{demo.CONTEXT} tokens; "
