@@ -113,7 +113,7 @@ class Window:
                 callee = (call_receiver(d.value)[1] or "").lower()
                 if any(word in callee for word in _ENDLESS_WORDS):
                     return False
-        return "loader" in last_part(name).lower() or any(
+        return any(word in last_part(name).lower() for word in _SIZED_WORDS) or any(
             isinstance(d.value, cst.Call) and call_receiver(d.value)[1] in {"DataLoader", "prepare", "setup_dataloaders"}
             for d in defs)
 
@@ -126,6 +126,7 @@ class Window:
             _MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in iter_names(source))
 
 
+_SIZED_WORDS = ("loader", "batches", "dataset", "samples")
 _ENDLESS_WORDS = ("cycle", "iter", "infinite", "repeat", "stream", "endless")
 _MICRO_WORDS = {"micro", "microbatch", "microbatches", "chunk", "chunks", "accum", "micro_batches"}
 
