@@ -248,6 +248,8 @@ def _verdict(results: list[ModeResult], diagnoses: dict[str, Diagnosis], prepare
 
 def _notes(prepared: PreparedModel, reference: Reference, freeze_batchnorm: bool) -> list[str]:
     notes = []
+    if prepared.unwrapped:
+        notes.append(f"checked the module inside {' > '.join(prepared.unwrapped)}; compiled mode compiles its own copy")
     if prepared.dropout_layers:
         shown = ", ".join(prepared.dropout_layers[:4]) + (" ..." if len(prepared.dropout_layers) > 4 else "")
         notes.append(f"dropout switched off for the check in {len(prepared.dropout_layers)} layer(s) ({shown}); "

@@ -26,6 +26,7 @@ class PreparedModel:
     frozen_batch_stat_layers: list[str] = field(default_factory=list)
     dropout_layers: list[str] = field(default_factory=list)
     frozen_parameters: list[str] = field(default_factory=list)
+    unwrapped: list[str] = field(default_factory=list)  # wrappers removed: OptimizedModule, DDP
 
     def copy(self, device: torch.device, dtype: torch.dtype) -> nn.Module:
         clone = copy.deepcopy(self.module)
@@ -54,6 +55,19 @@ def prepare(model: ModelLike, *, freeze_batchnorm: bool = False) -> PreparedMode
         if not isinstance(built, nn.Module):
             raise VerifyError(f"the model factory returned {type(built).__name__}, not a torch.nn.Module")
         model = built
+    unwrapped = []
+    while True:
+        # Check the plain module: a torch.compile wrapper would prefix every name with
+        # `_orig_mod.` (compiled mode compiles its own copy), a DDP wrapper needs a process group.
+        if isinstance(getattr(model, "_orig_mod", None), nn.Module):
+            unwrapped.append(type(model).__name__)
+            model = model._orig_mod
+        elif type(model).__name__ in ("DistributedDataParallel", "DataParallel") and isinstance(
+                getattr(model, "module", None), nn.Module):
+            unwrapped.append(type(model).__name__)
+            model = model.module
+        else:
+            break
     try:
         module = copy.deepcopy(model)
     except Exception as exc:
@@ -61,7 +75,7 @@ def prepare(model: ModelLike, *, freeze_batchnorm: bool = False) -> PreparedMode
             f"the model cannot be deep-copied ({type(exc).__name__}: {exc}); pass a zero-argument factory instead"
         ) from None
 
-    prepared = PreparedModel(module)
+    prepared = PreparedModel(module, unwrapped=unwrapped)
     for name, sub in module.named_modules():
         label = f"{name} ({type(sub).__name__})" if name else type(sub).__name__
         if isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p > 0:

@@ -96,3 +96,10 @@ def test_inductor_end_to_end():
     assert report.ok, report.render()
     assert report.settings["compile_backend"] == "inductor"
     assert report.mode("compiled").recompilations == 0
+
+
+def test_an_already_compiled_model_is_unwrapped():
+    wrapped = torch.compile(mlp(), backend="aot_eager")
+    report = verify(wrapped, classification_batch(16), ce_mean, modes=("eager",))
+    assert report.ok and "fc1.weight" in {r.name for r in report.rows}
+    assert any("OptimizedModule" in n for n in report.notes)
