@@ -177,7 +177,7 @@ def verify(
 
     elapsed = time.perf_counter() - started
     verdict, sentence = _verdict(results, diagnoses, prepared, reference)
-    notes = _notes(prepared, reference, freeze_batchnorm) + compile_notes
+    notes = _notes(prepared, reference) + compile_notes
     if reference.random_ops and verdict != "match":
         # Every run is seeded alike, so random draws line up when micro-batches consume the
         # stream in the big batch's order; when they do not, they cannot match.
@@ -246,7 +246,7 @@ def _verdict(results: list[ModeResult], diagnoses: dict[str, Diagnosis], prepare
     return "mismatch", d.cause
 
 
-def _notes(prepared: PreparedModel, reference: Reference, freeze_batchnorm: bool) -> list[str]:
+def _notes(prepared: PreparedModel, reference: Reference) -> list[str]:
     notes = []
     if prepared.unwrapped:
         notes.append(f"checked the module inside {' > '.join(prepared.unwrapped)}; compiled mode compiles its own copy")

@@ -2,7 +2,6 @@
 somewhere else (the user's loop), the contributions from independent micro-batch backwards."""
 
 import pytest
-import torch
 
 from gradcheck_accum.verifier.accumulate import run_window
 from gradcheck_accum.verifier.batches import split_batch
