@@ -19,6 +19,7 @@ class Finding:
     message: str
     fix_safety: str | None = None  # "safe" or "unsafe" when the rule can fix this finding
     fix_description: str | None = None
+    cell: int | None = None  # notebooks: 1-based cell number; line and end_line then count inside the cell
 
     def to_dict(self) -> dict:
         return asdict(self)
