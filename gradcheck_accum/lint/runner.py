@@ -1,0 +1,171 @@
+"""Lint many files: prefilter, parse once per file, suppressions and per-file ignores, fixes.
+
+Results come back in the order of the targets, whatever the parallelism.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gradcheck_accum.lint import notebooks
+from gradcheck_accum.lint.cache import Cache, Entry, content_hash
+from gradcheck_accum.lint.config import Settings, expand
+from gradcheck_accum.lint.diagnostics import Finding
+from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source
+from gradcheck_accum.lint.files import Target, UnreadableFile, matches, read_text
+from gradcheck_accum.lint.rule import Rule
+
+# Below this many files a process pool costs more than it saves (and pre-commit runs stay in process).
+PARALLEL_THRESHOLD = 32
+
+
+@dataclass(frozen=True)
+class Options:
+    fix: bool = False
+    unsafe_fixes: bool = False
+    diff: bool = False  # compute fixes but write nothing; FileResult.diff holds the unified diff
+    prefilter: bool = True
+
+
+@dataclass
+class FileResult:
+    target: Target
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None
+    fixed: list[Finding] = field(default_factory=list)
+    diff: str = ""
+    new_text: str | None = None  # standard input under --fix: the fixed text to print
+    fingerprint: tuple | None = None  # (stat, content hash) for the cache
+
+
+def lint_targets(targets: list[Target], settings: Settings, options: Options = Options(),
+                 jobs: int | None = None, cache: Cache | None = None) -> list[FileResult]:
+    rules = settings.rules()
+    results: dict[Target, FileResult] = {}
+    work = []
+    for target in targets:
+        if target.path is None:
+            continue
+        entry = cache.fresh(target.path) if cache else None
+        if entry is not None:  # unchanged since the last run: not even read
+            results[target] = FileResult(target, *entry.restore(target.display))
+        else:
+            work.append((target, settings, rules, options, cache.candidate(target.path) if cache else None,
+                         cache is not None))
+    workers = min(jobs or os.cpu_count() or 1, len(work))
+    if len(work) >= PARALLEL_THRESHOLD and workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            done = list(pool.map(_run, work, chunksize=max(1, len(work) // (workers * 8))))
+    else:
+        done = [_run(item) for item in work]
+    for result in done:
+        results[result.target] = result
+        if cache is not None and result.fingerprint is not None:
+            cache.store(result.target.path, *result.fingerprint, result.findings, result.error)
+    if cache is not None:
+        cache.save()
+    for target in targets:
+        if target.path is None:
+            results[target] = lint_file(target, settings, rules, options, stdin=sys.stdin.buffer)
+    return [results[t] for t in targets]
+
+
+def _run(item) -> FileResult:
+    target, settings, rules, options, cached, fingerprint = item
+    return lint_file(target, settings, rules, options, cached=cached, fingerprint=fingerprint)
+
+
+def lint_file(target: Target, settings: Settings, rules: list[type[Rule]], options: Options,
+              stdin=None, cached: Entry | None = None, fingerprint: bool = False) -> FileResult:
+    result = FileResult(target)
+    try:
+        stat = target.path.stat() if fingerprint and target.path is not None else None
+        text = read_text(target, stdin)
+    except (UnreadableFile, OSError) as exc:
+        result.error = str(exc) if isinstance(exc, UnreadableFile) else (exc.strerror or str(exc))
+        return result
+    if stat is not None:
+        digest = content_hash(text)
+        result.fingerprint = (stat, digest)
+        if cached is not None and cached.digest == digest:  # touched but unchanged
+            result.findings, result.error = cached.restore(target.display)
+            return result
+    rules = _rules_for_file(target, settings, rules)
+    try:
+        if target.is_notebook:
+            return _lint_notebook(result, text, rules, options)
+        return _lint_python(result, text, rules, options)
+    except (ParseFailure, notebooks.NotebookError) as exc:
+        result.error = str(exc)
+    except RecursionError:
+        result.error = "nesting too deep to analyse"
+    return result
+
+
+def _rules_for_file(target: Target, settings: Settings, rules: list[type[Rule]]) -> list[type[Rule]]:
+    ignored: set[str] = set()
+    for glob, codes in settings.per_file_ignores.items():
+        if matches(Path(target.display), [glob], settings.root):
+            ignored |= expand(codes)
+    return [rule for rule in rules if rule.code not in ignored]
+
+
+def _lint_python(result: FileResult, text: str, rules: list[type[Rule]], options: Options) -> FileResult:
+    display = result.target.display
+    if options.prefilter:
+        rules = [rule for rule in rules if rule.could_fire(text)]
+        if not rules:
+            return result
+    if not (options.fix or options.diff):
+        result.findings = analyze(text, display, rules).findings
+        return result
+    fixed = fix_source(text, display, rules, unsafe=options.unsafe_fixes)
+    result.findings, result.fixed = fixed.remaining, fixed.fixed
+    if fixed.source != text:
+        _record_change(result, text, fixed.source, options)
+    return result
+
+
+def _lint_notebook(result: FileResult, text: str, rules: list[type[Rule]], options: Options) -> FileResult:
+    notebook = notebooks.load(text)
+    display = result.target.display
+    if options.fix or options.diff:
+        fixed = fix_source(notebook.program, display, rules, unsafe=options.unsafe_fixes)
+        new_text = notebooks.write_back(notebook, fixed.source) if fixed.fixed else None
+        if new_text is not None and new_text != text:
+            result.fixed = [notebook.locate(f) for f in fixed.fixed]
+            _record_change(result, text, new_text, options)
+            notebook = notebooks.load(new_text)
+    result.findings = [notebook.locate(f) for f in analyze(notebook.program, display, rules).findings]
+    return result
+
+
+def _record_change(result: FileResult, old: str, new: str, options: Options) -> None:
+    display = result.target.display
+    if options.diff:
+        result.diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                                   f"a/{display}", f"b/{display}"))
+    elif result.target.path is None:
+        result.new_text = new
+    else:
+        result.target.path.write_text(new, encoding="utf-8")
+
+
+def summarize(results: list[FileResult]) -> dict:
+    findings = [f for r in results for f in r.findings]
+    return {
+        "files": len(results),
+        "findings": len(findings),
+        "files_with_findings": sum(1 for r in results if r.findings),
+        "errors": sum(1 for r in results if r.error),
+        "fixed": sum(len(r.fixed) for r in results),
+        "fixable": sum(1 for f in findings if f.fix_safety == "safe"),
+        "unsafe_fixable": sum(1 for f in findings if f.fix_safety == "unsafe"),
+    }
+
+
