@@ -1,0 +1,61 @@
+"""Every fixture script yields exactly the findings its `# expect:` markers name.
+
+A marker sits at the end of the reported line: `# expect: ACC101` or `# expect: ACC101, ACC404`.
+A fixture without markers must lint clean. Markers are read from comment tokens only, so a
+string that happens to contain the text never counts.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import pytest
+
+from gradcheck_accum.lint.engine import lint_source
+from gradcheck_accum.lint.rules import ALL_RULES, RULES_BY_CODE
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+# verify*.py are targets of the dynamic checker; pending/ holds scripts the engine disagrees with.
+SCRIPTS = sorted(p for p in FIXTURES.glob("*.py") if not p.name.startswith("verify"))
+MARKER = re.compile(r"#\s*expect:\s*(?P<codes>[A-Z0-9,\s]+?)\s*$")
+
+
+def expected_findings(text: str) -> set[tuple[int, str]]:
+    expected = set()
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type != tokenize.COMMENT:
+            continue
+        match = MARKER.search(token.string)
+        if match is None:
+            continue
+        for code in filter(None, (c.strip() for c in match["codes"].split(","))):
+            assert code in RULES_BY_CODE, f"line {token.start[0]}: unknown code {code} in marker"
+            expected.add((token.start[0], code))
+    return expected
+
+
+def test_marker_parser_ignores_strings():
+    text = 'x = "# expect: ACC101"\nzero()  # expect: ACC101, ACC404\n'
+    assert expected_findings(text) == {(2, "ACC101"), (2, "ACC404")}
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=[p.name for p in SCRIPTS])
+def test_fixture_findings_match_markers(path: Path):
+    text = path.read_text()
+    findings = lint_source(text, str(path), ALL_RULES)
+    actual = {(f.line, f.code) for f in findings}
+    expected = expected_findings(text)
+    if actual == expected:
+        return
+    lines = text.splitlines()
+    messages = {(f.line, f.code): f.message for f in findings}
+    report = [f"{path.name}: findings differ from the `# expect:` markers"]
+    for line, code in sorted(expected - actual):
+        report.append(f"  missing    {line}:{code}  | {lines[line - 1].strip()}")
+    for line, code in sorted(actual - expected):
+        report.append(f"  unexpected {line}:{code}  | {lines[line - 1].strip()}\n"
+                      f"             {messages[(line, code)]}")
+    pytest.fail("\n".join(report), pytrace=False)
