@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -32,9 +33,21 @@ def parse(source: str) -> cst.Module:
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        raise ParseFailure(f"syntax error at {exc.raw_line}:{exc.raw_column + 1}: {exc.message}") from None
+        raise ParseFailure(_syntax_message(source) or
+                           f"syntax error at line {exc.raw_line}, column {exc.raw_column + 1}") from None
     except RecursionError:
         raise ParseFailure("nesting too deep to parse") from None
+
+
+def _syntax_message(source: str) -> str | None:
+    """CPython's wording of the error (clearer than libcst's), when CPython rejects the code too."""
+    try:
+        compile(source, "<file>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as exc:
+        return f"syntax error at line {exc.lineno}, column {exc.offset or 1}: {exc.msg}"
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return f"cannot parse: {exc}"
+    return None
 
 
 def analyze(source: str, path: str, rules: Rules) -> Analysis:

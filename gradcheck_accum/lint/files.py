@@ -137,10 +137,16 @@ def decode(data: bytes, notebook: bool = False) -> str:
         try:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
         except SyntaxError as exc:
-            raise UnreadableFile(f"bad encoding declaration: {exc.msg}") from None
+            if b"coding" in b"\n".join(data.splitlines()[:2]):
+                raise UnreadableFile(f"bad encoding declaration: {exc.msg}") from None
+            encoding = "utf-8"  # no cookie: the first lines are simply not UTF-8, say so below
     try:
         text = data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:
-        reason = exc.reason if isinstance(exc, UnicodeDecodeError) else str(exc)
+        if isinstance(exc, UnicodeDecodeError):
+            line = data[:exc.start].count(b"\n") + 1
+            reason = f"{exc.reason} at line {line}"
+        else:
+            reason = str(exc)
         raise UnreadableFile(f"cannot decode as {encoding}: {reason}") from None
     return text.removeprefix("\ufeff")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import TYPE_CHECKING, ClassVar, Iterator, NamedTuple
 
 import libcst as cst
@@ -23,13 +25,28 @@ class Rule:
     summary: ClassVar[str]
     # Prefilter: a file lacking any of `needs`, or containing none of `tokens`, cannot trigger the
     # rule, so it is never parsed for it. Most rules report inside a loop that reaches backward.
-    tokens: ClassVar[tuple[str, ...]] = ("backward",)
-    needs: ClassVar[tuple[str, ...]] = ("backward",)
+    tokens: ClassVar[tuple[str, ...]] = ("backward(",)
+    needs: ClassVar[tuple[str, ...]] = ("backward(",)
 
     @classmethod
     def could_fire(cls, text: str) -> bool:
-        """Cheap necessary condition on the file's text; False means the rule cannot report anything."""
-        return all(token in text for token in cls.needs) and any(token in text for token in cls.tokens)
+        """Cheap necessary condition on the file's text; False means the rule cannot report anything.
+
+        A token ending in "(" stands for a call: the name, optional whitespace, then "(".
+        """
+        return all(_present(token, text) for token in cls.needs) and any(_present(t, text) for t in cls.tokens)
+
+
+@functools.lru_cache(maxsize=None)
+def _call_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(re.escape(name) + r"\s*\(")
+
+
+def _present(token: str, text: str) -> bool:
+    if not token.endswith("("):
+        return token in text
+    name = token[:-1]
+    return name in text and _call_pattern(name).search(text) is not None
 
     def check(self, model: "FileModel") -> Iterator[Report]:
         raise NotImplementedError

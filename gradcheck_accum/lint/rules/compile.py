@@ -19,8 +19,8 @@ class LoadAfterCompile(Rule):
     code = "ACC301"
     name = "load-after-compile"
     summary = "Weights are loaded into a module after it was wrapped by torch.compile."
-    tokens = ("compile",)
-    needs = ("compile", "load_state_dict")
+    tokens = ("compile(",)
+    needs = ("compile(", "load_state_dict(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for _, event in model.events(ev.LOAD_STATE):
@@ -33,8 +33,8 @@ class CompiledStateDictSaved(Rule):
     code = "ACC302"
     name = "compiled-state-dict-saved"
     summary = "The state_dict of a torch.compile wrapper is saved, so its keys carry the _orig_mod. prefix."
-    tokens = ("compile",)
-    needs = ("compile", "state_dict")
+    tokens = ("compile(",)
+    needs = ("compile(", "state_dict(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for scope, event in model.events(ev.STATE_DICT):
@@ -74,7 +74,7 @@ class CompileInsideLoop(Rule):
     code = "ACC303"
     name = "compile-inside-loop"
     summary = "torch.compile is called inside a training loop body."
-    tokens = ("compile",)
+    tokens = ("compile(",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         seen: set[int] = set()

@@ -65,7 +65,7 @@ class DoubleScaledLoss(Rule):
     code = "ACC202"
     name = "double-scaled-loss"
     summary = "The loss is divided by the accumulation steps by hand although the framework already does it."
-    tokens = ("backward", "training_step")
+    tokens = ("backward(", "training_step(")
     needs = ()  # Lightning returns the loss from training_step: no backward call in the file
 
     def check(self, model: FileModel) -> Iterator[Report]:

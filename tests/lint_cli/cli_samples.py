@@ -1,0 +1,18 @@
+"""Sample training scripts shared by the CLI tests."""
+
+import textwrap
+
+BUGGY = textwrap.dedent(
+    """\
+    import torch
+    optimizer = torch.optim.AdamW(model.parameters())
+    for i, batch in enumerate(loader):
+        optimizer.zero_grad()
+        loss = model(batch) / accum
+        loss.backward()
+        if (i + 1) % accum == 0 or i + 1 == len(loader):
+            optimizer.step()
+    """
+)
+CLEAN = BUGGY.replace("    optimizer.zero_grad()\n", "").replace(
+    "        optimizer.step()\n", "        optimizer.step()\n        optimizer.zero_grad()\n")

@@ -1,0 +1,89 @@
+"""Bad input gets one clear line on stderr and exit 2, and never stops the other files."""
+
+import os
+import socket
+
+from cli_samples import BUGGY
+
+
+def check_one_bad_file(run, tmp_path, name, content, reason):
+    (tmp_path / "good.py").write_text(BUGGY)
+    bad = tmp_path / name
+    if isinstance(content, bytes):
+        bad.write_bytes(content)
+    else:
+        bad.write_text(content)
+    result = run("lint", ".")
+    assert result.exit_code == 2
+    assert "good.py:4:5: ACC101" in result.stdout  # the other file is still linted and reported
+    assert f"{name}: error: " in result.stderr and reason in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_syntax_error(run, tmp_path):
+    check_one_bad_file(run, tmp_path, "broken.py", "def f(:\n    pass\n", "syntax error at line 1, column 7: invalid syntax")
+
+
+def test_python2_code(run, tmp_path):
+    check_one_bad_file(run, tmp_path, "old.py", "print 'hello'\n", "syntax error")
+
+
+def test_undecodable_bytes(run, tmp_path):
+    check_one_bad_file(run, tmp_path, "latin.py", b"x = '\xff\xfe'\n", "cannot decode as utf-8")
+
+
+def test_binary_file(run, tmp_path):
+    check_one_bad_file(run, tmp_path, "blob.py", b"\x00\x01\x02", "NUL bytes")
+
+
+def test_bom_coding_cookie_and_empty_files_are_fine(run, tmp_path):
+    (tmp_path / "bom.py").write_bytes(b"\xef\xbb\xbf" + BUGGY.encode())
+    (tmp_path / "latin1.py").write_bytes(b"# -*- coding: latin-1 -*-\nname = '\xe9'\n")
+    (tmp_path / "empty.py").write_text("")
+    result = run("lint", ".")
+    assert result.exit_code == 1 and result.stdout.startswith("bom.py:4:5: ACC101")
+
+
+def test_missing_path_and_non_python_file(run, tmp_path):
+    (tmp_path / "good.py").write_text(BUGGY)
+    (tmp_path / "notes.txt").write_text("hello")
+    result = run("lint", "good.py", "missing.py", "notes.txt")
+    assert result.exit_code == 2
+    assert "missing.py: error: no such file or directory" in result.stderr
+    assert "notes.txt: error: not a Python file" in result.stderr
+    assert "good.py:4:5: ACC101" in result.stdout
+
+
+def test_directory_symlink_loop_and_dangling_link(run, tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "good.py").write_text(BUGGY)
+    os.symlink(tmp_path / "pkg", tmp_path / "pkg" / "loop")
+    os.symlink(tmp_path / "nowhere.py", tmp_path / "dangling.py")
+    result = run("lint", "pkg", "dangling.py")
+    assert result.stdout.count("ACC101") == 1
+    assert "dangling.py: error: broken symbolic link" in result.stderr
+    assert result.exit_code == 2
+
+
+def test_unreadable_file(run, tmp_path):
+    (tmp_path / "good.py").write_text(BUGGY)
+    with socket.socket(socket.AF_UNIX) as sock:  # opening a socket fails even for root
+        sock.bind(str(tmp_path / "sock.py"))
+        result = run("lint", "good.py", "sock.py")
+    assert result.exit_code == 2
+    assert "sock.py: error: No such device or address" in result.stderr
+    assert "good.py:4:5: ACC101" in result.stdout
+
+
+def test_deep_nesting_and_a_10_mb_generated_file(run, tmp_path):
+    nested = "".join("    " * i + f"if a{i}:\n" for i in range(100)) + "    " * 100 + "loss.backward()\n"
+    (tmp_path / "deep.py").write_text(nested)
+    (tmp_path / "parens.py").write_text("loss.backward(" + "(" * 150 + "1" + ")" * 150 + ")\n")
+    (tmp_path / "generated_pb2.py").write_text("DESCRIPTOR = 1\n" * 700_000)  # ~10 MB, no training code
+    (tmp_path / "good.py").write_text(BUGGY)
+    result = run("lint", ".")
+    assert "Traceback" not in result.stderr
+    assert "deep.py: error: syntax error at line 101" in result.stderr
+    assert "too many levels of indentation" in result.stderr
+    assert "generated_pb2.py" not in result.stderr
+    assert result.exit_code == 2 and result.stdout.startswith("good.py:4:5: ACC101")
