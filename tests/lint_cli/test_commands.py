@@ -1,0 +1,97 @@
+"""`accumcheck rule`, fixes through the CLI, SARIF against the official schema, notebooks, no torch."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from cli_samples import BUGGY, CLEAN
+from gradcheck_accum.lint.rules import ALL_RULES
+
+SCHEMA = Path(__file__).parent.parent / "data" / "sarif-schema-2.1.0.json"
+ROOT = Path(__file__).parents[2]
+
+
+def test_rule_list_and_unknown_rule(run):
+    listed = run("rule", "--all").stdout.splitlines()
+    assert [line.split()[0] for line in listed] == [rule.code for rule in ALL_RULES]
+    result = run("rule", "ACC999")
+    assert result.exit_code == 2 and "unknown rule 'ACC999'" in result.stderr
+
+
+@pytest.mark.parametrize("key", ["ACC101", "acc101", "zero-grad-every-micro-batch"])
+def test_rule_page_by_code_or_name(run, key):
+    result = run("rule", key)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[0].startswith(("# ACC101", "ACC101 zero-grad-every-micro-batch"))
+
+
+def test_fix_diff_and_unsafe_fixes(run, tmp_path):
+    path = tmp_path / "t.py"
+    path.write_text(BUGGY)
+    result = run("lint", "--diff", "--unsafe-fixes", "t.py")
+    assert result.exit_code == 1 and path.read_text() == BUGGY
+    assert "-    optimizer.zero_grad()\n" in result.stdout and "+        optimizer.zero_grad()\n" in result.stdout
+    result = run("lint", "--fix", "t.py")  # the only fix is unsafe: nothing changes
+    assert result.exit_code == 1 and path.read_text() == BUGGY
+    result = run("lint", "--fix", "--unsafe-fixes", "t.py")
+    assert result.exit_code == 0 and path.read_text() == CLEAN
+    assert "Fixed 1 finding." in result.stderr
+    assert run("lint", "--fix", "--unsafe-fixes", "t.py").exit_code == 0 and path.read_text() == CLEAN
+
+
+def test_fix_from_stdin_prints_the_fixed_source(run):
+    result = run("lint", "--fix", "--unsafe-fixes", "-", input=BUGGY)
+    assert result.stdout == CLEAN
+
+
+def test_sarif_validates_against_the_official_schema(run, tmp_path):
+    (tmp_path / "buggy.py").write_text(BUGGY)
+    (tmp_path / "ckpt.py").write_text("import torch\nm = torch.compile(m)\ntorch.save(m.state_dict(), 'p')\n")
+    result = run("lint", "--format", "sarif", ".")
+    log = json.loads(result.stdout)
+    jsonschema.validate(log, json.loads(SCHEMA.read_text()))
+    run_ = log["runs"][0]
+    assert [r["id"] for r in run_["tool"]["driver"]["rules"]] == [rule.code for rule in ALL_RULES]
+    results = {r["ruleId"]: r for r in run_["results"]}
+    assert set(results) == {"ACC101", "ACC302"}
+    [change] = results["ACC302"]["fixes"][0]["artifactChanges"]
+    [replacement] = change["replacements"]
+    source = (tmp_path / "ckpt.py").read_text()
+    start, length = replacement["deletedRegion"]["charOffset"], replacement["deletedRegion"]["charLength"]
+    fixed = source[:start] + replacement["insertedContent"]["text"] + source[start + length:]
+    assert fixed.endswith("torch.save(getattr(m, \"_orig_mod\", m).state_dict(), 'p')\n")
+
+
+def test_notebook_positions_by_cell(run, tmp_path):
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": ["# hi\n"]},
+             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": ["%load_ext autoreload\n", *BUGGY.splitlines(keepends=True)]}]
+    (tmp_path / "train.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
+                                                      "nbformat_minor": 5}))
+    result = run("lint", ".")
+    assert result.stdout.startswith("train.ipynb:cell 2:5:5: ACC101 ")
+    record = json.loads(run("lint", "--format", "json", "train.ipynb").stdout)[0]
+    assert (record["cell"], record["line"]) == (2, 5)
+
+
+def test_lint_never_imports_torch(tmp_path):
+    (tmp_path / "t.py").write_text(BUGGY)
+    code = ("import sys\nfrom gradcheck_accum.cli import main\n"
+            "try:\n    main(['lint', '--no-cache', sys.argv[1], sys.argv[2]])\nexcept SystemExit:\n    pass\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\nprint('torch-free')\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(ROOT / "fixtures")],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert "torch-free" in out.stdout, out.stderr
+
+
+def test_console_script_exit_codes(tmp_path):
+    exe = Path(sys.executable).with_name("accumcheck")
+    (tmp_path / "t.py").write_text(BUGGY)
+    assert subprocess.run([exe, "lint", "t.py"], cwd=tmp_path, capture_output=True).returncode == 1
+    assert subprocess.run([exe, "lint", "--bogus"], cwd=tmp_path, capture_output=True).returncode == 2
+    (tmp_path / "t.py").write_text(CLEAN)
+    assert subprocess.run([exe, "lint", "t.py"], cwd=tmp_path, capture_output=True).returncode == 0

@@ -1,0 +1,106 @@
+"""The run over many files: prefilter equivalence, process pool order, cache behaviour."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_samples import BUGGY, CLEAN
+from gradcheck_accum.lint import runner
+from gradcheck_accum.lint.cache import Cache
+from gradcheck_accum.lint.config import Settings
+from gradcheck_accum.lint.files import discover
+
+ROOT = Path(__file__).parents[2]
+TORCH = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages" / "torch"
+
+
+def corpus() -> list[Path]:
+    """Fixtures, plus torch's own files that mention training words (where the prefilter decides)."""
+    paths = sorted((ROOT / "fixtures").glob("*.py"))
+    if TORCH.is_dir():
+        near = [p for p in sorted(TORCH.rglob("*.py")) if any(w in p.read_text(errors="replace")
+                                                               for w in ("backward", "zero_grad", "compile("))]
+        paths += near[::max(1, len(near) // 120)]
+    return paths
+
+
+def lint(paths, **options):
+    targets, errors = discover([str(p) for p in paths], [], None)
+    results = runner.lint_targets(targets, Settings(), runner.Options(**options), jobs=1)
+    return [(f.path, f.line, f.column, f.code) for r in results for f in r.findings], \
+        sorted((r.target.display, r.error) for r in results if r.error)
+
+
+def test_prefilter_never_changes_results():
+    paths = corpus()
+    assert len(paths) > 100
+    with_prefilter = lint(paths, prefilter=True)
+    without = lint(paths, prefilter=False)
+    assert with_prefilter == without
+    assert with_prefilter[0]  # the corpus does have findings
+
+
+def test_process_pool_keeps_the_order(tmp_path):
+    for i in range(runner.PARALLEL_THRESHOLD + 8):
+        (tmp_path / f"m{i:03d}.py").write_text(BUGGY if i % 3 else CLEAN)
+    targets, _ = discover([str(tmp_path)], [], None)
+    serial = runner.lint_targets(targets, Settings(), jobs=1)
+    parallel = runner.lint_targets(targets, Settings(), jobs=2)
+    assert [r.findings for r in serial] == [r.findings for r in parallel]
+    assert [r.target for r in parallel] == targets
+
+
+@pytest.fixture
+def tree(tmp_path):
+    (tmp_path / "a.py").write_text(BUGGY)
+    (tmp_path / "b.py").write_text(CLEAN)
+    return tmp_path
+
+
+def run_cached(tree, settings=None):
+    settings = settings or Settings()
+    targets, _ = discover([str(tree)], [], None)
+    cache = Cache(tree / ".cache", settings)
+    return [(r.target.display, [f.code for f in r.findings]) for r in
+            runner.lint_targets(targets, settings, jobs=1, cache=cache)]
+
+
+def test_warm_run_only_stats_files(tree, monkeypatch):
+    cold = run_cached(tree)
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a warm run read a file")
+
+    monkeypatch.setattr(runner, "read_text", no_reading)
+    assert run_cached(tree) == cold
+
+
+def test_touched_but_unchanged_file_is_not_parsed_again(tree, monkeypatch):
+    cold = run_cached(tree)
+    os.utime(tree / "a.py", ns=(1, 1))
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("an unchanged file was parsed again")
+
+    monkeypatch.setattr(runner, "analyze", no_parsing)
+    assert run_cached(tree) == cold
+
+
+def test_changed_content_and_settings_invalidate(tree):
+    assert dict(run_cached(tree))[str(tree / "a.py")] == ["ACC101"]
+    (tree / "a.py").write_text(CLEAN + "\n")
+    assert dict(run_cached(tree))[str(tree / "a.py")] == []
+    (tree / "b.py").write_text(BUGGY)
+    assert dict(run_cached(tree, Settings(ignore=["ACC101"])))[str(tree / "b.py")] == []
+    assert dict(run_cached(tree))[str(tree / "b.py")] == ["ACC101"]
+
+
+def test_clean_command(run, tmp_path):
+    (tmp_path / "t.py").write_text(BUGGY)
+    run("lint", "t.py")
+    assert (tmp_path / ".accumcheck_cache").is_dir()
+    assert "Removed" in run("clean").stdout
+    assert not (tmp_path / ".accumcheck_cache").exists()
+    assert run("lint", "--no-cache", "t.py").exit_code == 1 and not (tmp_path / ".accumcheck_cache").exists()
