@@ -13,7 +13,9 @@ from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.fixes import Fix
 from gradcheck_accum.lint.model import FileModel
 from gradcheck_accum.lint.rule import Rule
-from gradcheck_accum.lint.suppressions import filter_suppressed
+from gradcheck_accum.lint.rules import ALL_RULES
+from gradcheck_accum.lint.rules.housekeeping import UnusedSuppression
+from gradcheck_accum.lint.suppressions import parse as parse_suppressions
 
 Rules = Iterable[type[Rule]]
 
@@ -50,23 +52,35 @@ def _syntax_message(source: str) -> str | None:
     return None
 
 
-def analyze(source: str, path: str, rules: Rules) -> Analysis:
-    """Lint one file's text with the given rule classes. Raises ParseFailure on unparseable source."""
+def analyze(source: str, path: str, rules: Rules, enabled: set[str] | None = None) -> Analysis:
+    """Lint one file's text with the given rule classes. Raises ParseFailure on unparseable source.
+
+    `enabled` are the codes selected for this file (default: those of `rules`); ACC900 judges a
+    suppression unused only for those, since a prefiltered rule can report nothing here.
+    """
+    rules = list(rules)
     module = parse(source)
     model = FileModel(module)
     reports = [(rule, report) for rule in rules for report in rule().check(model)]
-    if not reports:
-        return Analysis(module, [])
-    # Positions are computed only for files that have something to report.
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     entries: dict[Finding, Fix | None] = {}
-    for rule, report in reports:
-        span, fix = positions[report.node], report.fix
-        finding = Finding(path, span.start.line, span.start.column + 1, span.end.line, span.end.column + 1,
-                          rule.code, rule.name, report.message,
-                          fix.safety if fix else None, fix.description if fix else None)
-        entries.setdefault(finding, fix)
-    findings = filter_suppressed(sorted(entries), source)
+    if reports:
+        # Positions are computed only for files that have something to report.
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        for rule, report in reports:
+            span, fix = positions[report.node], report.fix
+            finding = Finding(path, span.start.line, span.start.column + 1, span.end.line, span.end.column + 1,
+                              rule.code, rule.name, report.message,
+                              fix.safety if fix else None, fix.description if fix else None)
+            entries.setdefault(finding, fix)
+    suppressions = parse_suppressions(source)
+    if suppressions.skip_file:
+        return Analysis(module, [])
+    if UnusedSuppression in rules:
+        enabled = enabled if enabled is not None else {rule.code for rule in rules}
+        known = {rule.code for rule in ALL_RULES}
+        for finding, fix in UnusedSuppression.stale(path, suppressions, list(entries), enabled, known):
+            entries.setdefault(finding, fix)
+    findings = sorted(f for f in entries if not suppressions.hides(f))
     return Analysis(module, findings, {f: entries[f] for f in findings if entries[f] is not None})
 
 
@@ -81,7 +95,8 @@ class FixResult:
     remaining: list[Finding]
 
 
-def fix_source(source: str, path: str, rules: Rules, unsafe: bool = False, max_passes: int = 25) -> FixResult:
+def fix_source(source: str, path: str, rules: Rules, unsafe: bool = False, max_passes: int = 25,
+               enabled: set[str] | None = None) -> FixResult:
     """Apply fixes one at a time, re-linting after each, until none applies (ruff's fixed-point loop).
 
     A fix whose result does not parse, or changes nothing, is skipped and its finding kept.
@@ -90,7 +105,7 @@ def fix_source(source: str, path: str, rules: Rules, unsafe: bool = False, max_p
     fixed: list[Finding] = []
     skipped: set[tuple[str, int, int]] = set()
     for _ in range(max_passes):
-        analysis = analyze(source, path, rules)
+        analysis = analyze(source, path, rules, enabled)
         candidates = [(f, fix) for f, fix in analysis.fixes.items()
                       if (fix.safe or unsafe) and (f.code, f.line, f.column) not in skipped]
         if not candidates:
@@ -106,4 +121,4 @@ def fix_source(source: str, path: str, rules: Rules, unsafe: bool = False, max_p
             continue
         source = new_source
         fixed.append(finding)
-    return FixResult(source, fixed, analyze(source, path, rules).findings)
+    return FixResult(source, fixed, analyze(source, path, rules, enabled).findings)

@@ -22,6 +22,7 @@ class Fix:
     safe: bool
     description: str
     replacements: tuple[tuple[cst.CSTNode, Replacement], ...] = field(default_factory=tuple)
+    line_edit: tuple[int, str, str] | None = None  # (line, old text, new text): for comments, which are not nodes
 
     @property
     def safety(self) -> str:
@@ -29,7 +30,19 @@ class Fix:
 
     def apply(self, module: cst.Module) -> str:
         """The module's code with this fix applied."""
-        return module.visit(_Replace({id(node): new for node, new in self.replacements})).code
+        code = module.visit(_Replace({id(node): new for node, new in self.replacements})).code \
+            if self.replacements else module.code
+        if self.line_edit is not None:
+            number, old, new = self.line_edit
+            lines = code.splitlines(keepends=True)
+            line = lines[number - 1]
+            edited = line.replace(old, new, 1)
+            if not new:  # the comment went away: drop the spaces that preceded it
+                body, _, ending = edited.partition("\n")
+                edited = body.rstrip() + ("\n" if _ else "")
+            lines[number - 1] = edited
+            code = "".join(lines)
+        return code
 
 
 class _Replace(cst.CSTTransformer):

@@ -118,15 +118,16 @@ def _rules_for_file(target: Target, settings: Settings, rules: list[type[Rule]])
 
 def _lint_python(result: FileResult, text: str, rules: list[type[Rule]], options: Options) -> FileResult:
     display = result.target.display
+    enabled = {rule.code for rule in rules}
     if options.prefilter:
         rules = [rule for rule in rules if rule.could_fire(text)]
         if not rules:
             check_syntax(text, display)  # still report files that are not Python at all
             return result
     if not (options.fix or options.diff):
-        result.findings = analyze(text, display, rules).findings
+        result.findings = analyze(text, display, rules, enabled).findings
         return result
-    fixed = fix_source(text, display, rules, unsafe=options.unsafe_fixes)
+    fixed = fix_source(text, display, rules, unsafe=options.unsafe_fixes, enabled=enabled)
     result.findings, result.fixed = fixed.remaining, fixed.fixed
     if fixed.source != text:
         _record_change(result, text, fixed.source, options)

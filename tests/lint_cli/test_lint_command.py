@@ -48,7 +48,7 @@ def test_unknown_selector_is_a_usage_error(run, project):
 
 
 @pytest.mark.parametrize("comment, hidden", [
-    ("# noqa", True), ("# noqa: ACC101", True), ("# noqa:ACC302, ACC101", True), ("# noqa: E501", False),
+    ("# noqa", True), ("# noqa: ACC101", True), ("# noqa:ACC101, E501", True), ("# noqa: E501", False),
     ("# accumcheck: ignore[ACC101]", True), ("# accumcheck: ignore[ACC302]", False), ("# NOQA", True),
 ])
 def test_suppression_comments(run, tmp_path, comment, hidden):
@@ -125,3 +125,24 @@ def test_full_format_shows_the_line_and_a_caret(run, project):
     lines = run("lint", "--format", "full", "buggy.py").stdout.splitlines()
     assert lines[1] == "4 |     optimizer.zero_grad()"
     assert lines[2] == "        " + "^" * 21
+
+
+def test_unused_suppression_is_reported_and_fixed(run, tmp_path):
+    source = BUGGY.replace("optimizer.zero_grad()\n", "optimizer.zero_grad()  # noqa: ACC101, ACC302\n")
+    source = source.replace("loss.backward()\n", "loss.backward()  # accumcheck: ignore[ACC201]\n")
+    (tmp_path / "t.py").write_text(source)
+    result = run("lint", "t.py")
+    assert result.stdout.splitlines() == [
+        "t.py:4:28: ACC900 the suppression names ACC302 but nothing is reported here; remove it so it does not "
+        "hide a future finding",
+        "t.py:6:22: ACC900 the suppression names ACC201 but nothing is reported here; remove it so it does not "
+        "hide a future finding",
+    ]
+    assert run("lint", "--fix", "t.py").exit_code == 0
+    fixed = (tmp_path / "t.py").read_text()
+    assert "optimizer.zero_grad()  # noqa: ACC101\n" in fixed and "    loss.backward()\n" in fixed
+    # codes of disabled rules, bare noqa and other tools' codes are left alone
+    (tmp_path / "t.py").write_text(CLEAN.replace("loss.backward()", "loss.backward()  # noqa: ACC404, E501"))
+    assert run("lint", "--ignore", "ACC4", "t.py").exit_code == 0
+    (tmp_path / "t.py").write_text(CLEAN.replace("loss.backward()", "loss.backward()  # noqa"))
+    assert run("lint", "t.py").exit_code == 0
