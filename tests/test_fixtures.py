@@ -37,6 +37,17 @@ def expected_findings(text: str) -> set[tuple[int, str]]:
     return expected
 
 
+def test_there_are_fixtures():
+    assert len(SCRIPTS) >= 20
+
+
+def test_every_rule_has_a_buggy_fixture():
+    # ACC9xx are housekeeping rules about suppression comments, not training-code bugs.
+    wanted = {code for code in RULES_BY_CODE if not code.startswith("ACC9")}
+    covered = {code for path in SCRIPTS for _, code in expected_findings(path.read_text())}
+    assert wanted <= covered, f"rules without a fixture: {sorted(wanted - covered)}"
+
+
 def test_marker_parser_ignores_strings():
     text = 'x = "# expect: ACC101"\nzero()  # expect: ACC101, ACC404\n'
     assert expected_findings(text) == {(2, "ACC101"), (2, "ACC404")}
