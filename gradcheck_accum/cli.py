@@ -57,11 +57,12 @@ def main() -> None:
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Cache directory [default: .accumcheck_cache].")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="pyproject.toml to read settings from.")
 @click.option("--stdin-filename", help="The file name to report for source read from standard input (`-`).")
+@click.option("--add-noqa", is_flag=True, help="Add `# noqa: CODE` to every reported line (a baseline).")
 @click.option("--show-settings", is_flag=True, help="Print the effective settings and exit.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes [default: number of CPUs].")
 @click.option("--quiet", "-q", is_flag=True, help="No summary line on stderr.")
 def lint(paths, output_format, output_file, select, extend_select, ignore, fix, unsafe_fixes, diff, statistics,
-         exit_zero, no_cache, cache_dir, config_path, stdin_filename, show_settings, jobs, quiet) -> None:
+         exit_zero, no_cache, cache_dir, config_path, stdin_filename, add_noqa, show_settings, jobs, quiet) -> None:
     """Lint PATHS (files and directories; `-` reads standard input) for gradient-accumulation bugs.
 
     Exit status: 0 no findings, 1 findings, 2 usage errors or files that could not be linted.
@@ -93,8 +94,15 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, fix, 
     targets, errors = discover(paths, settings.exclude, settings.root, stdin_filename)
     options = Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
     cache = None if (no_cache or fix or diff) else Cache(Path(cache_dir) if cache_dir else None, settings)
-    results = lint_targets(targets, settings, options, jobs=jobs, cache=cache)
+    if _interactive() and not quiet and len(targets) >= 200:
+        with click.progressbar(length=len(targets), label="Linting", file=sys.stderr) as bar:
+            results = lint_targets(targets, settings, options, jobs=jobs, cache=cache, progress=bar.update)
+    else:
+        results = lint_targets(targets, settings, options, jobs=jobs, cache=cache)
 
+    if add_noqa:
+        _add_noqa(results)
+        return
     for result in results:
         if result.error:
             errors.append((result.target.display, result.error))
@@ -128,6 +136,30 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, fix, 
     changed = any(r.diff for r in results)
     if (findings or (diff and changed)) and not exit_zero:
         sys.exit(1)
+
+
+def _interactive() -> bool:
+    """A person at a terminal: no progress bar in pipes, files or CI logs."""
+    import os
+
+    return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def _add_noqa(results) -> None:
+    from gradcheck_accum.lint.baseline import add_noqa
+    from gradcheck_accum.lint.files import read_text
+
+    total = 0
+    for result in results:
+        if not result.findings or result.target.path is None or result.target.is_notebook:
+            continue
+        text, changed = add_noqa(read_text(result.target), result.findings)
+        if changed:
+            result.target.path.write_text(text, encoding="utf-8")
+            total += changed
+        elif result.findings:
+            click.echo(f"{result.target.display}: could not add noqa comments", err=True)
+    click.echo(f"Added noqa comments to {total} line{'s' * (total != 1)}.", err=True)
 
 
 def _sources(results) -> dict[str, str]:

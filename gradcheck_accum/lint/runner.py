@@ -12,6 +12,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterable
 
 from gradcheck_accum.lint import notebooks
 from gradcheck_accum.lint.cache import Cache, Entry, content_hash
@@ -45,7 +46,8 @@ class FileResult:
 
 
 def lint_targets(targets: list[Target], settings: Settings, options: Options = Options(),
-                 jobs: int | None = None, cache: Cache | None = None) -> list[FileResult]:
+                 jobs: int | None = None, cache: Cache | None = None,
+                 progress: Callable[[int], None] = lambda done: None) -> list[FileResult]:
     rules = settings.rules()
     results: dict[Target, FileResult] = {}
     work = []
@@ -55,15 +57,16 @@ def lint_targets(targets: list[Target], settings: Settings, options: Options = O
         entry = cache.fresh(target.path) if cache else None
         if entry is not None:  # unchanged since the last run: not even read
             results[target] = FileResult(target, *entry.restore(target.display))
+            progress(1)
         else:
             work.append((target, settings, rules, options, cache.candidate(target.path) if cache else None,
                          cache is not None))
     workers = min(jobs or os.cpu_count() or 1, len(work))
     if len(work) >= PARALLEL_THRESHOLD and workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            done = list(pool.map(_run, work, chunksize=max(1, len(work) // (workers * 8))))
+            done = _counted(pool.map(_run, work, chunksize=max(1, len(work) // (workers * 8))), progress)
     else:
-        done = [_run(item) for item in work]
+        done = _counted(map(_run, work), progress)
     for result in done:
         results[result.target] = result
         if cache is not None and result.fingerprint is not None:
@@ -74,6 +77,14 @@ def lint_targets(targets: list[Target], settings: Settings, options: Options = O
         if target.path is None:
             results[target] = lint_file(target, settings, rules, options, stdin=sys.stdin.buffer)
     return [results[t] for t in targets]
+
+
+def _counted(results: Iterable[FileResult], progress: Callable[[int], None]) -> list[FileResult]:
+    out = []
+    for result in results:
+        out.append(result)
+        progress(1)
+    return out
 
 
 def _run(item) -> FileResult:

@@ -146,3 +146,15 @@ def test_unused_suppression_is_reported_and_fixed(run, tmp_path):
     assert run("lint", "--ignore", "ACC4", "t.py").exit_code == 0
     (tmp_path / "t.py").write_text(CLEAN.replace("loss.backward()", "loss.backward()  # noqa"))
     assert run("lint", "t.py").exit_code == 0
+
+
+def test_add_noqa_baselines_every_finding(run, tmp_path):
+    (tmp_path / "t.py").write_text(BUGGY.replace("    loss.backward()\n", "    loss.backward()  # noqa: E501\n")
+                                   .replace("/ accum", ""))
+    assert run("lint", "t.py").exit_code == 1
+    result = run("lint", "--add-noqa", "t.py")
+    assert "Added noqa comments to 2 lines." in result.stderr
+    text = (tmp_path / "t.py").read_text()
+    assert "optimizer.zero_grad()  # noqa: ACC101\n" in text
+    assert "loss.backward()  # noqa: E501, ACC201\n" in text
+    assert run("lint", "t.py").exit_code == 0
