@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from gradcheck_accum.lint.diagnostics import Finding
@@ -104,6 +103,8 @@ def node_positions(module: cst.Module) -> dict:
                                               default_newline=module.default_newline, provider=provider)
         module._codegen(state)
     except (AttributeError, TypeError):  # a libcst whose internals moved: take the public road
+        from libcst.metadata import MetadataWrapper, PositionProvider
+
         return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     return provider._computed
 

@@ -9,7 +9,6 @@ import ast
 import difflib
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -63,6 +62,8 @@ def lint_targets(targets: list[Target], settings: Settings, options: Options = O
                          cache is not None))
     workers = min(jobs or os.cpu_count() or 1, len(work))
     if len(work) >= PARALLEL_THRESHOLD and workers > 1:
+        from concurrent.futures import ProcessPoolExecutor  # not paid for by single-file (pre-commit) runs
+
         with ProcessPoolExecutor(max_workers=workers) as pool:
             done = _counted(pool.map(_run, work, chunksize=max(1, len(work) // (workers * 8))), progress)
     else:
