@@ -11,7 +11,7 @@ import libcst as cst
 from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.bindings import is_accumulation_name
-from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, iter_names, keyword
+from gradcheck_accum.lint.names import ImportMap, call_receiver, contains, dotted
 from gradcheck_accum.lint.predicates import resolve_n
 from gradcheck_accum.lint.windows import Window, build_windows
 
@@ -102,8 +102,16 @@ class FileModel:
     def events(self, *kinds: str) -> list[tuple[ev.Scope, ev.Event]]:
         return [(s, e) for s in self.scopes for e in s.events if e.kind in kinds]
 
-    def helper_effects(self, name: str) -> set[str]:
-        return {e.kind for s in self.functions.get(name, []) for e in s.events}
+    def is_saved(self, scope: ev.Scope, state_dict: ev.Event) -> bool:
+        """Is this `x.state_dict()` written to disk: inside a save call's arguments, or in a
+        container (`ckpt = {...}`, `ckpt["model"] = ...`) that is passed to one?"""
+        saves = [e for e in scope.events if e.kind == ev.SAVE]
+        if any(contains(save.node, state_dict.node) for save in saves):
+            return True
+        for name in set().union(*(save.extra["names"] for save in saves)) if saves else ():
+            if any(d.value is not None and contains(d.value, state_dict.node) for d in scope.defs_of(name)):
+                return True
+        return False
 
     def is_accumulation_count(self, node: cst.BaseExpression, window: Window | None, scope: ev.Scope) -> bool:
         """Is this expression N (the window's count, or a name that says accumulation)?"""
@@ -292,5 +300,3 @@ def _bases(cls: cst.ClassDef | None) -> tuple[str, ...]:
         return ()
     return tuple(dotted(base.value) or "" for base in cls.bases)
 
-
-__all__ = ["FileModel", "LossFacts", "keyword", "iter_names"]

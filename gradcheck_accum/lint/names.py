@@ -109,6 +109,17 @@ def iter_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
         stack.extend(reversed(children(current)))
 
 
+def contains(root: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """Is `node` inside `root` (or `root` itself)?"""
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        if current is node:
+            return True
+        stack.extend(children(current))
+    return False
+
+
 class ImportMap:
     """Local name -> fully qualified name, from `import` and `from ... import` statements."""
 

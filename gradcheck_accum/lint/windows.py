@@ -15,8 +15,7 @@ import libcst as cst
 
 from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint import events as ev
-from gradcheck_accum.lint.bindings import is_accumulation_name
-from gradcheck_accum.lint.names import call_receiver, children, dotted, iter_names, last_part, positional
+from gradcheck_accum.lint.names import call_receiver, dotted, iter_calls, iter_names, last_part, positional
 from gradcheck_accum.lint.predicates import Predicate, analyze
 
 # Placements of an event relative to its window
@@ -39,6 +38,7 @@ class Window:
     framework: str | None = None  # "accelerate" | "deepspeed"
     predicate: Predicate | None = None  # guarded: the boundary test of the step
     framework_kinds: frozenset[str] = frozenset()  # kinds of the Accelerator owning the window
+    outer: tuple[ev.Loop, ...] = ()  # the loops around the micro-batch loop
     n: cst.BaseExpression | None = None
     events: list[ev.Event] = field(default_factory=list)  # events inside the loop and after it
     placements: dict[int, str] = field(default_factory=dict)  # id(event) -> placement
@@ -67,7 +67,13 @@ class Window:
     @property
     def loop_nest(self) -> tuple[ev.Loop, ...]:
         """The micro-batch loop and the loops around it."""
-        return _loop_stack(self.scope, self.loop) + (self.loop,)
+        return self.outer + (self.loop,)
+
+    @property
+    def nest_events(self) -> list[ev.Event]:
+        """Every event inside the outermost loop around the window (where clearing or syncing may sit)."""
+        outermost = self.loop_nest[0]
+        return [e for e in self.scope.events if outermost in e.ctx.loops]
 
     def clears_before_step(self, zero: ev.Event) -> ev.Event | None:
         """The step that `zero` wipes the gradients of: zero_grad runs after a backward and before a
@@ -145,12 +151,7 @@ def build_windows(scope: ev.Scope) -> list[Window]:
         if event.kind == ev.BACKWARD and event.ctx.loops:
             loop = event.ctx.loops[-1]
             backward_loops[id(loop)] = loop
-    windows = []
-    for loop in backward_loops.values():
-        window = _build(scope, loop)
-        if window is not None:
-            windows.append(window)
-    return windows
+    return [_build(scope, loop) for loop in backward_loops.values()]
 
 
 def _loop_stack(scope: ev.Scope, loop: ev.Loop) -> tuple[ev.Loop, ...]:
@@ -161,14 +162,14 @@ def _loop_stack(scope: ev.Scope, loop: ev.Loop) -> tuple[ev.Loop, ...]:
     return ()
 
 
-def _build(scope: ev.Scope, loop: ev.Loop) -> Window | None:
+def _build(scope: ev.Scope, loop: ev.Loop) -> Window:
     end = scope.loop_end.get(id(loop), 0)
     start = scope.loop_start.get(id(loop), 0)
     outer = _loop_stack(scope, loop)
     inside = [e for e in scope.events if loop in e.ctx.loops]
     after = [e for e in scope.events if e.order > end and loop not in e.ctx.loops
              and e.ctx.loops[: len(outer)] == outer]
-    window = Window(scope, loop, UNGUARDED, events=inside + after)
+    window = Window(scope, loop, UNGUARDED, events=inside + after, outer=outer)
     for event in after:
         window.placements[id(event)] = AFTER
     backwards = [e for e in inside if e.kind == ev.BACKWARD]
@@ -186,7 +187,7 @@ def _build(scope: ev.Scope, loop: ev.Loop) -> Window | None:
     variant = _assigned_in(scope, loop)
     if window.shape != FRAMEWORK and steps:
         for step in steps:
-            predicate = _step_predicate(step, loop, scope, variant)
+            predicate = _step_predicate(step, loop, scope)
             if predicate is not None:
                 window.shape, window.predicate, window.n = GUARDED, predicate, predicate.n
                 break
@@ -248,7 +249,7 @@ def _assigned_in(scope: ev.Scope, loop: ev.Loop) -> set[str]:
 
 def invariant(test: cst.BaseExpression, variant: set[str]) -> bool:
     """A test whose value cannot change from one micro-batch to the next."""
-    for call in ev.iter_calls(test):
+    for call in iter_calls(test):
         _, name = call_receiver(call)
         if name not in _PURE_CALLS:
             return False
@@ -261,18 +262,7 @@ def _guards_below(event: ev.Event, loop: ev.Loop) -> list[ev.Guard]:
     return [g for g in event.ctx.guards if g.depth > level]
 
 
-def contains(root: cst.CSTNode, node: cst.CSTNode) -> bool:
-    """Is `node` inside `root`?"""
-    stack = [root]
-    while stack:
-        current = stack.pop()
-        if current is node:
-            return True
-        stack.extend(children(current))
-    return False
-
-
-def _step_predicate(step: ev.Event, loop: ev.Loop, scope: ev.Scope, variant: set[str]) -> Predicate | None:
+def _step_predicate(step: ev.Event, loop: ev.Loop, scope: ev.Scope) -> Predicate | None:
     for guard in _guards_below(step, loop):
         predicate = analyze(guard.test, scope)
         if predicate is not None:

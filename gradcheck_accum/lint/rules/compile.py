@@ -12,7 +12,7 @@ from gradcheck_accum.lint.fixes import Fix, hoist_statement
 from gradcheck_accum.lint.model import FileModel
 from gradcheck_accum.lint.names import source
 from gradcheck_accum.lint.rule import Report, Rule
-from gradcheck_accum.lint.windows import contains, invariant_guards
+from gradcheck_accum.lint.windows import invariant_guards
 
 
 class LoadAfterCompile(Rule):
@@ -38,7 +38,7 @@ class CompiledStateDictSaved(Rule):
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for scope, event in model.events(ev.STATE_DICT):
-            if b.COMPILED not in event.kinds or not _is_saved(scope, event):
+            if b.COMPILED not in event.kinds or not model.is_saved(scope, event):
                 continue
             fix = _unwrap_fix(event)
             yield Report(event.node, f"`{event.target}` may be a torch.compile wrapper, so the saved keys carry "
@@ -56,18 +56,6 @@ def _unwrap_fix(event: ev.Event) -> Fix | None:
     # Safe: on an eager module getattr returns the module itself, so nothing changes there.
     return Fix(True, "Save the state_dict of the unwrapped module",
                ((call.func, call.func.with_changes(value=unwrapped)),))
-
-
-def _is_saved(scope: ev.Scope, state_dict: ev.Event) -> bool:
-    saves = [e for e in scope.events if e.kind == ev.SAVE]
-    if any(contains(save.node, state_dict.node) for save in saves):
-        return True
-    saved_names = set().union(*(save.extra["names"] for save in saves)) if saves else set()
-    for name in saved_names:
-        for d in scope.defs_of(name):
-            if d.value is not None and contains(d.value, state_dict.node):
-                return True
-    return False
 
 
 class CompileInsideLoop(Rule):

@@ -21,8 +21,7 @@ class DdpSyncEveryMicroBatch(Rule):
         for window in model.windows:
             if window.shape not in (GUARDED, NESTED) or not window.boundary_steps:
                 continue
-            nest = window.loop_nest
-            in_nest = [e for e in window.scope.events if nest[0] in e.ctx.loops]
+            in_nest = window.nest_events
             forwards = [e for e in in_nest if e.kind == ev.MODEL_CALL and b.DDP in e.kinds and window.inside(e)]
             if not forwards or any(e.kind == ev.SYNC_CONTROL for e in in_nest):
                 continue

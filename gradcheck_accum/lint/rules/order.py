@@ -49,7 +49,7 @@ class GradientsNeverCleared(Rule):
             if not steps:
                 continue
             nest = window.loop_nest
-            in_nest = [e for e in window.scope.events if nest[0] in e.ctx.loops]
+            in_nest = window.nest_events
             if any(e.kind == ev.ZERO_GRAD for e in in_nest):
                 continue
             optimizers = {s.target for s in steps}
