@@ -35,7 +35,9 @@ HELPER_CALL = "helper_call"  # a call to a function defined in this file
 SCHED_CTOR = "sched_ctor"
 RETURN = "return"
 
-HELPER_EFFECTS = (BACKWARD, ZERO_GRAD, STEP, SCALER_UPDATE, UNSCALE, SCHED_STEP, CLIP)
+GRAD_SCALE = "grad_scale"  # `p.grad.div_(n)`, `p.grad /= n`: the accumulated gradient is rescaled
+
+HELPER_EFFECTS = (BACKWARD, ZERO_GRAD, STEP, SCALER_UPDATE, UNSCALE, SCHED_STEP, CLIP, SYNC_CONTROL, GRAD_SCALE)
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,8 @@ class ScopeWalker:
                 return b.NONE  # getattr(m, "_orig_mod", m): the unwrapped module
             return b.constructor_kinds(node, self.imports, self.kinds)
         if isinstance(node, cst.IfExp):
+            if _tests_orig_mod(node.test):
+                return b.NONE  # `m._orig_mod if hasattr(m, "_orig_mod") else m`: never the wrapper
             return self.kinds(node.body) | self.kinds(node.orelse)
         if isinstance(node, cst.BooleanOperation):
             return self.kinds(node.left) | self.kinds(node.right)
@@ -274,6 +278,8 @@ class ScopeWalker:
                 self.add_def(Def(name, small.value, self.tick(), ctx, op=sign, node=small))
                 if sign == "+=":
                     self.emit(LOSS_TOTAL, small, ctx, target=name, expr=small.value)
+                if sign in {"/=", "*="} and ".grad" in f"{name}.":
+                    self.emit(GRAD_SCALE, small, ctx, target=name)
             return
         if isinstance(small, cst.Expr):
             self.scan_expression(small.value, ctx)
@@ -366,6 +372,9 @@ class ScopeWalker:
         if method == "zero_grad":
             emit(ZERO_GRAD, target=target, kinds=owner, extra={"model": b.OPTIMIZER not in owner})
             return
+        if method in {"div_", "mul_"} and target is not None and ".grad" in f"{target}.":
+            emit(GRAD_SCALE, target=target)
+            return
         if method == "zero_" and target is not None and ".grad" in f"{target}.":
             emit(ZERO_GRAD, target=target.split(".grad")[0], extra={"model": True})  # p.grad.zero_(), .data.zero_()
             return
@@ -426,6 +435,14 @@ class ScopeWalker:
             arg_names = {name for a in call.args for name in iter_names(a.value)}
             emit(MODEL_CALL, target=model, kinds=self.kinds(receiver if method == "forward" else call.func),
                  extra={"args": arg_names})
+
+
+def _tests_orig_mod(test: cst.BaseExpression) -> bool:
+    """`hasattr(m, "_orig_mod")`: the attribute name is part of the code, not prose."""
+    if isinstance(test, cst.Call) and call_receiver(test)[1] == "hasattr" and len(test.args) == 2:
+        name = test.args[1].value
+        return isinstance(name, cst.SimpleString) and name.evaluated_value == "_orig_mod"
+    return False
 
 
 def _exits(block: cst.BaseSuite) -> bool:

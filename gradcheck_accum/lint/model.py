@@ -11,7 +11,7 @@ import libcst as cst
 from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.bindings import is_accumulation_name
-from gradcheck_accum.lint.names import ImportMap, call_receiver, contains, dotted
+from gradcheck_accum.lint.names import ImportMap, call_receiver, contains, dotted, keyword
 from gradcheck_accum.lint.predicates import resolve_n
 from gradcheck_accum.lint.windows import Window, build_windows
 
@@ -101,6 +101,13 @@ class FileModel:
 
     def events(self, *kinds: str) -> list[tuple[ev.Scope, ev.Event]]:
         return [(s, e) for s in self.scopes for e in s.events if e.kind in kinds]
+
+    def constructed_unprepared(self, scope: ev.Scope, name: str | None) -> bool:
+        """Is `name` bound here by a scheduler constructor and never passed through prepare()?"""
+        defs = [d for s in (scope, self.scopes[0]) for d in s.defs_of(name or "")]
+        built = any(d.op == "=" and isinstance(d.value, cst.Call) and
+                    b.SCHEDULER in b.constructor_kinds(d.value, self.imports, lambda _: b.NONE) for d in defs)
+        return built and not any(d.op == "unpack" for d in defs)
 
     def is_saved(self, scope: ev.Scope, state_dict: ev.Event) -> bool:
         """Is this `x.state_dict()` written to disk: inside a save call's arguments, or in a
@@ -196,7 +203,10 @@ class FileModel:
             return
         facts.names.add(name)
         if isinstance(node, cst.Attribute) and node.attr.value == "loss" and not scope.defs_of(name, before):
-            return  # `outputs.loss`: a model's mean loss
+            # `outputs.loss`: a model's mean loss, over valid tokens only when labels carry -100
+            if self._masked_labels(node.value, scope, before):
+                facts.token_level = True
+            return
         defs = scope.defs_of(name, before)
         if not defs:
             if isinstance(node, cst.Attribute):
@@ -223,6 +233,17 @@ class FileModel:
                     self._trace(d.value.elements[d.index].value, scope, d.order, facts, depth + 1)
                 else:
                     self._trace(d.value, scope, d.order, facts, depth + 1)
+
+    def _masked_labels(self, outputs: cst.BaseExpression, scope: ev.Scope, before: int) -> bool:
+        """`outputs = model(..., labels=y)` where `y[...] = -100` masks items out in this scope."""
+        calls = [d.value for d in scope.defs_of(dotted(outputs) or "", before) if isinstance(d.value, cst.Call)]
+        if isinstance(outputs, cst.Call):
+            calls.append(outputs)
+        for call in calls:
+            labels = dotted(keyword(call, "labels"))
+            if labels and any(d.op == "item" and _is_ignore_label(d.value) for d in scope.defs_of(labels)):
+                return True
+        return False
 
     def _kinds_of(self, name: str | None, scope: ev.Scope) -> frozenset[str]:
         if not name:
@@ -251,6 +272,12 @@ def _is_model_like(callee: str | None, scope: ev.Scope) -> bool:
         return False
     last = callee.split(".")[-1]
     return last in {"forward", "__call__"} or bool(_MODEL_WORDS.search(last) or _CRITERION_NAMES.match(last))
+
+
+def _is_ignore_label(value: cst.BaseExpression | None) -> bool:
+    """The literal -100, the ignore_index of torch's and Hugging Face's cross-entropy."""
+    return isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) and \
+        isinstance(value.expression, cst.Integer) and value.expression.value == "100"
 
 
 def _is_count_of_items(node: cst.BaseExpression) -> bool:

@@ -97,6 +97,18 @@ def iter_names(node: cst.CSTNode) -> Iterator[str]:
         stack.extend(children(current))
 
 
+def full_names(node: cst.CSTNode) -> Iterator[str]:
+    """The dotted names read in an expression, longest chain only (`a.b.c`, not `a` or `a.b`)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        name = dotted(current) if isinstance(current, (cst.Name, cst.Attribute)) else None
+        if name:
+            yield name
+            continue
+        stack.extend(children(current))
+
+
 def iter_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
     """Calls inside an expression or small statement, outermost first, not entering lambdas or defs."""
     stack = [node]

@@ -8,7 +8,7 @@ import libcst as cst
 
 from gradcheck_accum.lint.bindings import is_accumulation_name
 from gradcheck_accum.lint.events import Scope
-from gradcheck_accum.lint.names import code, dotted, last_part
+from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_calls, last_part
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,9 @@ def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Predicate
         if found is None:
             return None
         if isinstance(test.operator, cst.Or) and found.positive:
-            return replace(found, flush=True)
+            other = test.right if left is not None else test.left
+            # `or (len(it) <= N and step + 1 == len(it))` flushes only epochs shorter than a window
+            return replace(found, flush=not _only_short_epochs(other))
         if isinstance(test.operator, cst.And) and not found.positive:
             return replace(found, flush=True)  # `not a or not b` in De Morgan form
         return found
@@ -59,6 +61,17 @@ def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Predicate
             value = next(d.value for d in defs if d.op == "=")
             return analyze(value, scope, depth + 1)
     return None
+
+
+def _only_short_epochs(test: cst.BaseExpression) -> bool:
+    if not (isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)):
+        return False
+    for side in (test.left, test.right):
+        if isinstance(side, cst.Comparison) and len(side.comparisons) == 1 and isinstance(
+                side.comparisons[0].operator, (cst.LessThan, cst.LessThanEqual)) and any(
+                isinstance(c, cst.Call) and call_receiver(c)[1] == "len" for c in iter_calls(side.left)):
+            return True
+    return False
 
 
 def _comparison(test: cst.Comparison, scope: Scope) -> Predicate | None:

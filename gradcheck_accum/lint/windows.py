@@ -15,6 +15,7 @@ import libcst as cst
 
 from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint import events as ev
+from gradcheck_accum.lint.bindings import is_accumulation_name
 from gradcheck_accum.lint.names import call_receiver, dotted, iter_calls, iter_names, last_part, positional
 from gradcheck_accum.lint.predicates import Predicate, analyze
 
@@ -105,36 +106,22 @@ class Window:
 
     def iterates_sized_data(self) -> bool:
         """True when the loop walks a finite data source with a length (so an epoch can end mid-window)."""
-        if not isinstance(self.loop, cst.For):
-            return False
-        source = self.loop.iter
-        if isinstance(source, cst.Call) and call_receiver(source)[1] in {"enumerate", "tqdm"}:
-            source = positional(source, 0)
-        name = dotted(source)
-        if name is None:
-            return False
-        defs = [d for d in self.scope.defs_of(name) if d.value is not None]
-        for d in defs:
-            if isinstance(d.value, cst.Call):
-                callee = (call_receiver(d.value)[1] or "").lower()
-                if any(word in callee for word in _ENDLESS_WORDS):
-                    return False
-        return any(word in last_part(name).lower() for word in _SIZED_WORDS) or any(
-            isinstance(d.value, cst.Call) and call_receiver(d.value)[1] in {"DataLoader", "prepare", "setup_dataloaders"}
-            for d in defs)
+        return isinstance(self.loop, cst.For) and _sized(self.loop.iter, self.scope, 0)
 
     def is_micro_batch_loop(self) -> bool:
-        """For a nested window: does the inner loop clearly walk the micro-batches of one window?"""
-        if self.n is not None:
+        """For a nested window: does the inner loop clearly walk the micro-batches of one window?
+        (`for micro_step in range(grad_accum)`, `for chunk in batch.chunk(n)`; not `for task in ...`.)"""
+        if not isinstance(self.loop, cst.For):
+            return False
+        if self.n is not None and (is_accumulation_name(self.n) or _is_chunking(self.loop.iter)):
             return True
-        source = self.loop.iter if isinstance(self.loop, cst.For) else None
-        return source is not None and any(
-            _MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in iter_names(source))
+        names = list(iter_names(self.loop.iter)) + list(iter_names(self.loop.target))
+        return any(_MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in names)
 
 
 _SIZED_WORDS = ("loader", "batches", "dataset", "samples")
 _ENDLESS_WORDS = ("cycle", "iter", "infinite", "repeat", "stream", "endless")
-_MICRO_WORDS = {"micro", "microbatch", "microbatches", "chunk", "chunks", "accum", "micro_batches"}
+_MICRO_WORDS = {"micro", "microbatch", "microbatches", "mb", "chunk", "chunks", "accum", "accumulation"}
 
 
 def same_target(zero: ev.Event, step: ev.Event) -> bool:
@@ -187,9 +174,9 @@ def _build(scope: ev.Scope, loop: ev.Loop) -> Window:
     variant = _assigned_in(scope, loop)
     if window.shape != FRAMEWORK and steps:
         for step in steps:
-            predicate = _step_predicate(step, loop, scope)
-            if predicate is not None:
-                window.shape, window.predicate, window.n = GUARDED, predicate, predicate.n
+            found = _step_predicate(step, loop, scope)
+            if found is not None and not _self_contained(step, found[1], inside):
+                window.shape, window.predicate, window.n = GUARDED, found[0], found[0].n
                 break
     elif window.shape != FRAMEWORK:
         # nested: the step follows the inner loop, in the same enclosing loop (or function body)
@@ -204,15 +191,40 @@ def _build(scope: ev.Scope, loop: ev.Loop) -> Window:
         for event in after:
             if event.ctx.loops == outer and invariant_guards(event.ctx.guards, scope, outer):
                 window.placements[id(event)] = BOUNDARY
-        # events between the start of the enclosing loop body and the inner loop run once per window too
-        if outer:
-            head = [e for e in scope.events if e.ctx.loops == outer and e.order < start
-                    and e.order >= scope.loop_start.get(id(outer[-1]), 0)]
-            for event in head:
-                window.events.append(event)
-                window.placements[id(event)] = BOUNDARY
-            window.events.sort(key=lambda e: e.order)
+        # events between the start of the enclosing loop body (or of the function) and the inner loop
+        # run once per window too
+        head_start = scope.loop_start.get(id(outer[-1]), 0) if outer else 0
+        head = [e for e in scope.events if e.ctx.loops == outer and head_start <= e.order < start]
+        for event in head:
+            window.events.append(event)
+            window.placements[id(event)] = BOUNDARY
+        window.events.sort(key=lambda e: e.order)
     return window
+
+
+def _sized(source: cst.BaseExpression | None, scope: ev.Scope, depth: int) -> bool:
+    """`loader`, `enumerate(loader)`, `tqdm(loader)`, or a name bound to one of those; never an endless
+    iterator (`cycle`, `CycleIterator`, `iter(...)`)."""
+    if isinstance(source, cst.Call) and call_receiver(source)[1] in {"enumerate", "tqdm"}:
+        return _sized(positional(source, 0), scope, depth + 1)
+    name = dotted(source)
+    if name is None or depth > 3:
+        return False
+    defs = [d for d in scope.defs_of(name) if d.value is not None and d.op in ("=", "unpack")]
+    for d in defs:
+        if isinstance(d.value, cst.Call):
+            callee = (call_receiver(d.value)[1] or "").lower()
+            if any(word in callee for word in _ENDLESS_WORDS):
+                return False
+            if callee in {"dataloader", "prepare", "setup_dataloaders"}:
+                return True
+            if callee in {"tqdm", "enumerate"}:
+                return _sized(d.value, scope, depth + 1)
+    return any(word in last_part(name).lower() for word in _SIZED_WORDS)
+
+
+def _is_chunking(source: cst.BaseExpression) -> bool:
+    return isinstance(source, cst.Call) and call_receiver(source)[1] in {"chunk", "split", "tensor_split"}
 
 
 def _accumulate_call(event: ev.Event) -> cst.Call | None:
@@ -262,14 +274,27 @@ def _guards_below(event: ev.Event, loop: ev.Loop) -> list[ev.Guard]:
     return [g for g in event.ctx.guards if g.depth > level]
 
 
-def _step_predicate(step: ev.Event, loop: ev.Loop, scope: ev.Scope) -> Predicate | None:
+def _step_predicate(step: ev.Event, loop: ev.Loop, scope: ev.Scope) -> tuple[Predicate, ev.Guard] | None:
     for guard in _guards_below(step, loop):
         predicate = analyze(guard.test, scope)
         if predicate is not None:
             effective = predicate if guard.positive else predicate.flipped()
             # The step must run when the test says "boundary"; a step under "not boundary" is no window.
-            return effective if effective.positive else None
+            return (effective, guard) if effective.positive else None
     return None
+
+
+def _self_contained(step: ev.Event, guard: ev.Guard, inside: list[ev.Event]) -> bool:
+    """A periodic update that makes its own gradients under the test (a GAN generator every
+    n_critic iterations, a DQN update every train_freq steps): backward before the step under the
+    same test, and either gradients cleared there first or no backward outside it. No window."""
+    under = [e for e in inside if guard in e.ctx.guards and e.order < step.order]
+    backwards = [e for e in under if e.kind == ev.BACKWARD]
+    if not backwards:
+        return False
+    cleared = any(e.kind == ev.ZERO_GRAD and e.order < backwards[0].order and same_target(e, step) for e in under)
+    outside = any(e.kind == ev.BACKWARD and guard not in e.ctx.guards for e in inside)
+    return cleared or not outside
 
 
 def _place_inside(window: Window, event: ev.Event, variant: set[str]) -> str:

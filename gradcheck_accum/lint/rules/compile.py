@@ -10,7 +10,7 @@ from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.fixes import Fix, hoist_statement
 from gradcheck_accum.lint.model import FileModel
-from gradcheck_accum.lint.names import source
+from gradcheck_accum.lint.names import dotted, source
 from gradcheck_accum.lint.rule import Report, Rule
 from gradcheck_accum.lint.windows import invariant_guards
 
@@ -58,6 +58,18 @@ def _unwrap_fix(event: ev.Event) -> Fix | None:
                ((call.func, call.func.with_changes(value=unwrapped)),))
 
 
+def _compiles_fresh_model(event: ev.Event, scope: ev.Scope, loop: ev.Loop) -> bool:
+    """`torch.compile(build_model())`, or of a model built in this iteration: a sweep over trials
+    compiles each new model once, which is not recompiling the same one."""
+    call = event.node
+    target = call.args[0].value if isinstance(call, cst.Call) and call.args else None
+    if isinstance(target, cst.Call):
+        return True
+    name = dotted(target)
+    return bool(name) and any(loop in d.ctx.loops and d.order < event.order and d.value is not event.node
+                              for d in scope.defs_of(name))
+
+
 class CompileInsideLoop(Rule):
     code = "ACC303"
     name = "compile-inside-loop"
@@ -70,6 +82,8 @@ class CompileInsideLoop(Rule):
             outermost = window.loop_nest[0]
             for event in window.scope.events:
                 if event.kind != ev.COMPILE or id(event) in seen or outermost not in event.ctx.loops:
+                    continue
+                if _compiles_fresh_model(event, window.scope, outermost):
                     continue
                 if invariant_guards(event.ctx.guards, window.scope, (outermost,)):
                     seen.add(id(event))

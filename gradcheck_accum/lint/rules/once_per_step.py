@@ -10,7 +10,7 @@ from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.fixes import Fix, move_statement
 from gradcheck_accum.lint.model import FileModel
-from gradcheck_accum.lint.names import call_receiver, children, dotted, iter_calls, iter_names, keyword, positional
+from gradcheck_accum.lint.names import call_receiver, children, dotted, full_names, iter_calls, keyword, positional
 from gradcheck_accum.lint.rule import Report, Rule
 from gradcheck_accum.lint.windows import AFTER, BOUNDARY, EVERY, FRAMEWORK, GUARDED, NESTED, Window
 
@@ -29,14 +29,23 @@ class SchedulerEveryMicroBatch(Rule):
     tokens = ("step",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        for window in _stepping_windows(model):
+        for window in model.windows:
+            accelerate = window.shape == FRAMEWORK and window.framework == "accelerate" and window.accumulates
+            if not (accelerate or (window.shape in (GUARDED, NESTED) and window.boundary_steps)):
+                continue
             for event in window.of(ev.SCHED_STEP, direct=True):
-                if window.placement(event) == EVERY and b.PREPARED not in event.kinds:
-                    fix = move_statement(event, window.boundary_steps[-1], after=True,
-                                         description="Step the scheduler after the optimizer step")
-                    yield Report(event.node, "the scheduler steps on every micro-batch but the optimizer once per "
-                                             "window, so warm-up and decay run N times too fast; step it with the "
-                                             "optimizer, on the boundary", fix)
+                if window.placement(event) != EVERY or b.PREPARED in event.kinds:
+                    continue
+                # Inside accumulate() only a scheduler built here and never prepared is known to step
+                # on every micro-batch; a prepared one skips the steps where gradients do not sync.
+                if accelerate and not model.constructed_unprepared(window.scope, event.target):
+                    continue
+                fix = move_statement(event, window.boundary_steps[-1], after=True,
+                                     description="Step the scheduler after the optimizer step") \
+                    if window.boundary_steps else None
+                yield Report(event.node, "the scheduler steps on every micro-batch but the optimizer once per "
+                                         "window, so warm-up and decay run N times too fast; step it with the "
+                                         "optimizer, on the boundary", fix)
 
 
 _LENGTH_KEYWORDS = ("T_max", "num_training_steps", "total_steps", "total_iters", "steps_per_epoch")
@@ -93,7 +102,7 @@ class _LengthFacts:
                                                                        (cst.Divide, cst.FloorDivide)):
                 self.divided = True
             stack.extend(children(current))
-        for name in iter_names(node):
+        for name in full_names(node):
             if b.ACCUM_NAME.search(name):
                 self.mentions_accumulation = True
             for d in scope.defs_of(name):

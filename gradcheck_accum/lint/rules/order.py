@@ -9,7 +9,7 @@ from gradcheck_accum.lint.fixes import move_statement
 from gradcheck_accum.lint.model import FileModel
 from gradcheck_accum.lint.predicates import analyze
 from gradcheck_accum.lint.rule import Report, Rule
-from gradcheck_accum.lint.windows import EVERY, FRAMEWORK, GUARDED, NESTED, UNGUARDED, same_target, Window
+from gradcheck_accum.lint.windows import AFTER, BOUNDARY, EVERY, UNKNOWN, FRAMEWORK, GUARDED, NESTED, UNGUARDED, same_target, Window
 
 
 class ZeroGradEveryMicroBatch(Rule):
@@ -45,13 +45,17 @@ class GradientsNeverCleared(Rule):
             if window.framework == "deepspeed":
                 continue
             steps = [s for s in window.steps if not s.via_helper and s.api in ("optimizer", "scaler")
-                     and window.inside(s)]
+                     and window.placement(s) in (EVERY, BOUNDARY)]
             if not steps:
                 continue
             nest = window.loop_nest
             in_nest = window.nest_events
-            if any(e.kind == ev.ZERO_GRAD for e in in_nest):
+            # A clear counts when it runs between steps: inside the window, or once per window around a
+            # nested micro-step loop. One before the micro-batch loop (once per epoch) does not.
+            if any(e.kind == ev.ZERO_GRAD and window.placement(e) not in (AFTER, UNKNOWN) for e in window.events):
                 continue
+            if any(e.kind == ev.ZERO_GRAD and window.placement(e) == UNKNOWN for e in window.events):
+                continue  # cleared under a condition we cannot read: stay silent
             optimizers = {s.target for s in steps}
             # An optimizer built inside the loop starts fresh every iteration (often on fresh tensors).
             if any(loop in d.ctx.loops for name in optimizers if name for d in window.scope.defs_of(name)
@@ -91,20 +95,23 @@ class StepEveryMicroBatch(Rule):
             if window.shape != UNGUARDED:
                 continue
             steps = [s for s in window.steps if not s.via_helper and window.placement(s) == EVERY]
-            if not steps or not _declares_accumulation(model, window):
+            steps = [s for s in steps if _declares_accumulation(model, window, s)]
+            if not steps:
                 continue
             yield Report(steps[0].node, "the loss is prepared for accumulation but the optimizer steps on every "
                                         "micro-batch, so parameters change inside the window; step only when "
                                         "the window is complete")
 
 
-def _declares_accumulation(model: FileModel, window: Window) -> bool:
-    """The loss is divided by N, or gradients are cleared on a `% N` boundary."""
+def _declares_accumulation(model: FileModel, window: Window, step: ev.Event) -> bool:
+    """The loss is divided by N, or the step's gradients are cleared on a `% N` boundary."""
     for backward in window.backwards:
         facts = model.loss_facts(backward.expr, window.scope, backward.order)
         if any(model.is_accumulation_count(divisor, None, window.scope) for _, divisor in facts.divisions):
             return True
     for zero in window.of(ev.ZERO_GRAD):
+        if not same_target(zero, step):
+            continue
         for guard in zero.ctx.guards:
             predicate = analyze(guard.test, window.scope)
             if predicate is not None and predicate.key.startswith("mod:"):

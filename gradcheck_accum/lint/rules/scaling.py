@@ -28,6 +28,8 @@ def _framework_scales(window: Window, backward: ev.Event) -> bool:
 def _manual_windows(model: FileModel) -> Iterator[Window]:
     """Windows where the loop itself, not a framework, decides the boundary."""
     for window in model.windows:
+        if window.of(ev.GRAD_SCALE):
+            continue  # the summed gradient is rescaled after the backwards (`p.grad.div_(n)`)
         if window.shape == GUARDED and window.predicate.key.split(":")[0] in ("mod", "ge") and window.accumulates:
             yield window
         elif window.shape == NESTED and window.is_micro_batch_loop():
@@ -42,7 +44,7 @@ class UnscaledAccumulatedLoss(Rule):
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in _manual_windows(model):
             for backward in window.backwards:
-                if backward.via_helper or _framework_scales(window, backward) or backward.api == "lightning":
+                if backward.via_helper or _framework_scales(window, backward):
                     continue
                 facts = model.loss_facts(backward.expr, window.scope, backward.order)
                 if facts.known and not facts.scaled and not facts.sum_reduced and not facts.detached:
@@ -135,6 +137,13 @@ class MeanOfMeansTokenLoss(Rule):
                                            "by the valid-token count of the whole window")
 
 
+def _loss_name(expr: cst.BaseExpression | None) -> str | None:
+    """`loss`, or `loss * inputs.size(0)` / `loss / n`: arithmetic keeps the graph just the same."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Divide)):
+        return _loss_name(expr.left) or _loss_name(expr.right)
+    return dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+
+
 class LossGraphKeptAlive(Rule):
     code = "ACC204"
     name = "loss-graph-kept-alive"
@@ -154,8 +163,7 @@ class LossGraphKeptAlive(Rule):
             for event in window.of(ev.LOSS_TOTAL):
                 if not window.inside(event) or event.target in fed_backward:
                     continue
-                name = dotted(event.expr) if event.expr is not None else None
-                if name not in losses:
+                if _loss_name(event.expr) not in losses:
                     continue
                 facts = model.loss_facts(event.expr, window.scope, event.order)
                 if facts.known and not facts.detached:
