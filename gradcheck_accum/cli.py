@@ -130,7 +130,7 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, fix, 
         click.echo(f"{path}: error: {reason}", err=True)
     stats = summarize(results)
     if not quiet:
-        click.echo(_summary(stats, len(errors), fix or diff), err=True)
+        click.echo(_summary(stats, len(errors), fix or diff, Counter(f.code for f in findings)), err=True)
     if errors:
         sys.exit(2)
     changed = any(r.diff for r in results)
@@ -191,13 +191,14 @@ def _statistics(findings) -> str:
                    for (code, name), count in sorted(counts.items()))
 
 
-def _summary(stats: dict, errors: int, fixing: bool) -> str:
+def _summary(stats: dict, errors: int, fixing: bool, per_rule: Counter) -> str:
     parts = []
     if stats["fixed"]:
         parts.append(f"Fixed {stats['fixed']} finding{'s' * (stats['fixed'] != 1)}.")
     if stats["findings"]:
         noun = "finding" if stats["findings"] == 1 else "findings"
-        line = f"Found {stats['findings']} {noun} in {stats['files_with_findings']} of {stats['files']} files"
+        rules = ", ".join(f"{code} x{count}" for code, count in sorted(per_rule.items()))
+        line = f"Found {stats['findings']} {noun} ({rules}) in {stats['files_with_findings']} of {stats['files']} files"
         hints = []
         if stats["fixable"] and not fixing:
             hints.append(f"{stats['fixable']} fixable with --fix")

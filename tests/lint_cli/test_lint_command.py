@@ -14,7 +14,7 @@ def test_concise_output_exit_code_and_summary(run, project):
         "buggy.py:4:5: ACC101 gradients are cleared on every micro-batch but the optimizer steps once per window, "
         "so only the last micro-batch reaches the step; clear them right after the step, on the boundary"
     ]
-    assert "Found 1 finding in 1 of 2 files" in result.stderr
+    assert "Found 1 finding (ACC101 x1) in 1 of 2 files" in result.stderr
 
 
 def test_clean_tree_exits_zero(run, project):
