@@ -35,7 +35,7 @@ def test_every_rule_has_exactly_one_page():
 def test_page_structure(page):
     text = page.read_text()
     rule = RULES_BY_CODE[page.name.split("-")[0]]
-    assert text.splitlines()[0] == f"# {rule.code}: {rule.name}"
+    assert text.splitlines()[0] == f"# {rule.code} {rule.name}"
     present = list(sections(text))
     assert present == [s for s in SECTIONS if s in present], "sections out of order"
     assert {"What it does", "Why is this bad?", "Example", "Use instead", "References"} <= set(present)
