@@ -5,7 +5,6 @@ Results come back in the order of the targets, whatever the parallelism.
 
 from __future__ import annotations
 
-import ast
 import difflib
 import os
 import sys
@@ -17,8 +16,9 @@ from gradcheck_accum.lint import notebooks
 from gradcheck_accum.lint.cache import Cache, Entry, content_hash
 from gradcheck_accum.lint.config import Settings, expand
 from gradcheck_accum.lint.diagnostics import Finding
-from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source, parse
+from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source
 from gradcheck_accum.lint.files import Target, UnreadableFile, matches, read_text
+from gradcheck_accum.lint.prefilter import rules_that_could_fire
 from gradcheck_accum.lint.rule import Rule
 
 # Below this many files a process pool costs more than it saves (and pre-commit runs stay in process).
@@ -132,10 +132,9 @@ def _lint_python(result: FileResult, text: str, rules: list[type[Rule]], options
     display = result.target.display
     enabled = {rule.code for rule in rules}
     if options.prefilter:
-        rules = [rule for rule in rules if rule.could_fire(text)]
+        rules = rules_that_could_fire(text, rules)
         if not rules:
-            check_syntax(text, display)  # still report files that are not Python at all
-            return result
+            return result  # no enabled rule can fire here: the file is never parsed
     if not (options.fix or options.diff):
         result.findings = analyze(text, display, rules, enabled).findings
         return result
@@ -144,14 +143,6 @@ def _lint_python(result: FileResult, text: str, rules: list[type[Rule]], options
     if fixed.source != text:
         _record_change(result, text, fixed.source, options)
     return result
-
-
-def check_syntax(text: str, display: str) -> None:
-    """CPython's own parser is ~5x faster than libcst; libcst has the last word (newer grammar)."""
-    try:
-        compile(text, display, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        parse(text)
 
 
 def _lint_notebook(result: FileResult, text: str, rules: list[type[Rule]], options: Options) -> FileResult:

@@ -16,6 +16,7 @@ class DdpSyncEveryMicroBatch(Rule):
     name = "ddp-sync-every-micro-batch"
     summary = "A DistributedDataParallel model all-reduces gradients on every micro-batch of a window."
     tokens = ("DataParallel", "DDP", "FSDP")
+    needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:

@@ -26,7 +26,8 @@ class SchedulerEveryMicroBatch(Rule):
     code = "ACC401"
     name = "scheduler-every-micro-batch"
     summary = "The learning-rate scheduler steps on every micro-batch while the optimizer steps on the boundary."
-    tokens = ("step",)
+    tokens = ("step(",)
+    needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
@@ -55,7 +56,8 @@ class ScheduleLengthIgnoresAccumulation(Rule):
     code = "ACC402"
     name = "schedule-length-ignores-accumulation"
     summary = "The scheduler's length counts micro-batches, not optimizer steps."
-    tokens = ("len",)
+    tokens = ("len(",)
+    needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         per_window = {e.target for w in model.windows if w.accumulates for e in w.of(ev.SCHED_STEP)
@@ -138,6 +140,7 @@ class ScalerEveryMicroBatch(Rule):
     name = "scaler-every-micro-batch"
     summary = "GradScaler step, update or unscale_ runs on every micro-batch while the window steps on the boundary."
     tokens = ("scaler", "Scaler", "unscale_")
+    needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in _stepping_windows(model):
@@ -167,6 +170,7 @@ class ClipBeforeUnscale(Rule):
     name = "clip-before-unscale"
     summary = "Gradients are clipped while still multiplied by the GradScaler's scale."
     tokens = ("clip_grad",)
+    needs = ("backward(", "scale(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
@@ -188,6 +192,7 @@ class RemainderDropped(Rule):
     name = "remainder-dropped"
     summary = "The last micro-batches of an epoch that do not fill a window are never stepped."
     tokens = ("%",)
+    needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
@@ -214,6 +219,7 @@ class BoundaryOffByOne(Rule):
     name = "boundary-off-by-one"
     summary = "The boundary test is shifted by one: the first window has the wrong number of micro-batches."
     tokens = ("%",)
+    needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:

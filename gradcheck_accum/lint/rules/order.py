@@ -17,6 +17,7 @@ class ZeroGradEveryMicroBatch(Rule):
     name = "zero-grad-every-micro-batch"
     summary = "Gradients are cleared on every micro-batch while the optimizer steps only on the window boundary."
     tokens = ("zero_grad", ".grad")
+    needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
@@ -38,7 +39,8 @@ class GradientsNeverCleared(Rule):
     code = "ACC102"
     name = "gradients-never-cleared"
     summary = "The loop steps the optimizer but never clears gradients between windows."
-    tokens = ("step",)
+    tokens = ("step(",)
+    needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
@@ -73,6 +75,7 @@ class ZeroGradBetweenBackwardAndStep(Rule):
     name = "zero-grad-between-backward-and-step"
     summary = "Gradients are cleared between the window's last backward and its optimizer step."
     tokens = ("zero_grad", ".grad")
+    needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
@@ -88,7 +91,8 @@ class StepEveryMicroBatch(Rule):
     code = "ACC104"
     name = "step-every-micro-batch"
     summary = "The loop declares accumulation but steps the optimizer on every micro-batch."
-    tokens = ("step",)
+    tokens = ("step(",)
+    needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:

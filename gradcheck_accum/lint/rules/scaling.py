@@ -40,6 +40,8 @@ class UnscaledAccumulatedLoss(Rule):
     code = "ACC201"
     name = "unscaled-accumulated-loss"
     summary = "An accumulated loss is backpropagated without being divided by the accumulation steps."
+    tokens = ("backward(",)
+    needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in _manual_windows(model):
@@ -67,8 +69,10 @@ class DoubleScaledLoss(Rule):
     code = "ACC202"
     name = "double-scaled-loss"
     summary = "The loss is divided by the accumulation steps by hand although the framework already does it."
-    tokens = ("backward(", "training_step(")
-    needs = ()  # Lightning returns the loss from training_step: no backward call in the file
+    # accelerate needs Accelerator(gradient_accumulation_steps=...), DeepSpeed an engine, Lightning a
+    # LightningModule (whose training_step returns the loss: no backward call in the file)
+    tokens = ("gradient_accumulation_steps", "deepspeed", "LightningModule")
+    needs = ()
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
@@ -119,6 +123,8 @@ class MeanOfMeansTokenLoss(Rule):
     code = "ACC203"
     name = "mean-of-means-token-loss"
     summary = "A per-micro-batch mean over a variable number of valid tokens is divided by the accumulation steps."
+    tokens = ("/", "div")
+    needs = ("backward(",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
@@ -148,6 +154,8 @@ class LossGraphKeptAlive(Rule):
     code = "ACC204"
     name = "loss-graph-kept-alive"
     summary = "A loss that still carries autograd history is accumulated into a running total."
+    tokens = ("+=", "append(")
+    needs = ("backward(",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:

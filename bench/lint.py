@@ -1,0 +1,199 @@
+"""Lint speed: accumcheck against torch-preflight 0.5.0 and TorchFix 0.7.0, measured in one run.
+
+    .venv/bin/python bench/lint.py [--runs 3] [--full] [--sample 150] [--json out.json] [--skip-peers]
+
+The peers are installed into their own virtual environments under bench/.venvs/ (pinned versions;
+neither needs torch). Every measurement is a separate process; tools are interleaved within each
+repetition (A B C A B C ...) so machine noise hits them alike; the table shows medians, peak
+resident memory, and ratios between numbers taken in this same run.
+
+Corpus: the installed torch package. Peers are slow (about 17 minutes for the whole package on
+2 cores), so by default they lint a fixed sample of files (every k-th file in sorted order);
+`--full` makes them lint the whole package too. accumcheck always also lints the whole package,
+cold (no cache) and warm (cache primed), plus one ~300-line training script the way pre-commit
+runs it. The baseline for the cold run is the bare libcst parse time of the files that some rule
+could fire on (the ones the prefilter lets through).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENVS = ROOT / "bench" / ".venvs"
+PEERS = {
+    "torch-preflight": ("torch-preflight==0.5.0", ["torch-preflight", "check", "-q"]),
+    "torchfix": ("torchfix==0.7.0", ["torchfix"]),
+}
+ACCUMCHECK = [str(Path(sys.executable).with_name("accumcheck")), "lint", "--exit-zero", "-q"]
+
+
+def torch_package() -> Path:
+    """The installed torch package, found without importing it (an import would also inflate the
+    peak memory reported for every child process forked from this one)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        raise SystemExit("torch is not installed here; run from the README's test set-up")
+    return Path(spec.origin).parent
+
+
+def torch_files() -> list[Path]:
+    return sorted(torch_package().rglob("*.py"))
+
+
+def sample(files: list[Path], size: int) -> list[Path]:
+    """A fixed, deterministic sample: every k-th file of the sorted list."""
+    if size >= len(files):
+        return list(files)
+    step = len(files) / size
+    return [files[int(i * step)] for i in range(size)]
+
+
+def install_peer(name: str) -> Path | None:
+    requirement, command = PEERS[name]
+    venv = VENVS / name
+    exe = venv / "bin" / command[0]
+    if not exe.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        done = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", requirement], capture_output=True, text=True)
+        if done.returncode != 0:
+            print(f"{name}: install failed: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+            return None
+    return exe
+
+
+def measure(command: list[str], cwd: Path | None = None) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS in MB, exit code) of one process."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    return wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
+
+
+def training_script(target: Path, lines: int = 300) -> Path:
+    """Whole fixture scripts concatenated to about `lines` lines: valid Python, realistic content."""
+    text = ""
+    for path in sorted((ROOT / "fixtures").glob("*.py")):
+        if path.name.startswith("verify") or text.count("\n") >= lines:
+            continue
+        text += path.read_text() + "\n"
+    target.write_text(text)
+    return target
+
+
+PARSE_BASELINE = """
+import sys, time, libcst
+from gradcheck_accum.lint.rules import ALL_RULES
+texts = [open(p, encoding="utf-8", errors="replace").read() for p in sys.argv[1:]]
+chosen = [t for t in texts if any(rule.could_fire(t) for rule in ALL_RULES)]
+start = time.perf_counter()
+for text in chosen:
+    libcst.parse_module(text)
+print(len(chosen), time.perf_counter() - start)
+"""
+
+
+def parse_baseline(files: list[Path]) -> tuple[int, float]:
+    out = subprocess.run([sys.executable, "-c", PARSE_BASELINE, *map(str, files)], capture_output=True,
+                         text=True, check=True).stdout.split()
+    return int(out[0]), float(out[1])
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:,.1f}x" if a and b else "n/a"
+
+
+def render(rows: dict[str, dict], ratios: list[tuple[str, str, str]]) -> str:
+    out = [f"{'measurement':<44} {'median s':>10} {'peak MB':>9} {'runs':>5}  note", "-" * 84]
+    for name, row in rows.items():
+        wall = f"{row['median']:.3f}" if row.get("median") is not None else "n/a"
+        memory = f"{row['memory']:.0f}" if row.get("memory") is not None else ""
+        out.append(f"{name:<44} {wall:>10} {memory:>9} {len(row.get('walls', [])):>5}  {row.get('note', '')}")
+    out += ["", f"{'ratio':<60} {'value':>10}  target", "-" * 84]
+    out += [f"{label:<60} {value:>10}  {target}" for label, value, target in ratios]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sample", type=int, default=150)
+    parser.add_argument("--full", action="store_true", help="also run the peers on the whole package")
+    parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--json", type=Path, help="write the raw numbers here")
+    args = parser.parse_args(argv)
+
+    files = torch_files()
+    chosen = sample(files, args.sample)
+    package = torch_package()
+    peers = {} if args.skip_peers else {name: install_peer(name) for name in PEERS}
+    work = Path(tempfile.mkdtemp(prefix="accumcheck-bench-"))
+    script = training_script(work / "train_script.py")
+    cache = work / "cache"
+    measure(ACCUMCHECK + ["--cache-dir", str(cache), str(package)], cwd=work)  # prime the warm cache
+
+    jobs: dict[str, list[str] | None] = {"accumcheck, sample": ACCUMCHECK + ["--no-cache", *map(str, chosen)]}
+    for name, exe in peers.items():
+        jobs[f"{name}, sample"] = [str(exe), *PEERS[name][1][1:], *map(str, chosen)] if exe else None
+        if args.full:
+            jobs[f"{name}, whole package"] = [str(exe), *PEERS[name][1][1:], str(package)] if exe else None
+    jobs["accumcheck, whole package, cold"] = ACCUMCHECK + ["--no-cache", str(package)]
+    jobs["accumcheck, whole package, warm"] = ACCUMCHECK + ["--cache-dir", str(cache), str(package)]
+    jobs[f"accumcheck, one {script.read_text().count(chr(10))}-line script"] = ACCUMCHECK + ["--no-cache", str(script)]
+
+    rows: dict[str, dict] = {name: {"walls": [], "memories": []} for name in jobs}
+    baseline: list[float] = []
+    for _ in range(args.runs):
+        for name, command in jobs.items():  # interleaved: every tool once per repetition
+            if command is None:
+                rows[name]["note"] = "not installed"
+                continue
+            wall, memory, code = measure(command, cwd=work)
+            rows[name]["walls"].append(wall)
+            rows[name]["memories"].append(memory)
+            if code not in (0, 1):
+                rows[name]["note"] = f"exit code {code}"
+        count, seconds = parse_baseline(files)
+        baseline.append(seconds)
+    for row in rows.values():
+        row["median"], row["memory"] = median(row["walls"]), max(row["memories"], default=None)
+    rows[f"bare libcst parse of {count} candidate files"] = {"median": median(baseline), "walls": baseline}
+    for name, row in rows.items():
+        if name.endswith(", sample"):
+            row["note"] = row.get("note", "") or f"{len(chosen)} files"
+
+    sample_time = rows["accumcheck, sample"]["median"]
+    single = next(name for name in rows if name.startswith("accumcheck, one"))
+    ratios = [(f"{name.split(',')[0]} / accumcheck, same {len(chosen)} files",
+               ratio(rows[name]["median"], sample_time), ">= 100x vs torch-preflight")
+              for name in rows if name.endswith(", sample") and not name.startswith("accumcheck")]
+    ratios += [
+        ("accumcheck whole package cold / bare parse of candidates",
+         ratio(rows["accumcheck, whole package, cold"]["median"], median(baseline)), "<= 1.5x"),
+        ("accumcheck whole package warm (seconds)",
+         f"{rows['accumcheck, whole package, warm']['median']:.2f}", "<= 1 s"),
+        (f"{single} (seconds)", f"{rows[single]['median']:.2f}", "<= 0.4 s"),
+    ]
+    print(f"torch package: {len(files)} files at {package}; {os.cpu_count()} CPUs; {args.runs} runs\n")
+    print(render(rows, ratios))
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "ratios": ratios}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
