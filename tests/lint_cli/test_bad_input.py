@@ -20,14 +20,17 @@ def check_one_bad_file(run, tmp_path, name, content, reason):
     assert "Traceback" not in result.stderr
 
 
-# Files are parsed only when some rule could fire on them (the prefilter); these mention backward().
+# Files are parsed only when some rule could fire on them (the prefilter), so these look like training code.
+LOOP = "for batch in loader:\n    loss.backward()\n    optimizer.step()\n"
+
+
 def test_syntax_error(run, tmp_path):
-    check_one_bad_file(run, tmp_path, "broken.py", "def f(:\n    loss.backward()\n",
+    check_one_bad_file(run, tmp_path, "broken.py", "def f(:\n    pass\n" + LOOP,
                        "syntax error at line 1, column 7: invalid syntax")
 
 
 def test_python2_code(run, tmp_path):
-    check_one_bad_file(run, tmp_path, "old.py", "loss.backward()\nprint 'hello'\n", "syntax error")
+    check_one_bad_file(run, tmp_path, "old.py", LOOP + "print 'hello'\n", "syntax error")
 
 
 def test_files_no_rule_can_fire_on_are_not_parsed(run, tmp_path):
@@ -83,7 +86,7 @@ def test_unreadable_file(run, tmp_path):
 
 
 def test_deep_nesting_and_a_10_mb_generated_file(run, tmp_path):
-    nested = "".join("    " * i + f"if a{i}:\n" for i in range(100)) + "    " * 100 + "loss.backward()\n"
+    nested = "".join("    " * i + f"if a{i}:\n" for i in range(100)) + "    " * 100 + "loss.backward()\n" + LOOP
     (tmp_path / "deep.py").write_text(nested)
     (tmp_path / "parens.py").write_text("loss.backward(" + "(" * 150 + "1" + ")" * 150 + ")\n")
     (tmp_path / "generated_pb2.py").write_text("DESCRIPTOR = 1\n" * 700_000)  # ~10 MB, no training code
