@@ -1,0 +1,64 @@
+"""Generated programs never crash the linter, and unsafe fixes always leave code that parses.
+
+CI runs a small derandomized sample; ACCUMCHECK_FUZZ_EXAMPLES=2000 runs a nightly-size one.
+"""
+
+import os
+
+import hypothesmith
+import libcst
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gradcheck_accum.lint.engine import ParseFailure, fix_source, lint_source
+from gradcheck_accum.lint.rules import ALL_RULES
+
+EXAMPLES = int(os.environ.get("ACCUMCHECK_FUZZ_EXAMPLES", "60"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize="ACCUMCHECK_FUZZ_EXAMPLES" not in os.environ,
+                suppress_health_check=list(HealthCheck))
+
+# Statements the rules care about, to splice into generated code so the fuzz reaches the rules.
+TRAINING_LINES = st.sampled_from([
+    "optimizer.zero_grad()", "loss.backward()", "optimizer.step()", "scheduler.step()",
+    "scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()", "scaler.unscale_(optimizer)",
+    "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)", "loss = model(batch) / accum",
+    "model = torch.compile(model)", "torch.save(model.state_dict(), 'p')", "total += loss",
+    "with model.no_sync():\n    loss.backward()", "if (i + 1) % accum == 0:\n    optimizer.step()",
+    "for p in model.parameters():\n    p.grad = None",
+])
+
+
+def check(source: str) -> None:
+    try:
+        lint_source(source, "fuzz.py", ALL_RULES)
+    except ParseFailure:
+        return
+    fixed = fix_source(source, "fuzz.py", ALL_RULES, unsafe=True).source
+    libcst.parse_module(fixed)
+
+
+@FUZZ
+@given(hypothesmith.from_grammar())
+def test_programs_from_the_grammar(source):
+    check(source)
+
+
+@FUZZ
+@given(hypothesmith.from_node())
+def test_programs_from_syntax_trees(source):
+    check(source)
+
+
+def indent(lines: list[str], depth: int) -> str:
+    pad = "    " * depth
+    return "".join(pad + line.replace("\n", "\n" + pad) + "\n" for line in lines)
+
+
+@FUZZ
+@given(st.lists(TRAINING_LINES, min_size=1, max_size=8), st.lists(TRAINING_LINES, max_size=4),
+       hypothesmith.from_node(), st.sampled_from(["for i, batch in enumerate(loader):",
+                                                   "while True:", "for micro in range(accum):"]))
+def test_training_loops_with_generated_code(body, tail, generated, header):
+    prefix = "import torch\noptimizer = torch.optim.AdamW(model.parameters())\n"
+    source = prefix + generated + "\n" + header + "\n" + indent(body, 1) + indent(tail, 0)
+    check(source)
