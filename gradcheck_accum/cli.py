@@ -198,7 +198,7 @@ def _summary(stats: dict, errors: int, fixing: bool, per_rule: Counter) -> str:
     if stats["findings"]:
         noun = "finding" if stats["findings"] == 1 else "findings"
         rules = ", ".join(f"{code} x{count}" for code, count in sorted(per_rule.items()))
-        line = f"Found {stats['findings']} {noun} ({rules}) in {stats['files_with_findings']} of {stats['files']} files"
+        line = f"Found {stats['findings']} {noun} ({rules}) in {stats['files_with_findings']} of {_files(stats['files'])}"
         hints = []
         if stats["fixable"] and not fixing:
             hints.append(f"{stats['fixable']} fixable with --fix")
@@ -206,10 +206,14 @@ def _summary(stats: dict, errors: int, fixing: bool, per_rule: Counter) -> str:
             hints.append(f"{stats['unsafe_fixable']} more with --unsafe-fixes")
         parts.append(line + (f" ({'; '.join(hints)})." if hints else "."))
     elif not errors:
-        parts.append(f"All checks passed ({stats['files']} files).")
+        parts.append(f"All checks passed ({_files(stats['files'])}).")
     if errors:
         parts.append(f"{errors} file{'s' * (errors != 1)} could not be linted.")
     return " ".join(parts)
+
+
+def _files(count: int) -> str:
+    return f"{count} file{'s' * (count != 1)}"
 
 
 @main.command()

@@ -20,7 +20,9 @@ def test_concise_output_exit_code_and_summary(run, project):
 def test_clean_tree_exits_zero(run, project):
     result = run("lint", "clean.py")
     assert (result.exit_code, result.stdout) == (0, "")
-    assert "All checks passed" in result.stderr
+    assert "All checks passed (1 file)." in result.stderr
+    (project / "also_clean.py").write_text("x = 1\n")
+    assert "All checks passed (2 files)." in run("lint", "clean.py", "also_clean.py", "clean.py").stderr
 
 
 def test_json_records(run, project):
