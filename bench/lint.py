@@ -73,8 +73,11 @@ def install_peer(name: str) -> Path | None:
 
 def measure(command: list[str], cwd: Path | None = None) -> tuple[float, float, int]:
     """(wall seconds, peak RSS in MB, exit code) of one process."""
+    # Installed tools run from bytecode caches; this machine's PYTHONDONTWRITEBYTECODE would make every
+    # run recompile every module, which no user pays.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd, env=env)
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - start
     return wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)

@@ -32,7 +32,7 @@ class Rule:
     def could_fire(cls, text: str) -> bool:
         """Cheap necessary condition on the file's text; False means the rule cannot report anything.
 
-        A token ending in "(" stands for a call: the name, optional whitespace, then "(".
+        A token ending in "(" stands for a call: the name, optional whitespace, then "(", not after `def`.
         """
         return all(_present(token, text) for token in cls.needs) and any(_present(t, text) for t in cls.tokens)
 
@@ -46,7 +46,10 @@ def _present(token: str, text: str) -> bool:
     if not token.endswith("("):
         return token in text
     name = token[:-1]
-    return name in text and _call_pattern(name).search(text) is not None
+    if name not in text:
+        return False
+    # a call, not a definition: `def backward(ctx, grad)` is everywhere in autograd code
+    return any(text[max(0, m.start() - 4):m.start()] != "def " for m in _call_pattern(name).finditer(text))
 
     def check(self, model: "FileModel") -> Iterator[Report]:
         raise NotImplementedError
