@@ -63,7 +63,7 @@ def compare_rows(
     for name, exact in reference.exact.items():
         c = compare(grads.get(name), base.get(name), exact, tol, magnitude=_magnitude(contributions, name),
                     nondeterminism=reference.nondeterminism.get(name, 0.0), steps=steps)
-        rows.append(Row(mode, name, shapes[name], c.error, c.reference_error, c.tolerance, c.scale, c.cosine, c.ok, c.note))
+        rows.append(Row.from_comparison(mode, name, shapes[name], c))
     return rows
 
 

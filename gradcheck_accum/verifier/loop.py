@@ -287,8 +287,7 @@ def _rows(label, grads, ref_low, ref64, tol, magnitude, shapes, summed, note) ->
     rows = []
     for name, shape in shapes.items():
         c = compare(grads.get(name), ref_low.get(name), ref64.get(name), tol, magnitude=magnitude[name], steps=summed)
-        rows.append(Row(mode=label, name=name, shape=tuple(shape), error=c.error, reference_error=c.reference_error,
-                        tolerance=c.tolerance, scale=c.scale, cosine=c.cosine, ok=c.ok, note=c.note or note))
+        rows.append(Row.from_comparison(label, name, shape, c, note))
     return rows
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 VERDICTS = ("match", "mismatch", "inherent")
 
@@ -33,6 +33,13 @@ class Row:
     cosine: float
     ok: bool
     note: str = ""
+
+    @classmethod
+    def from_comparison(cls, mode: str, name: str, shape: Sequence[int], comparison: Any, note: str = "") -> "Row":
+        """A row from compare.Comparison (read by attribute, so this module stays free of torch)."""
+        c = comparison
+        return cls(mode, name, tuple(shape), c.error, c.reference_error, c.tolerance, c.scale, c.cosine, c.ok,
+                   c.note or note)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
