@@ -150,6 +150,16 @@ def test_unused_suppression_is_reported_and_fixed(run, tmp_path):
     assert run("lint", "t.py").exit_code == 0
 
 
+def test_unused_suppression_outside_training_code(run, tmp_path):
+    """Codes are read in any case, and the prefilter lets such files through even with no loop."""
+    (tmp_path / "u.py").write_text("accuracy = 1  # noqa: acc101\n")
+    (tmp_path / "v.py").write_text("x = 2  # accumcheck: ignore[ACC302]\n")
+    (tmp_path / "w.py").write_text("ACCURACY = 1  # noqa: E501\n# accumcheck: skip-file\n")
+    result = run("lint", "--no-cache", "u.py", "v.py", "w.py")
+    assert [line.split(" ACC900")[0] for line in result.stdout.splitlines() if "ACC900" in line] == \
+        ["u.py:1:15:", "v.py:1:8:"]
+
+
 def test_add_noqa_baselines_every_finding(run, tmp_path):
     (tmp_path / "t.py").write_text(BUGGY.replace("    loss.backward()\n", "    loss.backward()  # noqa: E501\n")
                                    .replace("/ accum", ""))
