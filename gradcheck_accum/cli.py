@@ -68,7 +68,6 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, fix, 
     Exit status: 0 no findings, 1 findings, 2 usage errors or files that could not be linted.
     """
     from gradcheck_accum.lint import config as config_mod
-    from gradcheck_accum.lint.cache import Cache
     from gradcheck_accum.lint.files import discover
     from gradcheck_accum.lint.output import FORMATS as RENDERERS
     from gradcheck_accum.lint.runner import Options, lint_targets, summarize
@@ -93,7 +92,11 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, fix, 
 
     targets, errors = discover(paths, settings.exclude, settings.root, stdin_filename)
     options = Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
-    cache = None if (no_cache or fix or diff) else Cache(Path(cache_dir) if cache_dir else None, settings)
+    cache = None
+    if not (no_cache or fix or diff):
+        from gradcheck_accum.lint.cache import Cache
+
+        cache = Cache(Path(cache_dir) if cache_dir else None, settings)
     if _interactive() and not quiet and len(targets) >= 200:
         with click.progressbar(length=len(targets), label="Linting", file=sys.stderr) as bar:
             results = lint_targets(targets, settings, options, jobs=jobs, cache=cache, progress=bar.update)

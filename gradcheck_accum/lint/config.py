@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 from gradcheck_accum.lint.rule import Rule
 from gradcheck_accum.lint.rules import ALL_RULES
@@ -46,6 +39,9 @@ class Settings:
         data = asdict(self)
         data.pop("source")
         data["root"] = str(self.root)
+        import hashlib  # here and below: imported when used, a pre-commit run on one file pays for little
+        import json
+
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def show(self) -> str:
@@ -81,6 +77,7 @@ def find_config(start: Path) -> Path | None:
     for directory in [start, *start.parents] if start.is_dir() else [start.parent, *start.parent.parents]:
         candidate = directory / "pyproject.toml"
         if candidate.is_file():
+            tomllib = _toml()
             try:
                 data = tomllib.loads(candidate.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
@@ -90,9 +87,18 @@ def find_config(start: Path) -> Path | None:
     return None
 
 
+def _toml():
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    return tomllib
+
+
 def load(path: Path | None) -> Settings:
     if path is None:
         return Settings()
+    tomllib = _toml()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

@@ -5,21 +5,22 @@ Results come back in the order of the targets, whatever the parallelism.
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from gradcheck_accum.lint import notebooks
-from gradcheck_accum.lint.cache import Cache, Entry, content_hash
 from gradcheck_accum.lint.config import Settings, expand
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source
 from gradcheck_accum.lint.files import Target, UnreadableFile, matches, read_text
 from gradcheck_accum.lint.prefilter import rules_that_could_fire
 from gradcheck_accum.lint.rule import Rule
+
+if TYPE_CHECKING:
+    from gradcheck_accum.lint.cache import Cache, Entry
 
 # Below this many files a process pool costs more than it saves (and pre-commit runs stay in process).
 PARALLEL_THRESHOLD = 32
@@ -103,6 +104,8 @@ def lint_file(target: Target, settings: Settings, rules: list[type[Rule]], optio
         result.error = str(exc) if isinstance(exc, UnreadableFile) else (exc.strerror or str(exc))
         return result
     if stat is not None:
+        from gradcheck_accum.lint.cache import content_hash
+
         digest = content_hash(text)
         result.fingerprint = (stat, digest)
         if cached is not None and cached.digest == digest:  # touched but unchanged
@@ -162,6 +165,8 @@ def _lint_notebook(result: FileResult, text: str, rules: list[type[Rule]], optio
 def _record_change(result: FileResult, old: str, new: str, options: Options) -> None:
     display = result.target.display
     if options.diff:
+        import difflib
+
         result.diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
                                                    f"a/{display}", f"b/{display}"))
     elif result.target.path is None:

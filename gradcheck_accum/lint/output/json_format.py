@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.pages import page_url
 
@@ -22,4 +20,6 @@ def record(f: Finding) -> dict:
 
 
 def render(findings: list[Finding], sources: dict[str, str]) -> str:
+    import json
+
     return json.dumps([record(f) for f in findings], indent=2) + "\n"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from gradcheck_accum import __version__
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.pages import page_text, page_url, section
@@ -67,6 +65,8 @@ def render(findings: list[Finding], sources: dict[str, str]) -> str:
             "results": [_result(f, index[f.code], edits) for f in findings],
         }],
     }
+    import json
+
     return json.dumps(log, indent=2) + "\n"
 
 

@@ -1,0 +1,107 @@
+"""Line/column ranges of the reported nodes, without generating code for the whole module.
+
+libcst knows positions only through code generation, and generating a large module costs as much
+as parsing it. A node's range is fixed by its innermost enclosing statement: generate that
+statement alone (with the indentation of the blocks around it), find its text in the source, and
+shift the ranges by where it starts. The text must occur exactly once in the source for that to be
+certain; otherwise the next enclosing statement is tried, and the whole module as a last resort.
+The ranges are libcst's own (its code generation state computes them), so they equal those of
+libcst's PositionProvider.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import libcst as cst
+from libcst.metadata.position_provider import NEWLINE_RE, PositionProvidingCodegenState
+
+from gradcheck_accum.lint.names import children
+
+Ranges = dict[cst.CSTNode, cst.metadata.CodeRange]
+
+
+def node_positions(module: cst.Module, source: str, nodes: Iterable[cst.CSTNode]) -> Ranges:
+    wanted = set(nodes)
+    paths = _paths(module, wanted)
+    if len(paths) < len(wanted):  # a node outside the fields `children` reads: take the long road
+        return whole_module(module)
+    found: Ranges = {}
+    placed: dict[int, Ranges | None] = {}  # id(statement) -> its nodes' ranges (None: text not unique)
+    for node, path in paths.items():
+        for index in range(len(path) - 1, 0, -1):
+            statement = path[index]
+            if not _is_statement(statement, path[index - 1]):
+                continue
+            if id(statement) not in placed:
+                placed[id(statement)] = _place(module, source, statement, path[:index])
+            ranges = placed[id(statement)]
+            if ranges is not None and node in ranges:
+                found[node] = ranges[node]
+                break
+        else:
+            return whole_module(module)
+    return found
+
+
+def whole_module(module: cst.Module) -> Ranges:
+    return _whole(module)
+
+
+def _whole(module: cst.Module) -> Ranges:
+    """Ranges of every node, from one code generation pass over the module."""
+    state = _state(module)
+    module._codegen(state)
+    return state.provider._computed
+
+
+class _Collector:
+    """Stands in for libcst's PositionProvider: the codegen state writes into `_computed`."""
+
+    def __init__(self) -> None:
+        self._computed: Ranges = {}
+
+
+def _state(module: cst.Module) -> PositionProvidingCodegenState:
+    return PositionProvidingCodegenState(default_indent=module.default_indent,
+                                         default_newline=module.default_newline, provider=_Collector())
+
+
+def _paths(module: cst.Module, wanted: set[cst.CSTNode]) -> dict[cst.CSTNode, tuple[cst.CSTNode, ...]]:
+    """The chain of ancestors (module first) of each wanted node, from one depth-first walk."""
+    paths: dict[cst.CSTNode, tuple[cst.CSTNode, ...]] = {}
+    path: list[cst.CSTNode] = []
+    stack: list[tuple[cst.CSTNode, int]] = [(module, 0)]
+    while stack and len(paths) < len(wanted):
+        node, depth = stack.pop()
+        del path[depth:]
+        path.append(node)
+        if node in wanted:
+            paths[node] = tuple(path)
+        stack.extend((child, depth + 1) for child in reversed(children(node)))
+    return paths
+
+
+def _is_statement(node: cst.CSTNode, parent: cst.CSTNode) -> bool:
+    # An `elif` is an If inside an If's orelse; alone it would print as `if`, so it is never an anchor.
+    return isinstance(node, cst.BaseStatement) and not (isinstance(node, cst.If) and isinstance(parent, cst.If))
+
+
+def _place(module: cst.Module, source: str, statement: cst.CSTNode, ancestors: tuple[cst.CSTNode, ...]) \
+        -> Ranges | None:
+    state = _state(module)
+    state.indent_tokens = [block.indent if block.indent is not None else module.default_indent
+                           for block in ancestors if isinstance(block, cst.IndentedBlock)]
+    statement._codegen(state)
+    text = "".join(state.tokens)
+    start = source.find(text)
+    if not text or start < 0 or source.find(text, start + 1) >= 0:
+        return None
+    before = NEWLINE_RE.split(source[:start])
+    line, column = len(before) - 1, len(before[-1])
+
+    def shift(position: cst.metadata.CodePosition) -> cst.metadata.CodePosition:
+        return cst.metadata.CodePosition(position.line + line, position.column + (column if position.line == 1 else 0))
+
+    return {node: cst.metadata.CodeRange(shift(span.start), shift(span.end))
+            for node, span in state.provider._computed.items()}

@@ -1,0 +1,72 @@
+"""The engine's parse: libcst without per-node validation while parsing, and positions."""
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from gradcheck_accum.lint import engine, positions
+from gradcheck_accum.lint.names import children
+from gradcheck_accum.lint.engine import ParseFailure
+
+
+@pytest.mark.parametrize("source", ["x = 1\n", "for b in d\n    pass\n"])
+def test_validation_is_back_on_after_a_parse(source):
+    try:
+        engine.parse(source)
+    except ParseFailure:
+        pass
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("")
+
+
+def test_unvalidated_parse_builds_the_same_tree(tmp_path):
+    source = "import torch\n\nfor i, (x, y) in enumerate(loader):\n    loss = (model(x) - y).pow(2).mean() / 4\n" \
+             "    loss.backward()\n    if (i + 1) % 4 == 0:\n        optimizer.step()  # boundary\n"
+    module = engine.parse(source)
+    assert module.code == source
+    assert module.deep_equals(cst.parse_module(source))
+
+
+ROOT = Path(__file__).parents[2]
+TRICKY = {
+    "duplicated statements": "for a in b:\n    if a:\n        step()\n    if a:\n        step()\nif a:\n    step()\n",
+    "elif": "if a:\n    pass\nelif b:\n    f(x)\nelse:\n    f(x)\nif b:\n    f(x)\n",
+    "no trailing newline": "for a in b:\n    f(a)",
+    "tabs and odd indents": "for a in b:\n\tif a:\n\t  f(a)\n\tg(a)\n",
+    "crlf and cr": "x = 1\r\nfor a in b:\r\n    f(a)\r\ny = 2\rz = f(3)\r",
+    "comments and blank lines": "# head\n\nfor a in b:\n\n    # c\n    f(a)  # t\n\n# tail\n",
+    "one-line suites": "for a in b: f(a); g(a)\nwhile c: f(a)\n",
+    "decorators": "@d(f(1))\ndef h():\n    return f(1)\n",
+    "multi-line call": "for a in b:\n    f(\n        a,\n  g(a),\n    )\n",
+    "unicode": "for é in b:\n    f('ü', é)  # ß\n",
+}
+
+
+def all_nodes(module):
+    out, stack = [], [module]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(children(node))
+    return out
+
+
+def sources():
+    yield from TRICKY.items()
+    for path in sorted((ROOT / "fixtures").glob("*.py")):
+        yield path.name, path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name,source", list(sources()), ids=lambda v: v if len(v) < 40 else "")
+def test_positions_equal_libcsts_own(name, source, monkeypatch):
+    module = engine.parse(source)
+    nodes = all_nodes(module)[1:]  # not the module itself
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    whole = []
+    monkeypatch.setattr(positions, "whole_module", lambda m: whole.append(m) or positions.__dict__["_whole"](m))
+    fast = positions.node_positions(module, source, nodes)
+    assert {n: fast[n] for n in nodes} == {n: expected[n] for n in nodes}
+    if name.endswith(".py"):  # real scripts never need the long road (tricky cases may)
+        assert not whole
