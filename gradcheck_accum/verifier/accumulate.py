@@ -169,7 +169,7 @@ def run_window(
     start = time.perf_counter()
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
+        _seed(seed)
         for i, mb in enumerate(micro_batches):
             where = f"{label}, micro-batch {i + 1} of {len(micro_batches)}" if len(micro_batches) > 1 else label
             if dynamic:
@@ -193,6 +193,17 @@ def run_window(
     run.seconds = time.perf_counter() - start
     run.grads = snapshot(params)
     return run
+
+
+def _seed(seed: int) -> None:
+    if torch.cuda.is_initialized():
+        torch.manual_seed(seed)
+        return
+    # Nothing has run on CUDA: torch.manual_seed would queue a CUDA seed for later, capturing a
+    # stack trace each time (milliseconds per run); the CPU generator (and MPS's) is all a run uses.
+    torch.random.default_generator.manual_seed(seed)
+    if torch.backends.mps.is_available():
+        torch.mps.manual_seed(seed)
 
 
 class RandomOpRecorder:

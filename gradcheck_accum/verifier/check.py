@@ -145,35 +145,18 @@ def verify(
                 raise VerifyError(f"item_counts_fn raised {type(exc).__name__}: {exc}") from None
 
         shapes = {n: tuple(p.shape) for n, p in prepared.module.named_parameters()}
-        rows: list[Row] = []
-        results: list[ModeResult] = []
-        diagnoses: dict[str, Diagnosis] = {}
-        compile_notes: list[str] = []
+        window = compiled = None
         if "eager" in modes:
-            model_copy = prepared.copy(run_device, run_dtype)
-            window = run_window(model_copy, micro, loss_fn, divs, label="eager", seed=seed)
-            mode_rows = compare_rows("eager", window.grads, reference, tol, shapes,
-                                     contributions=window.contributions, steps=steps)
-            rows += mode_rows
-            results.append(_mode_result("eager", window, mode_rows, reference, steps, counts, diagnoses))
+            window = run_window(prepared.copy(run_device, run_dtype), micro, loss_fn, divs, label="eager", seed=seed)
         if "compiled" in modes:
-            model_copy = prepared.copy(run_device, run_dtype)
-            big_c, window_c, stats = compiled_runs(model_copy, big, micro, loss_fn, reference_loss_fn, divs,
-                                                   reference_div, backend=compile_backend, seed=seed)
-            big_rows = compare_rows("compiled big batch", big_c.grads, reference, tol, shapes)
-            mode_rows = compare_rows("compiled", window_c.grads, reference, tol, shapes,
-                                     contributions=window_c.contributions, steps=steps)
-            rows += mode_rows + big_rows
-            result = _mode_result("compiled", window_c, mode_rows, reference, steps, counts, diagnoses)
-            results.append(ModeResult(
-                "compiled", result.ok, result.scale, result.cosine, result.weights, result.diagnosis,
-                result.seconds, stats.compilations, stats.recompilations, stats.graph_breaks))
-            big_ok = all(r.ok for r in big_rows)
-            results.append(ModeResult("compiled big batch", big_ok, diagnosis="" if big_ok else
-                                      "compiled big batch differs from the float64 reference", seconds=big_c.seconds))
-            if stats.fallback_wrapper:
-                compile_notes.append("Module.compile traced no graph (forward defined in torch.nn); "
-                                     "used torch.compile(model) instead")
+            compiled = compiled_runs(prepared.copy(run_device, run_dtype, fresh=True), big, micro, loss_fn,
+                                     reference_loss_fn, divs, reference_div, backend=compile_backend, seed=seed)
+        judged = _judge(window, compiled, reference, tol, shapes, steps, counts)
+        if not all(r.ok for r in judged[1]) and reference.recheck():
+            # A mismatch: now learn what the second big-batch run tells (nondeterminism widens the
+            # rounding budget, random ops explain a difference) and judge again.
+            judged = _judge(window, compiled, reference, tol, shapes, steps, counts)
+        rows, results, diagnoses, compile_notes = judged
 
     elapsed = time.perf_counter() - started
     verdict, sentence = _verdict(results, diagnoses, prepared, reference)
@@ -195,6 +178,37 @@ def verify(
         "seconds": round(elapsed, 3),
     }
     return Report(verdict, sentence, rows, results, notes, settings)
+
+
+def _judge(window: Optional[WindowRun], compiled: Optional[tuple], reference: Reference, tol: Tolerance,
+           shapes: dict[str, tuple[int, ...]], steps: int, counts: dict) \
+        -> tuple[list[Row], list[ModeResult], dict[str, Diagnosis], list[str]]:
+    rows: list[Row] = []
+    results: list[ModeResult] = []
+    diagnoses: dict[str, Diagnosis] = {}
+    compile_notes: list[str] = []
+    if window is not None:
+        mode_rows = compare_rows("eager", window.grads, reference, tol, shapes,
+                                 contributions=window.contributions, steps=steps)
+        rows += mode_rows
+        results.append(_mode_result("eager", window, mode_rows, reference, steps, counts, diagnoses))
+    if compiled is not None:
+        big_c, window_c, stats = compiled
+        big_rows = compare_rows("compiled big batch", big_c.grads, reference, tol, shapes)
+        mode_rows = compare_rows("compiled", window_c.grads, reference, tol, shapes,
+                                 contributions=window_c.contributions, steps=steps)
+        rows += mode_rows + big_rows
+        result = _mode_result("compiled", window_c, mode_rows, reference, steps, counts, diagnoses)
+        results.append(ModeResult(
+            "compiled", result.ok, result.scale, result.cosine, result.weights, result.diagnosis,
+            result.seconds, stats.compilations, stats.recompilations, stats.graph_breaks))
+        big_ok = all(r.ok for r in big_rows)
+        results.append(ModeResult("compiled big batch", big_ok, diagnosis="" if big_ok else
+                                  "compiled big batch differs from the float64 reference", seconds=big_c.seconds))
+        if stats.fallback_wrapper:
+            compile_notes.append("Module.compile traced no graph (forward defined in torch.nn); "
+                                 "used torch.compile(model) instead")
+    return rows, results, diagnoses, compile_notes
 
 
 def _check_reference(reference: Reference) -> None:

@@ -27,13 +27,46 @@ class PreparedModel:
     dropout_layers: list[str] = field(default_factory=list)
     frozen_parameters: list[str] = field(default_factory=list)
     unwrapped: list[str] = field(default_factory=list)  # wrappers removed: OptimizedModule, DDP
+    _working: nn.Module | None = field(default=None, repr=False)
 
-    def copy(self, device: torch.device, dtype: torch.dtype) -> nn.Module:
-        clone = copy.deepcopy(self.module)
-        return clone.to(device=device, dtype=dtype)
+    def copy(self, device: torch.device, dtype: torch.dtype, *, fresh: bool = False) -> nn.Module:
+        """A module in the prepared state, on `device` in `dtype`, for one run.
+
+        Runs take turns on one working copy: each gets it with the prepared parameters and buffers
+        written back (undoing the last run's updates, running statistics included) and converted,
+        which costs a fraction of a deep copy of a many-module model. `fresh`: an independent copy
+        (compiled mode compiles it in place).
+        """
+        if fresh:
+            return copy.deepcopy(self.module).to(device=device, dtype=dtype)
+        if self._working is None or not _restore(self._working, _state(self.module)):
+            self._working = copy.deepcopy(self.module)
+        return self._working.to(device=device, dtype=dtype)
 
     def trainable(self) -> list[str]:
         return [n for n, p in self.module.named_parameters() if p.requires_grad]
+
+
+def _state(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [*module.named_parameters(), *module.named_buffers()]
+
+
+def _restore(module: nn.Module, pristine: list[tuple[str, torch.Tensor]]) -> bool:
+    """Write the pristine tensors' values (and dtypes, devices) into `module`; False when its tensors no
+    longer line up with them (a forward pass that registers new ones)."""
+    current = _state(module)
+    if [n for n, _ in current] != [n for n, _ in pristine] or any(
+            t.shape != s.shape for (_, t), (_, s) in zip(current, pristine)):
+        return False
+    with torch.no_grad():
+        for (_, t), (_, s) in zip(current, pristine):
+            if t.dtype == s.dtype and t.device == s.device:
+                t.copy_(s)
+            else:
+                t.data = s.clone()
+    for p in module.parameters():
+        p.grad = None
+    return True
 
 
 def _is_batch_stat_layer(module: nn.Module) -> bool:
@@ -69,7 +102,7 @@ def prepare(model: ModelLike, *, freeze_batchnorm: bool = False) -> PreparedMode
         else:
             break
     try:
-        module = copy.deepcopy(model)
+        module = copy.deepcopy(model)  # a factory may hand out a shared instance: never modify it
     except Exception as exc:
         raise VerifyError(
             f"the model cannot be deep-copied ({type(exc).__name__}: {exc}); pass a zero-argument factory instead"
