@@ -31,9 +31,10 @@ def loop_reaches_backward(text: str) -> bool:
     this file that (transitively) does? Unparseable text answers True: libcst will say why.
 
     Only statements are walked in Python; the calls inside a loop or a function are the call-shaped
-    names (`name(`) within its lines, found by one regular-expression pass over the file. That
-    over-approximates (a nested function's calls count for its parent, `name(` in a string counts),
-    which is safe for a necessary condition and several times cheaper than visiting every node.
+    names (`name(`) within its lines, found by one regular-expression pass over the file with
+    comments and plain strings blanked out (f-strings are kept: they may hold calls). That
+    over-approximates (a nested function's calls count for its parent), which is safe for a
+    necessary condition and several times cheaper than visiting every node.
     """
     try:
         tree = ast.parse(text)
@@ -42,7 +43,7 @@ def loop_reaches_backward(text: str) -> bool:
     # Line numbers as CPython's tokenizer counts them: \r\n, \r and \n end a line, nothing else does.
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)] + [len(text) + 1]
-    calls = [(m.start(), m.group(1)) for m in _CALL.finditer(text)]
+    calls = [(m.start(), m.group(1)) for m in _CALL.finditer(_blank_strings_and_comments(text))]
     offsets = [offset for offset, _ in calls]
 
     def called_in(node: ast.stmt) -> set[str]:
@@ -83,3 +84,29 @@ _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 # backtrack exponentially).
 _CALL = re.compile(r"\b(\w+)(?:\s|\\|#[^\n]*\n)*\(")
 _NEWLINE = re.compile("\n")
+
+
+def _blank_strings_and_comments(text: str) -> str:
+    """`text` with the insides of comments and of string literals other than f-strings replaced by
+    spaces (line breaks kept, so offsets and line numbers stay). Scanned left to right like the
+    tokenizer, so a quote in a comment or a `#` in a string is read as Python reads it."""
+    pieces, last = [], 0
+    for match in _STRING_OR_COMMENT.finditer(text):
+        if "f" in (match.group("prefix") or "").lower():
+            continue
+        pieces += [text[last:match.start()], _NOT_NEWLINE.sub(" ", match.group())]
+        last = match.end()
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+_STRING_OR_COMMENT = re.compile(
+    r"#[^\n]*"
+    r"|(?P<prefix>[rRbBuUfF]{0,2})(?:"
+    r"'''(?:\\[\s\S]|[^\\])*?'''"  # triple-quoted: up to the first unescaped closing triple
+    r'|"""(?:\\[\s\S]|[^\\])*?"""'
+    r"|'(?:\\[\s\S]|[^'\\\n])*'"  # single-quoted: one line, unless a backslash continues it
+    r'|"(?:\\[\s\S]|[^"\\\n])*"'
+    r")"
+)
+_NOT_NEWLINE = re.compile(r"[^\n]")

@@ -62,6 +62,14 @@ CASES = {
     "match": "for b in d:\n    match b:\n        case 1:\n            loss.backward()\n",
     "only a definition": "def backward(ctx, g):\n    return g\nfor x in y:\n    print(x)\n",
     "syntax error": "for b in d\n    loss.backward()\n",
+    "call in an f-string": 'for b in d:\n    print(f"{loss.backward()}")\n',
+    "quote in a comment": "for b in d:  # it's\n    loss.backward()\n",
+    "hash in a string": "for b in d:\n    s = '#'; loss.backward()\n",
+    "escaped quote": "for b in d:\n    s = 'it\\'s'; loss.backward()\n",
+    "raw string ending in backslashes": "for b in d:\n    s = r'\\\\'; loss.backward()\n",
+    "string continued by a backslash": "for b in d:\n    s = 'a\\\nb'; loss.backward()\n",
+    "triple quotes": "for b in d:\n    s = \"\"\"x'''y\"\"\"; loss.backward()\n",
+    "in a message only": "def f():\n    raise E('no backward() here')\nfor b in d:\n    f()\n",
 }
 
 
@@ -75,6 +83,7 @@ def test_answers_no_where_it_can():
     assert not loop_reaches_backward(CASES["no loop"])
     assert not loop_reaches_backward(CASES["loop elsewhere"])
     assert not loop_reaches_backward(CASES["only a definition"])
+    assert not loop_reaches_backward(CASES["in a message only"])
 
 
 @pytest.mark.skipif(not TORCH.is_dir(), reason="needs the installed torch package as a corpus")
