@@ -2,9 +2,10 @@
 
 Stage 1 is textual: each rule declares substrings it `needs` (all) and `tokens` (any); a rule whose
 condition fails on the file's text cannot report anything there. Stage 2 is for the rules that
-only report inside a training loop (their needs include "backward("): CPython's own parser (several
-times faster than libcst) checks that some loop reaches a backward call, directly or through a
-function of the same file. Both stages are necessary conditions of the analysis, never heuristics:
+only report inside a training loop (their needs include "backward("): the calls a rule needs must
+appear in code, not only in comments or docstrings, and CPython's own parser (several times faster
+than libcst) checks that some loop reaches a backward call, directly or through a function of the
+same file. Both stages are necessary conditions of the analysis, never heuristics:
 tests lint a large corpus with and without them and compare.
 """
 
@@ -21,29 +22,39 @@ LOOP_MARK = "backward("
 
 def rules_that_could_fire(text: str, rules: list[type[Rule]]) -> list[type[Rule]]:
     candidates = [rule for rule in rules if rule.could_fire(text)]
-    if any(LOOP_MARK in rule.needs for rule in candidates) and not loop_reaches_backward(text):
-        candidates = [rule for rule in candidates if LOOP_MARK not in rule.needs]
+    if any(LOOP_MARK in rule.needs for rule in candidates):
+        # The few files that get this far are worth a closer look before libcst parses them.
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        code = _blank_strings_and_comments(text)
+        candidates = [rule for rule in candidates if rule.could_fire_in_code(code)]
+        if any(LOOP_MARK in rule.needs for rule in candidates) and not loop_reaches_backward(text, code):
+            candidates = [rule for rule in candidates if LOOP_MARK not in rule.needs]
     return candidates
 
 
-def loop_reaches_backward(text: str) -> bool:
+def loop_reaches_backward(text: str, code: str | None = None) -> bool:
     """Does a `for`/`while` loop call `.backward(...)`/`manual_backward(...)`, or a function defined in
-    this file that (transitively) does? Unparseable text answers True: libcst will say why.
+    this file that (transitively) does? Unparseable text with a backward call answers True: libcst
+    will say why.
 
     Only statements are walked in Python; the calls inside a loop or a function are the call-shaped
     names (`name(`) within its lines, found by one regular-expression pass over the file with
     comments and plain strings blanked out (f-strings are kept: they may hold calls). That
     over-approximates (a nested function's calls count for its parent), which is safe for a
-    necessary condition and several times cheaper than visiting every node.
+    necessary condition and several times cheaper than visiting every node. `code`: the text already
+    blanked (with \\n line breaks only), when the caller has it.
     """
+    # Line numbers as CPython's tokenizer counts them: \r\n, \r and \n end a line, nothing else does.
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    code = _blank_strings_and_comments(text) if code is None else code
+    if not _BACKWARD_CALL.search(code):  # only in docstrings, messages or comments: no need to parse
+        return False
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return True
-    # Line numbers as CPython's tokenizer counts them: \r\n, \r and \n end a line, nothing else does.
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
     line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)] + [len(text) + 1]
-    calls = [(m.start(), m.group(1)) for m in _CALL.finditer(_blank_strings_and_comments(text))]
+    calls = [(m.start(), m.group(1)) for m in _CALL.finditer(code)]
     offsets = [offset for offset, _ in calls]
 
     def called_in(node: ast.stmt) -> set[str]:
@@ -84,6 +95,7 @@ _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 # backtrack exponentially).
 _CALL = re.compile(r"\b(\w+)(?:\s|\\|#[^\n]*\n)*\(")
 _NEWLINE = re.compile("\n")
+_BACKWARD_CALL = re.compile(r"backward(?:\s|\\)*\(")  # in blanked code; also matches manual_backward(
 
 
 def _blank_strings_and_comments(text: str) -> str:

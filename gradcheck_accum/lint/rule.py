@@ -36,6 +36,15 @@ class Rule:
         """
         return all(_present(token, text) for token in cls.needs) and any(_present(t, text) for t in cls.tokens)
 
+    @classmethod
+    def could_fire_in_code(cls, code: str) -> bool:
+        """The call-shaped part of that condition, on the file with comments and plain strings blanked:
+        a call in a docstring or a message is no call. Other tokens may live in strings on purpose
+        (`{"gradient_accumulation_steps": 4}`), so only calls are checked again."""
+        if not all(_present(token, code) for token in cls.needs if token.endswith("(")):
+            return False
+        return not all(t.endswith("(") for t in cls.tokens) or any(_present(t, code) for t in cls.tokens)
+
 
 @functools.lru_cache(maxsize=None)
 def _call_pattern(name: str) -> re.Pattern[str]:
