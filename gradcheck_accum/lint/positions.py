@@ -45,10 +45,6 @@ def node_positions(module: cst.Module, source: str, nodes: Iterable[cst.CSTNode]
 
 
 def whole_module(module: cst.Module) -> Ranges:
-    return _whole(module)
-
-
-def _whole(module: cst.Module) -> Ranges:
     """Ranges of every node, from one code generation pass over the module."""
     state = _state(module)
     module._codegen(state)

@@ -64,8 +64,8 @@ def test_positions_equal_libcsts_own(name, source, monkeypatch):
     module = engine.parse(source)
     nodes = all_nodes(module)[1:]  # not the module itself
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    whole = []
-    monkeypatch.setattr(positions, "whole_module", lambda m: whole.append(m) or positions.__dict__["_whole"](m))
+    whole, long_road = [], positions.whole_module
+    monkeypatch.setattr(positions, "whole_module", lambda m: whole.append(m) or long_road(m))
     fast = positions.node_positions(module, source, nodes)
     assert {n: fast[n] for n in nodes} == {n: expected[n] for n in nodes}
     if name.endswith(".py"):  # real scripts never need the long road (tricky cases may)
