@@ -24,7 +24,7 @@ def rules_that_could_fire(text: str, rules: list[type[Rule]]) -> list[type[Rule]
     candidates = [rule for rule in rules if rule.could_fire(text)]
     if any(LOOP_MARK in rule.needs for rule in candidates):
         # The few files that get this far are worth a closer look before libcst parses them.
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        text = _one_newline(text)
         code = _blank_strings_and_comments(text)
         candidates = [rule for rule in candidates if rule.could_fire_in_code(code)]
         if any(LOOP_MARK in rule.needs for rule in candidates) and not loop_reaches_backward(text, code):
@@ -41,12 +41,12 @@ def loop_reaches_backward(text: str, code: str | None = None) -> bool:
     names (`name(`) within its lines, found by one regular-expression pass over the file with
     comments and plain strings blanked out (f-strings are kept: they may hold calls). That
     over-approximates (a nested function's calls count for its parent), which is safe for a
-    necessary condition and several times cheaper than visiting every node. `code`: the text already
-    blanked (with \\n line breaks only), when the caller has it.
+    necessary condition and several times cheaper than visiting every node. `code`: when the caller
+    has it, the text blanked by `_blank_strings_and_comments`; both then have \\n line breaks only.
     """
-    # Line numbers as CPython's tokenizer counts them: \r\n, \r and \n end a line, nothing else does.
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    code = _blank_strings_and_comments(text) if code is None else code
+    if code is None:
+        text = _one_newline(text)
+        code = _blank_strings_and_comments(text)
     if not _BACKWARD_CALL.search(code):  # only in docstrings, messages or comments: no need to parse
         return False
     try:
@@ -96,6 +96,11 @@ _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 _CALL = re.compile(r"\b(\w+)(?:\s|\\|#[^\n]*\n)*\(")
 _NEWLINE = re.compile("\n")
 _BACKWARD_CALL = re.compile(r"backward(?:\s|\\)*\(")  # in blanked code; also matches manual_backward(
+
+
+def _one_newline(text: str) -> str:
+    """Line breaks as CPython's tokenizer counts them: \\r\\n, \\r and \\n end a line, nothing else does."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _blank_strings_and_comments(text: str) -> str:
