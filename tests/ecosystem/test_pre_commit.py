@@ -4,23 +4,14 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
+from lint_cli.cli_samples import BUGGY
+
 ROOT = Path(__file__).parents[2]
 PRE_COMMIT = Path(sys.executable).with_name("pre-commit")
-BUGGY = textwrap.dedent("""\
-    import torch
-    optimizer = torch.optim.AdamW(model.parameters())
-    for i, batch in enumerate(loader):
-        optimizer.zero_grad()
-        loss = model(batch) / accum
-        loss.backward()
-        if (i + 1) % accum == 0 or i + 1 == len(loader):
-            optimizer.step()
-""")
 CLEAN = "print('no training here')\n"
 
 pytestmark = pytest.mark.skipif(not PRE_COMMIT.exists() or shutil.which("git") is None,
