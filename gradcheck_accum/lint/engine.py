@@ -71,20 +71,24 @@ def _syntax_message(source: str) -> str | None:
     return None
 
 
-def analyze(source: str, path: str, rules: Rules, enabled: set[str] | None = None) -> Analysis:
+def analyze(source: str, path: str, rules: Rules, enabled: set[str] | None = None,
+            hollowed: str | None = None) -> Analysis:
     """Lint one file's text with the given rule classes. Raises ParseFailure on unparseable source.
 
     `enabled` are the codes selected for this file (default: those of `rules`); ACC900 judges a
     suppression unused only for those, since a prefiltered rule can report nothing here.
+    `hollowed`: the same file with the definitions these rules cannot need left out (hollow.py),
+    parsed instead of `source`; every line and column the rules can report on is the same in both.
     """
     rules = list(rules)
-    module = parse(source)
+    parsed = source if hollowed is None else hollowed
+    module = parse(parsed)
     model = FileModel(module)
     reports = [(rule, report) for rule in rules for report in rule().check(model)]
     entries: dict[Finding, Fix | None] = {}
     if reports:
         # Positions are computed only for files that have something to report.
-        positions = node_positions(module, source, (report.node for _, report in reports))
+        positions = node_positions(module, parsed, (report.node for _, report in reports))
         for rule, report in reports:
             span, fix = positions[report.node], report.fix
             finding = Finding(path, span.start.line, span.start.column + 1, span.end.line, span.end.column + 1,

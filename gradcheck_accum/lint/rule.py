@@ -27,6 +27,11 @@ class Rule:
     # rule, so it is never parsed for it. Most rules report inside a loop that reaches backward.
     tokens: ClassVar[tuple[str, ...]] = ("backward(",)
     needs: ClassVar[tuple[str, ...]] = ("backward(",)
+    # Hollowing (hollow.py): the words without which a top-level function or class that holds no
+    # training loop cannot change this rule's findings. () for a rule that reads only the windows
+    # (their scopes, the helpers they call, module-level bindings); None for one that may read
+    # anything anywhere, which keeps every definition parsed. Each rule states its own.
+    outside_windows: ClassVar[tuple[str, ...] | None] = None
 
     @classmethod
     def could_fire(cls, text: str) -> bool:

@@ -16,7 +16,7 @@ from gradcheck_accum.lint.config import Settings, expand
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source
 from gradcheck_accum.lint.files import Target, UnreadableFile, matches, read_text
-from gradcheck_accum.lint.prefilter import rules_that_could_fire
+from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint.rule import Rule
 
 if TYPE_CHECKING:
@@ -134,12 +134,13 @@ def _rules_for_file(target: Target, settings: Settings, rules: list[type[Rule]])
 def _lint_python(result: FileResult, text: str, rules: list[type[Rule]], options: Options) -> FileResult:
     display = result.target.display
     enabled = {rule.code for rule in rules}
+    hollowed = None
     if options.prefilter:
-        rules = rules_that_could_fire(text, rules)
+        rules, hollowed = screen(text, rules)
         if not rules:
             return result  # no enabled rule can fire here: the file is never parsed
     if not (options.fix or options.diff):
-        result.findings = analyze(text, display, rules, enabled).findings
+        result.findings = analyze(text, display, rules, enabled, hollowed).findings
         return result
     fixed = fix_source(text, display, rules, unsafe=options.unsafe_fixes, enabled=enabled)
     result.findings, result.fixed = fixed.remaining, fixed.fixed

@@ -20,6 +20,7 @@ class LoadAfterCompile(Rule):
     name = "load-after-compile"
     summary = "Weights are loaded into a module after it was wrapped by torch.compile."
     tokens = ("compile(",)
+    outside_windows = ("load_state_dict",)  # every load in the file
     needs = ("compile(", "load_state_dict(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -34,6 +35,7 @@ class CompiledStateDictSaved(Rule):
     name = "compiled-state-dict-saved"
     summary = "The state_dict of a torch.compile wrapper is saved, so its keys carry the _orig_mod. prefix."
     tokens = ("compile(",)
+    outside_windows = ("state_dict",)  # every state_dict in the file
     needs = ("compile(", "state_dict(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -75,6 +77,7 @@ class CompileInsideLoop(Rule):
     name = "compile-inside-loop"
     summary = "torch.compile is called inside a training loop body."
     tokens = ("compile(",)
+    outside_windows = ()
 
     def check(self, model: FileModel) -> Iterator[Report]:
         seen: set[int] = set()

@@ -16,6 +16,7 @@ class DdpSyncEveryMicroBatch(Rule):
     name = "ddp-sync-every-micro-batch"
     summary = "A DistributedDataParallel model all-reduces gradients on every micro-batch of a window."
     tokens = ("DataParallel", "DDP", "FSDP")
+    outside_windows = ()
     needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -38,6 +39,7 @@ class NoSyncMissesForward(Rule):
     name = "no-sync-misses-forward"
     summary = "model.no_sync() wraps the backward but not the forward call, so it has no effect."
     tokens = ("no_sync",)
+    outside_windows = ("no_sync",)  # every no_sync() of the file
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for scope, sync in model.events(ev.SYNC_CONTROL):

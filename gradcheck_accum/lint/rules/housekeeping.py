@@ -19,6 +19,7 @@ class UnusedSuppression(Rule):
     name = "unused-suppression"
     summary = "A noqa or accumcheck: ignore comment names an accumcheck code that suppresses nothing."
     tokens = ("#",)
+    outside_windows = ()  # judges the other rules' findings only
     needs = ()
 
     @classmethod

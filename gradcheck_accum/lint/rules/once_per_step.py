@@ -27,6 +27,7 @@ class SchedulerEveryMicroBatch(Rule):
     name = "scheduler-every-micro-batch"
     summary = "The learning-rate scheduler steps on every micro-batch while the optimizer steps on the boundary."
     tokens = ("step(",)
+    outside_windows = ()
     needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -57,6 +58,7 @@ class ScheduleLengthIgnoresAccumulation(Rule):
     name = "schedule-length-ignores-accumulation"
     summary = "The scheduler's length counts micro-batches, not optimizer steps."
     tokens = ("len(",)
+    outside_windows = _LENGTH_KEYWORDS + ("schedule",)  # a scheduler built anywhere, stepped in a window
     needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -117,6 +119,7 @@ class ClipEveryMicroBatch(Rule):
     name = "clip-every-micro-batch"
     summary = "Gradients are clipped on every micro-batch or after the step instead of once before the step."
     tokens = ("clip_grad", "clip_gradients")
+    outside_windows = ()
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
@@ -140,6 +143,7 @@ class ScalerEveryMicroBatch(Rule):
     name = "scaler-every-micro-batch"
     summary = "GradScaler step, update or unscale_ runs on every micro-batch while the window steps on the boundary."
     tokens = ("scaler", "Scaler", "unscale_")
+    outside_windows = ()
     needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -170,6 +174,7 @@ class ClipBeforeUnscale(Rule):
     name = "clip-before-unscale"
     summary = "Gradients are clipped while still multiplied by the GradScaler's scale."
     tokens = ("clip_grad",)
+    outside_windows = ()
     needs = ("backward(", "scale(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -192,6 +197,7 @@ class RemainderDropped(Rule):
     name = "remainder-dropped"
     summary = "The last micro-batches of an epoch that do not fill a window are never stepped."
     tokens = ("%",)
+    outside_windows = ("drop_last",)  # any DataLoader of the file
     needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -219,6 +225,7 @@ class BoundaryOffByOne(Rule):
     name = "boundary-off-by-one"
     summary = "The boundary test is shifted by one: the first window has the wrong number of micro-batches."
     tokens = ("%",)
+    outside_windows = ()
     needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:

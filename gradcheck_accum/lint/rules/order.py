@@ -17,6 +17,7 @@ class ZeroGradEveryMicroBatch(Rule):
     name = "zero-grad-every-micro-batch"
     summary = "Gradients are cleared on every micro-batch while the optimizer steps only on the window boundary."
     tokens = ("zero_grad", ".grad")
+    outside_windows = ()
     needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -40,6 +41,7 @@ class GradientsNeverCleared(Rule):
     name = "gradients-never-cleared"
     summary = "The loop steps the optimizer but never clears gradients between windows."
     tokens = ("step(",)
+    outside_windows = ()
     needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -75,6 +77,7 @@ class ZeroGradBetweenBackwardAndStep(Rule):
     name = "zero-grad-between-backward-and-step"
     summary = "Gradients are cleared between the window's last backward and its optimizer step."
     tokens = ("zero_grad", ".grad")
+    outside_windows = ()
     needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -92,6 +95,7 @@ class StepEveryMicroBatch(Rule):
     name = "step-every-micro-batch"
     summary = "The loop declares accumulation but steps the optimizer on every micro-batch."
     tokens = ("step(",)
+    outside_windows = ()
     needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:

@@ -41,6 +41,7 @@ class UnscaledAccumulatedLoss(Rule):
     name = "unscaled-accumulated-loss"
     summary = "An accumulated loss is backpropagated without being divided by the accumulation steps."
     tokens = ("backward(",)
+    outside_windows = ()
     needs = ("backward(", "step(")
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -72,6 +73,7 @@ class DoubleScaledLoss(Rule):
     # accelerate needs Accelerator(gradient_accumulation_steps=...), DeepSpeed an engine, Lightning a
     # LightningModule (whose training_step returns the loss: no backward call in the file)
     tokens = ("gradient_accumulation_steps", "deepspeed", "LightningModule")
+    outside_windows = ("training_step", "automatic_optimization")  # Lightning: training_step of any class
     needs = ()
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -124,6 +126,7 @@ class MeanOfMeansTokenLoss(Rule):
     name = "mean-of-means-token-loss"
     summary = "A per-micro-batch mean over a variable number of valid tokens is divided by the accumulation steps."
     tokens = ("/", "div")
+    outside_windows = ()
     needs = ("backward(",)
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -155,6 +158,7 @@ class LossGraphKeptAlive(Rule):
     name = "loss-graph-kept-alive"
     summary = "A loss that still carries autograd history is accumulated into a running total."
     tokens = ("+=", "append(")
+    outside_windows = ()
     needs = ("backward(",)
 
     def check(self, model: FileModel) -> Iterator[Report]:

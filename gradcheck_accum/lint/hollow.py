@@ -1,0 +1,93 @@
+"""Parse only what can matter: a top-level function or class that no training loop depends on is
+given to libcst with its body replaced by `...`, its other lines left blank, so every line and
+column of the code that is parsed stays where it was. A 3,000-line test module with one training
+function then costs libcst a few hundred lines.
+
+A definition is left out only when each of these holds (checked on CPython's tree and on the text
+with comments and plain strings blanked, see outline.py):
+1. none of its loops reaches a backward call, so it holds no accumulation window;
+2. it imports nothing (an import qualifies names in every scope walked after it);
+3. no kept code calls a function defined in it (a helper brings its effects into the window);
+4. kept code names none of the `self.` attributes it mentions (the loss tracer reads every
+   assignment to `self.criterion` in the file);
+5. it contains none of the words the candidate rules read outside windows (`Rule.outside_windows`).
+Kept code is everything else; 3 and 4 are applied again whenever a definition is kept, until
+nothing changes. These follow what the file model reads (model.py, events.py); tests compare
+findings on hollowed and whole files over the fixtures and a corpus of real code.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from gradcheck_accum.lint.outline import Outline, TopLevel
+from gradcheck_accum.lint.rule import Rule
+
+_SELF_ATTRIBUTE = re.compile(r"\bself(?:\s|\\)*\.(?:\s|\\)*(\w+)")
+
+
+def hollow(outline: Outline, rules: list[type[Rule]]) -> str | None:
+    """The outlined text with every definition the rules cannot need reduced to `...`, or None when
+    nothing can be left out."""
+    words: set[str] = set()
+    for rule in rules:
+        if rule.outside_windows is None:
+            return None
+        words.update(rule.outside_windows)
+    code = outline.code
+    left_out = []
+    for top in outline.tops:
+        start, end = outline.span(top.node)
+        if _body_lines(outline, top.node) is not None and not top.imports \
+                and not outline.holds_training_loop(top) and not any(w in code[start:end] for w in words):
+            left_out.append(top)
+    if not left_out:
+        return None
+    kept = [top for top in outline.tops if all(top is not out for out in left_out)]
+    calls = set().union(*(outline.called_in(top.node) for top in kept))
+    attributes = set().union(*(_attributes(outline, top) for top in kept))
+    changed = True
+    while changed:
+        changed = False
+        for top in list(left_out):
+            mentioned = _attributes(outline, top)
+            if top.defines & calls or mentioned & attributes:
+                left_out.remove(top)
+                calls |= outline.called_in(top.node)
+                attributes |= mentioned
+                changed = True
+    if not left_out:
+        return None
+    lines = outline.text.split("\n")
+    for top in left_out:
+        first, last = _body_lines(outline, top.node)
+        line = lines[first - 1]
+        lines[first - 1] = line[: len(line) - len(line.lstrip(" \t\x0c"))] + "..."
+        for index in range(first, last):
+            lines[index] = ""
+    text = "\n".join(lines)
+    try:  # cheap (the text is mostly blank lines) and keeps an unforeseen layout from reaching libcst
+        ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return text
+
+
+def _body_lines(outline: Outline, node: ast.stmt) -> tuple[int, int] | None:
+    """First and last line of a function's or class's body, when the body starts on a line of its own."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or node.end_lineno is None:
+        return None
+    first = node.body[0]
+    decorators = getattr(first, "decorator_list", None)
+    start = decorators[0] if decorators else first
+    line = outline.text[outline.line_starts[start.lineno - 1]:outline.line_starts[start.lineno]]
+    before = line.encode("utf-8")[: start.col_offset].strip(b" \t\x0c")
+    if before != (b"@" if decorators else b""):
+        return None  # `def f(): return x`: the body shares the header's line (or an odd decorator)
+    return start.lineno, node.end_lineno
+
+
+def _attributes(outline: Outline, top: TopLevel) -> set[str]:
+    start, end = outline.span(top.node)
+    return set(_SELF_ATTRIBUTE.findall(outline.code, start, end))

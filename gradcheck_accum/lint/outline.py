@@ -1,0 +1,134 @@
+"""A cheap outline of a file on CPython's parser: its statements, and the names called in each.
+
+Only statements are walked in Python; the calls inside a statement are the call-shaped names
+(`name(`) within its lines, found by one regular-expression pass over the file with comments and
+plain strings blanked out (f-strings are kept: they may hold calls). That over-approximates (a
+nested function's calls count for its parent, `def f(` counts as a call of `f`), which is what the
+prefilter and the hollowing need: both must only ever keep more than the analysis uses, never less.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+BACKWARDS = frozenset({"backward", "manual_backward"})
+
+
+@dataclass
+class TopLevel:
+    """What one top-level statement holds (nested statements included)."""
+
+    node: ast.stmt
+    loop_calls: set[str] = field(default_factory=set)  # names called inside its loops
+    defines: set[str] = field(default_factory=set)  # names of the functions defined in it, at any depth
+    imports: bool = False
+
+
+class Outline:
+    def __init__(self, text: str, code: str, tree: ast.Module) -> None:
+        self.text, self.code, self.tree = text, code, tree
+        self.line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)] + [len(text) + 1]
+        self._calls = [(m.start(), m.group(1)) for m in _CALL.finditer(code)]
+        self._offsets = [offset for offset, _ in self._calls]
+        self.calls_of: dict[str, set[str]] = {}  # function name -> names it calls (same-named functions merged)
+        self.tops = [self._summarize(node) for node in tree.body]
+
+    @classmethod
+    def parse(cls, text: str, code: str) -> "Outline | None":
+        """`text` with \\n line breaks only, `code` the same text blanked by `blank_strings_and_comments`.
+        None when CPython rejects the text."""
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        return cls(text, code, tree)
+
+    def span(self, node: ast.stmt) -> tuple[int, int]:
+        """Character offsets of the lines the statement covers, decorators included."""
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", ())])
+        last = node.end_lineno or node.lineno
+        return self.line_starts[first - 1], self.line_starts[min(last, len(self.line_starts) - 1)]
+
+    def called_in(self, node: ast.stmt) -> set[str]:
+        start, end = self.span(node)
+        lo, hi = bisect.bisect_left(self._offsets, start), bisect.bisect_left(self._offsets, end)
+        return {name for _, name in self._calls[lo:hi]}
+
+    @cached_property
+    def reaching(self) -> set[str]:
+        """backward, manual_backward, and every function of this file that (transitively) calls one."""
+        reaching = set(BACKWARDS)
+        changed = True
+        while changed:
+            changed = False
+            for function, callees in self.calls_of.items():
+                if function not in reaching and callees & reaching:
+                    reaching.add(function)
+                    changed = True
+        return reaching
+
+    def holds_training_loop(self, top: TopLevel) -> bool:
+        """Does a `for`/`while` loop in this statement reach a backward call?"""
+        return bool(top.loop_calls & self.reaching)
+
+    def _summarize(self, node: ast.stmt) -> TopLevel:
+        top = TopLevel(node)
+        stack: list[ast.AST] = [node]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, (ast.For, ast.AsyncFor, ast.While)):
+                top.loop_calls |= self.called_in(current)
+            elif isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                top.defines.add(current.name)
+                self.calls_of.setdefault(current.name, set()).update(self.called_in(current))
+            elif isinstance(current, (ast.Import, ast.ImportFrom)):
+                top.imports = True
+            for name in _BODIES:
+                for child in getattr(current, name, ()):
+                    if isinstance(child, (ast.stmt, ast.ExceptHandler, ast.match_case)):
+                        stack.append(child)
+        return top
+
+
+# Compound statements keep their statements in these fields (handlers and match cases hold bodies too).
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+# A name followed by "(", allowing what may sit between them in real code: spaces, line breaks,
+# backslash continuations and comments (a comment runs to its line break, so the pattern cannot
+# backtrack exponentially).
+_CALL = re.compile(r"\b(\w+)(?:\s|\\|#[^\n]*\n)*\(")
+_NEWLINE = re.compile("\n")
+
+
+def one_newline(text: str) -> str:
+    """Line breaks as CPython's tokenizer counts them: \\r\\n, \\r and \\n end a line, nothing else does."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def blank_strings_and_comments(text: str) -> str:
+    """`text` with the insides of comments and of string literals other than f-strings replaced by
+    spaces (line breaks kept, so offsets and line numbers stay). Scanned left to right like the
+    tokenizer, so a quote in a comment or a `#` in a string is read as Python reads it."""
+    pieces, last = [], 0
+    for match in _STRING_OR_COMMENT.finditer(text):
+        if "f" in (match.group("prefix") or "").lower():
+            continue
+        pieces += [text[last:match.start()], _NOT_NEWLINE.sub(" ", match.group())]
+        last = match.end()
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
+_STRING_OR_COMMENT = re.compile(
+    r"#[^\n]*"
+    r"|(?P<prefix>[rRbBuUfF]{0,2})(?:"
+    r"'''(?:\\[\s\S]|[^\\])*?'''"  # triple-quoted: up to the first unescaped closing triple
+    r'|"""(?:\\[\s\S]|[^\\])*?"""'
+    r"|'(?:\\[\s\S]|[^'\\\n])*'"  # single-quoted: one line, unless a backslash continues it
+    r'|"(?:\\[\s\S]|[^"\\\n])*"'
+    r")"
+)
+_NOT_NEWLINE = re.compile(r"[^\n]")
