@@ -1,4 +1,5 @@
-"""Generated programs never crash the linter, and unsafe fixes always leave code that parses.
+"""Generated programs never crash the linter, unsafe fixes always leave code that parses, and
+hollowing (leaving out definitions no training loop depends on) never changes the findings.
 
 CI runs a small derandomized sample; ACCUMCHECK_FUZZ_EXAMPLES=2000 runs a nightly-size one.
 """
@@ -10,7 +11,8 @@ import libcst
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gradcheck_accum.lint.engine import ParseFailure, fix_source, lint_source
+from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source, lint_source
+from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint.rules import ALL_RULES
 
 EXAMPLES = int(os.environ.get("ACCUMCHECK_FUZZ_EXAMPLES", "60"))
@@ -33,6 +35,10 @@ def check(source: str) -> None:
         lint_source(source, "fuzz.py", ALL_RULES)
     except ParseFailure:
         return
+    rules, hollowed = screen(source, list(ALL_RULES))
+    if hollowed is not None:
+        assert analyze(source, "fuzz.py", rules, hollowed=hollowed).findings == \
+            analyze(source, "fuzz.py", rules).findings
     fixed = fix_source(source, "fuzz.py", ALL_RULES, unsafe=True).source
     libcst.parse_module(fixed)
 
@@ -57,8 +63,15 @@ def indent(lines: list[str], depth: int) -> str:
 @FUZZ
 @given(st.lists(TRAINING_LINES, min_size=1, max_size=8), st.lists(TRAINING_LINES, max_size=4),
        hypothesmith.from_node(), st.sampled_from(["for i, batch in enumerate(loader):",
-                                                   "while True:", "for micro in range(accum):"]))
-def test_training_loops_with_generated_code(body, tail, generated, header):
+                                                   "while True:", "for micro in range(accum):"]),
+       st.sampled_from(["", "def generated():", "class Generated:", "@decorated\nasync def generated():"]),
+       st.integers(0, 8))
+def test_training_loops_with_generated_code(body, tail, generated, header, wrapper, where):
+    """Generated code, at the top or inside a definition (which hollowing may leave out), before a
+    loop that reaches a backward call."""
     prefix = "import torch\noptimizer = torch.optim.AdamW(model.parameters())\n"
+    body.insert(where % (len(body) + 1), "loss.backward()")
+    if wrapper:
+        generated = wrapper + "\n" + indent(generated.splitlines() or ["pass"], 1)
     source = prefix + generated + "\n" + header + "\n" + indent(body, 1) + indent(tail, 0)
     check(source)
