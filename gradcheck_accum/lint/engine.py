@@ -95,6 +95,8 @@ def analyze(source: str, path: str, rules: Rules, enabled: set[str] | None = Non
                               rule.code, rule.name, report.message,
                               fix.safety if fix else None, fix.description if fix else None)
             entries.setdefault(finding, fix)
+    if not entries and UnusedSuppression not in rules:
+        return Analysis(module, [])  # nothing to hide and no suppression to judge: skip reading comments
     suppressions = parse_suppressions(source)
     if suppressions.skip_file:
         return Analysis(module, [])
