@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-import libcst as cst
+from gradcheck_accum.lint.lazy import cst
 
 from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, keyword, last_part, positional
 

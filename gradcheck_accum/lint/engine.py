@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-import libcst as cst
+from gradcheck_accum.lint.lazy import cst
 
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.fixes import Fix

@@ -7,14 +7,15 @@ in program order. The window model (windows.py) is built from these events; rule
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import libcst as cst
+from gradcheck_accum.lint.lazy import cst
 
 from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, iter_calls, iter_names, keyword, positional
 
-Loop = cst.For | cst.While
+if TYPE_CHECKING:  # annotations only: libcst is loaded lazily (see gradcheck_accum/lint/__init__.py)
+    Loop = cst.For | cst.While
 
 # Event kinds
 BACKWARD = "backward"

@@ -6,15 +6,17 @@ replaced by a new node, removed, or flattened into several statements (how a sta
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
 
-import libcst as cst
+from gradcheck_accum.lint.lazy import cst
 
 from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.names import source
 
-Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
+if TYPE_CHECKING:  # annotations only: libcst is loaded lazily (see gradcheck_accum/lint/__init__.py)
+    Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ class Fix:
 
     def apply(self, module: cst.Module) -> str:
         """The module's code with this fix applied."""
-        code = module.visit(_Replace({id(node): new for node, new in self.replacements})).code \
+        code = module.visit(_replacer()({id(node): new for node, new in self.replacements})).code \
             if self.replacements else module.code
         if self.line_edit is not None:
             number, old, new = self.line_edit
@@ -45,16 +47,22 @@ class Fix:
         return code
 
 
-class _Replace(cst.CSTTransformer):
-    def __init__(self, replacements: dict[int, Replacement]) -> None:
-        super().__init__()
-        self.replacements = replacements
+@functools.cache
+def _replacer() -> type:
+    """The transformer class, made on first use: a class statement at import time would load libcst."""
 
-    def on_leave(self, original_node, updated_node):
-        new = self.replacements.get(id(original_node))
-        if new is None:
-            return updated_node
-        return new(updated_node) if callable(new) and not isinstance(new, cst.CSTNode) else new
+    class Replace(cst.CSTTransformer):
+        def __init__(self, replacements: dict[int, Replacement]) -> None:
+            super().__init__()
+            self.replacements = replacements
+
+        def on_leave(self, original_node, updated_node):
+            new = self.replacements.get(id(original_node))
+            if new is None:
+                return updated_node
+            return new(updated_node) if callable(new) and not isinstance(new, cst.CSTNode) else new
+
+    return Replace
 
 
 def lone_statement(event: ev.Event) -> cst.SimpleStatementLine | None:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import libcst as cst
+from gradcheck_accum.lint.lazy import cst
 
 from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint import events as ev

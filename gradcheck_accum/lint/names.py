@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-import libcst as cst
+from gradcheck_accum.lint.lazy import cst
 
 
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}

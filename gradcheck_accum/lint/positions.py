@@ -11,14 +11,18 @@ libcst's PositionProvider.
 
 from __future__ import annotations
 
-from typing import Iterable
+import re
+from typing import TYPE_CHECKING, Iterable
 
-import libcst as cst
-from libcst.metadata.position_provider import NEWLINE_RE, PositionProvidingCodegenState
+from gradcheck_accum.lint.lazy import cst
 
 from gradcheck_accum.lint.names import children
 
-Ranges = dict[cst.CSTNode, cst.metadata.CodeRange]
+if TYPE_CHECKING:
+    from libcst.metadata.position_provider import PositionProvidingCodegenState
+
+Ranges = dict["cst.CSTNode", "cst.metadata.CodeRange"]  # strings: libcst loads lazily
+_NEWLINE = re.compile(r"\r\n?|\n")  # line breaks as libcst's position provider counts them
 
 
 def node_positions(module: cst.Module, source: str, nodes: Iterable[cst.CSTNode]) -> Ranges:
@@ -59,6 +63,8 @@ class _Collector:
 
 
 def _state(module: cst.Module) -> PositionProvidingCodegenState:
+    from libcst.metadata.position_provider import PositionProvidingCodegenState  # libcst loads lazily
+
     return PositionProvidingCodegenState(default_indent=module.default_indent,
                                          default_newline=module.default_newline, provider=_Collector())
 
@@ -93,7 +99,7 @@ def _place(module: cst.Module, source: str, statement: cst.CSTNode, ancestors: t
     start = source.find(text)
     if not text or start < 0 or source.find(text, start + 1) >= 0:
         return None
-    before = NEWLINE_RE.split(source[:start])
+    before = _NEWLINE.split(source[:start])
     line, column = len(before) - 1, len(before[-1])
 
     def shift(position: cst.metadata.CodePosition) -> cst.metadata.CodePosition:

@@ -55,4 +55,5 @@ def _loops_reach_backward(text: str, code: str) -> tuple[bool, Outline | None]:
     return outline is None or any(outline.holds_training_loop(top) for top in outline.tops), outline
 
 
-_BACKWARD_CALL = re.compile(r"backward(?:\s|\\)*\(")  # in blanked code; also matches manual_backward(
+# A call of backward or manual_backward in blanked code (not `has_backward(`, not `def backward(`)
+_BACKWARD_CALL = re.compile(r"(?<!def )\b(?:manual_)?backward(?:\s|\\)*\(")

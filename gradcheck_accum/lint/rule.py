@@ -6,7 +6,7 @@ import functools
 import re
 from typing import TYPE_CHECKING, ClassVar, Iterator, NamedTuple
 
-import libcst as cst
+from gradcheck_accum.lint.lazy import cst
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.fixes import Fix

@@ -188,3 +188,8 @@ def test_fixtures_lint_the_same_hollowed(path):
     reduced = hollowed(source)
     if reduced is not None:
         assert findings(source, reduced) == findings(source)
+
+
+def test_every_rule_states_what_it_reads_outside_windows():
+    # The default (None) is safe but turns hollowing off for every file the rule could fire on.
+    assert [rule.code for rule in ALL_RULES if "outside_windows" not in vars(rule)] == []

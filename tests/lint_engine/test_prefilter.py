@@ -70,6 +70,9 @@ CASES = {
     "string continued by a backslash": "for b in d:\n    s = 'a\\\nb'; loss.backward()\n",
     "triple quotes": "for b in d:\n    s = \"\"\"x'''y\"\"\"; loss.backward()\n",
     "in a message only": "def f():\n    raise E('no backward() here')\nfor b in d:\n    f()\n",
+    "a name ending in backward": "for b in d:\n    stage.has_backward()\n    perform_backward(x)\n",
+    "lightning": "for b in d:\n    self.manual_backward(loss)\n",
+    "defined and called": "class F:\n    def backward(self):\n        pass\nfor b in d:\n    f.backward ()\n",
 }
 
 
@@ -84,6 +87,8 @@ def test_answers_no_where_it_can():
     assert not loop_reaches_backward(CASES["loop elsewhere"])
     assert not loop_reaches_backward(CASES["only a definition"])
     assert not loop_reaches_backward(CASES["in a message only"])
+    assert not loop_reaches_backward(CASES["a name ending in backward"])
+    assert loop_reaches_backward(CASES["lightning"]) and loop_reaches_backward(CASES["defined and called"])
 
 
 @pytest.mark.skipif(not TORCH.is_dir(), reason="needs the installed torch package as a corpus")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import libcst as cst
+from gradcheck_accum.lint.lazy import cst
 
 from gradcheck_accum.lint import bindings as b
 from gradcheck_accum.lint import events as ev

@@ -1,0 +1,27 @@
+"""libcst, imported on first use.
+
+Importing libcst costs about 0.2 s, more than screening a whole file tree with the prefilter, and
+a run in which no file gets past the prefilter never needs it (a pre-commit hook on files that hold
+no training loop; the main process of a parallel run, whose workers do the parsing). Modules write
+`from gradcheck_accum.lint.lazy import cst` and use `cst.X` inside functions only; annotations are
+strings (`from __future__ import annotations`), and type checkers see the real module.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING
+
+
+class _OnFirstUse(types.ModuleType):
+    def __getattr__(self, name: str):  # called only for names not yet copied in
+        import libcst
+
+        self.__dict__.update(vars(libcst))  # later lookups are plain attribute reads
+        return getattr(libcst, name)
+
+
+if TYPE_CHECKING:
+    import libcst as cst
+else:
+    cst = _OnFirstUse("libcst")
