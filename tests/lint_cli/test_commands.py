@@ -95,3 +95,15 @@ def test_console_script_exit_codes(tmp_path):
     assert subprocess.run([exe, "lint", "--bogus"], cwd=tmp_path, capture_output=True).returncode == 2
     (tmp_path / "t.py").write_text(CLEAN)
     assert subprocess.run([exe, "lint", "t.py"], cwd=tmp_path, capture_output=True).returncode == 0
+
+
+def test_libcst_is_imported_only_when_a_file_needs_parsing(tmp_path):
+    """A pre-commit run over files with no training loop never pays libcst's import (~0.2 s)."""
+    (tmp_path / "util.py").write_text("def add(a, b):\n    return a + b\n")
+    (tmp_path / "train.py").write_text(BUGGY)
+    code = ("import sys\nfrom gradcheck_accum.cli import main\n"
+            "try:\n    main(['lint', '--no-cache', *sys.argv[1:]])\nexcept SystemExit:\n    pass\n"
+            "print('libcst' in sys.modules)\n")
+    loaded = [subprocess.run([sys.executable, "-c", code, *files], capture_output=True, text=True,
+                             cwd=tmp_path).stdout.splitlines()[-1] for files in (["util.py"], ["util.py", "train.py"])]
+    assert loaded == ["False", "True"]
