@@ -36,31 +36,30 @@ def hollow(outline: Outline, rules: list[type[Rule]]) -> str | None:
             return None
         words.update(rule.outside_windows)
     code = outline.code
-    left_out = []
+    left_out: dict[int, TopLevel] = {}  # id(top) -> top, in file order
     for top in outline.tops:
         start, end = outline.span(top.node)
         if _body_lines(outline, top.node) is not None and not top.imports \
                 and not outline.holds_training_loop(top) and not any(w in code[start:end] for w in words):
-            left_out.append(top)
-    if not left_out:
-        return None
-    kept = [top for top in outline.tops if all(top is not out for out in left_out)]
+            left_out[id(top)] = top
+    kept = [top for top in outline.tops if id(top) not in left_out]
     calls = set().union(*(outline.called_in(top.node) for top in kept))
     attributes = set().union(*(_attributes(outline, top) for top in kept))
+    mentions = {key: _attributes(outline, top) for key, top in left_out.items()}
     changed = True
-    while changed:
+    while changed and left_out:
         changed = False
-        for top in list(left_out):
-            mentioned = _attributes(outline, top)
+        for key, top in list(left_out.items()):
+            mentioned = mentions[key]
             if top.defines & calls or mentioned & attributes:
-                left_out.remove(top)
+                del left_out[key]
                 calls |= outline.called_in(top.node)
                 attributes |= mentioned
                 changed = True
     if not left_out:
         return None
     lines = outline.text.split("\n")
-    for top in left_out:
+    for top in left_out.values():
         first, last = _body_lines(outline, top.node)
         line = lines[first - 1]
         lines[first - 1] = line[: len(line) - len(line.lstrip(" \t\x0c"))] + "..."
