@@ -57,12 +57,14 @@ def compare_rows(
     baseline: Optional[Grads] = None,
 ) -> list[Row]:
     """One row per trainable parameter. baseline defaults to the eager big batch in the run's
-    dtype, whose error against float64 is the rounding budget."""
-    base = reference.baseline.grads if baseline is None else baseline
+    dtype, whose error against float64 is the rounding budget; before that has run, the budget is
+    its floor alone (Reference.measure_rounding)."""
+    measured = baseline is not None or reference.baseline is not None
+    base = baseline if baseline is not None else reference.baseline.grads if measured else {}
     rows = []
     for name, exact in reference.exact.items():
         c = compare(grads.get(name), base.get(name), exact, tol, magnitude=_magnitude(contributions, name),
-                    nondeterminism=reference.nondeterminism.get(name, 0.0), steps=steps)
+                    nondeterminism=reference.nondeterminism.get(name, 0.0), steps=steps, measured=measured)
         rows.append(Row.from_comparison(mode, name, shapes[name], c))
     return rows
 
@@ -152,10 +154,12 @@ def verify(
             compiled = compiled_runs(prepared.copy(run_device, run_dtype, fresh=True), big, micro, loss_fn,
                                      reference_loss_fn, divs, reference_div, backend=compile_backend, seed=seed)
         judged = _judge(window, compiled, reference, tol, shapes, steps, counts)
-        if not all(r.ok for r in judged[1]) and reference.recheck():
-            # A mismatch: now learn what the second big-batch run tells (nondeterminism widens the
-            # rounding budget, random ops explain a difference) and judge again.
-            judged = _judge(window, compiled, reference, tol, shapes, steps, counts)
+        # Beyond the budget's floor: measure the rounding budget itself and judge again; still beyond
+        # it: learn what a second big-batch run tells (nondeterminism widens the budget, random ops
+        # explain a difference) and judge again. Neither can turn a match into a mismatch.
+        for learn in (reference.measure_rounding, reference.recheck):
+            if not all(r.ok for r in judged[1]) and learn():
+                judged = _judge(window, compiled, reference, tol, shapes, steps, counts)
         rows, results, diagnoses, compile_notes = judged
 
     elapsed = time.perf_counter() - started

@@ -79,6 +79,7 @@ def compare(
     magnitude: float = 0.0,
     nondeterminism: float = 0.0,
     steps: int = 1,
+    measured: bool = True,
 ) -> Comparison:
     """Judge one gradient tensor.
 
@@ -87,7 +88,9 @@ def compare(
     None stands for a parameter without gradient. magnitude: the size of what was summed to get
     the candidate (root-sum-square of the micro-batch contributions' norms), which bounds the
     rounding of the sum when the result itself is small; nondeterminism: the absolute L2
-    difference between two identical baseline runs; steps: micro-batches summed.
+    difference between two identical baseline runs; steps: micro-batches summed. measured=False:
+    the baseline has not run yet, so only the floor is allowed (the full budget is never smaller)
+    and reference_error is reported as NaN.
     """
     if candidate is None and reference64 is None:
         return Comparison(0.0, 0.0, 0.0, 1.0, 1.0, True, "unused: no gradient")
@@ -117,7 +120,8 @@ def compare(
     denom = norm if norm > 0 else 1.0
     scale, cosine = _scale_cosine(cand, ref)
     note = "" if norm > 0 else "reference is exactly zero: absolute errors"
-    return Comparison(err / denom, base_err / denom, allowed / denom, scale, cosine, err <= allowed, note)
+    reported = base_err / denom if measured else math.nan
+    return Comparison(err / denom, reported, allowed / denom, scale, cosine, err <= allowed, note)
 
 
 def global_scale_cosine(

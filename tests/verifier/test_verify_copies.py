@@ -1,13 +1,20 @@
 """What each run starts from: the prepared state, however the previous run left the working copy,
-and how many forward passes a check costs."""
+and how many forward passes a check costs (the rounding budget is measured only when needed, which
+never changes a verdict)."""
+
+import dataclasses
+import math
 
 import pytest
 import torch
 from torch import nn
 
 from gradcheck_accum import verify
+from gradcheck_accum.verifier import check
+from gradcheck_accum.verifier.compare import Tolerance
 from gradcheck_accum.verifier.prepare import prepare
-from verifier_models import ce_mean, classification_batch, mlp
+from verifier_models import ce_mean, ce_sum, classification_batch, mlp, token_batch, token_mean, token_model, \
+    token_sum, window_rows, window_tokens
 
 
 class Normalised(nn.Module):
@@ -68,19 +75,68 @@ def test_fresh_copies_are_independent_and_a_changed_module_is_copied_anew():
     assert not list(prepared.module.buffers())
 
 
-def test_a_match_runs_each_big_batch_once_and_a_mismatch_reruns_the_baseline():
+def counted(calls: list, scale: float = 1.0):
+    def loss(model, batch):
+        calls.append(len(batch[0]))
+        return ce_mean(model, batch) * scale
+    return loss
+
+
+def test_a_match_within_the_floor_runs_only_the_float64_big_batch():
     calls = []
+    report = verify(mlp(), classification_batch(16), counted(calls), accumulation_steps=4, modes=("eager",))
+    assert report.ok
+    assert sorted(calls) == [4, 4, 4, 4, 16]  # four micro-batches and the float64 big batch
+    assert all(math.isnan(row.reference_error) for row in report.rows)  # the budget was not needed
 
-    def counted(scale):
-        def loss(model, batch):
-            calls.append(len(batch[0]))
-            return ce_mean(model, batch) * scale
-        return loss
 
-    batch = classification_batch(16)
-    assert verify(mlp(), batch, counted(1.0), accumulation_steps=4, modes=("eager",)).ok
-    assert sorted(calls) == [4, 4, 4, 4, 16, 16]  # float32 and float64 big batches, four micro-batches
-    calls.clear()
-    report = verify(mlp(), batch, counted(1.0), accumulation_steps=4, modes=("eager",), scaling="none")
+def test_beyond_the_floor_the_rounding_budget_is_measured(monkeypatch):
+    no_floor = dataclasses.replace(Tolerance.for_dtype(torch.float32), floor=0.0)
+    monkeypatch.setattr(check, "Tolerance", type("NoFloor", (), {"for_dtype": staticmethod(lambda dtype: no_floor)}))
+    calls = []
+    report = verify(mlp(), classification_batch(16), counted(calls), accumulation_steps=4, modes=("eager",))
+    assert report.ok
+    assert sorted(calls) == [4, 4, 4, 4, 16, 16]  # the float32 big batch measured the budget
+    assert all(row.reference_error > 0 for row in report.rows if row.error > 0)
+
+
+def test_a_mismatch_measures_the_budget_and_reruns_it():
+    calls = []
+    report = verify(mlp(), classification_batch(16), counted(calls), accumulation_steps=4, modes=("eager",),
+                    scaling="none")
     assert not report.ok and report.diagnosis.startswith("4.00x")
-    assert sorted(calls) == [4, 4, 4, 4, 16, 16, 16]  # the baseline again, to rule out nondeterminism
+    assert sorted(calls) == [4, 4, 4, 4, 16, 16, 16]  # the budget, then again to rule out nondeterminism
+
+
+CASES = {
+    "correct": dict(model=mlp, batch=classification_batch(16), loss_fn=ce_mean),
+    "uneven splits": dict(model=mlp, batch=classification_batch(18), loss_fn=ce_sum, scaling=window_rows,
+                          splits=[2, 9, 7]),
+    "mean of uneven means": dict(model=mlp, batch=classification_batch(18), loss_fn=ce_mean, splits=[2, 9, 7]),
+    "not divided": dict(model=mlp, batch=classification_batch(16), loss_fn=ce_mean, scaling="none"),
+    "slightly scaled": dict(model=mlp, batch=classification_batch(16), loss_fn=lambda m, b: ce_mean(m, b) * 1.0001,
+                            reference_loss_fn=ce_mean),
+    "mean of means": dict(model=token_model, batch=token_batch(12), loss_fn=token_mean, splits=[2, 4, 6]),
+    "token sums": dict(model=token_model, batch=token_batch(12), loss_fn=token_sum, scaling=window_tokens,
+                       splits=[2, 4, 6]),
+    "bfloat16": dict(model=mlp, batch=classification_batch(16), loss_fn=ce_mean, dtype="bfloat16"),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_measuring_the_budget_only_when_needed_never_changes_a_verdict(name, monkeypatch):
+    def judged():
+        report = verify(**{**CASES[name], "model": CASES[name]["model"]()}, modes=("eager",))
+        return report.verdict, report.diagnosis, [(row.name, row.ok) for row in report.rows]
+
+    lazy = judged()
+    measured_first = check.compute_reference
+
+    def upfront(*args, **kwargs):
+        reference = measured_first(*args, **kwargs)
+        reference.measure_rounding()
+        return reference
+
+    monkeypatch.setattr(check, "compute_reference", upfront)
+    assert judged() == lazy
+    assert (lazy[0] == "match") == (name in ("correct", "uneven splits", "token sums", "bfloat16"))
