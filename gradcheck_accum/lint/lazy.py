@@ -1,8 +1,8 @@
 """libcst, imported on first use.
 
-Importing libcst costs about 0.2 s, more than screening a whole file tree with the prefilter, and
-a run in which no file gets past the prefilter never needs it (a pre-commit hook on files that hold
-no training loop; the main process of a parallel run, whose workers do the parsing). Modules write
+Importing libcst costs about 0.2 s, more than screening a whole file tree with the prefilter: a run
+in which no file gets past the prefilter never needs it (a pre-commit hook on files that hold no
+training loop), and pool workers that only screen never pay it (runner.py). Modules write
 `from gradcheck_accum.lint.lazy import cst` and use `cst.X` inside functions only; annotations are
 strings (`from __future__ import annotations`), and type checkers see the real module.
 """

@@ -9,13 +9,14 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable
 
 from gradcheck_accum.lint import notebooks
 from gradcheck_accum.lint.config import Settings, expand
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source
 from gradcheck_accum.lint.files import Target, UnreadableFile, matches, read_text
+from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint.rule import Rule
 
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 
 # Below this many files a process pool costs more than it saves (and pre-commit runs stay in process).
 PARALLEL_THRESHOLD = 32
+# Files that pass the prefilter are analysed by the pool's workers only when there are this many: each
+# worker pays libcst's import (~0.2 s) before its first parse.
+PARALLEL_ANALYSIS = 8
 
 
 @dataclass(frozen=True)
@@ -63,12 +67,12 @@ def lint_targets(targets: list[Target], settings: Settings, options: Options = O
                          cache is not None))
     workers = min(jobs or os.cpu_count() or 1, len(work))
     if len(work) >= PARALLEL_THRESHOLD and workers > 1:
-        from concurrent.futures import ProcessPoolExecutor  # not paid for by single-file (pre-commit) runs
-
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            done = _counted(pool.map(_run, work, chunksize=max(1, len(work) // (workers * 8))), progress)
+        done = _in_pool(work, workers, progress)
     else:
-        done = _counted(map(_run, work), progress)
+        done = []
+        for item in map(_screen, work):
+            done.append(analyze_file(item) if isinstance(item, Pending) else item)
+            progress(1)
     for result in done:
         results[result.target] = result
         if cache is not None and result.fingerprint is not None:
@@ -81,21 +85,59 @@ def lint_targets(targets: list[Target], settings: Settings, options: Options = O
     return [results[t] for t in targets]
 
 
-def _counted(results: Iterable[FileResult], progress: Callable[[int], None]) -> list[FileResult]:
-    out = []
-    for result in results:
-        out.append(result)
-        progress(1)
-    return out
+def _in_pool(work: list, workers: int, progress: Callable[[int], None]) -> list[FileResult]:
+    """Workers screen every file (reading, hashing, prefilter); the few files that pass are analysed
+    here, many of them by the workers. The main process loads libcst while the workers screen."""
+    from concurrent.futures import ProcessPoolExecutor  # not paid for by single-file (pre-commit) runs
+
+    done: list[FileResult] = []
+    pending: list[Pending] = []
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        screened = pool.map(_screen, work, chunksize=max(1, len(work) // (workers * 8)))
+        cst.Module  # noqa: B018 - loads libcst now, in parallel with the screening
+        for item in screened:
+            if isinstance(item, Pending):
+                pending.append(item)
+            else:
+                done.append(item)
+                progress(1)
+        if len(pending) >= PARALLEL_ANALYSIS:
+            pending.sort(key=lambda item: -len(item.text))  # the longest first, so none is left for last
+            analysed = pool.map(analyze_file, pending)
+        else:
+            analysed = map(analyze_file, pending)
+        for result in analysed:
+            done.append(result)
+            progress(1)
+    return done
 
 
-def _run(item) -> FileResult:
+def _screen(item) -> FileResult | Pending:
     target, settings, rules, options, cached, fingerprint = item
-    return lint_file(target, settings, rules, options, cached=cached, fingerprint=fingerprint)
+    return screen_file(target, settings, rules, options, cached=cached, fingerprint=fingerprint)
+
+
+@dataclass
+class Pending:
+    """A file the prefilter let through: what its analysis needs."""
+
+    result: FileResult
+    text: str
+    rules: list[type[Rule]]  # those that could fire here
+    enabled: set[str]  # every rule selected for the file (ACC900 judges suppressions against them)
+    hollowed: str | None
+    options: Options
 
 
 def lint_file(target: Target, settings: Settings, rules: list[type[Rule]], options: Options,
               stdin=None, cached: Entry | None = None, fingerprint: bool = False) -> FileResult:
+    item = screen_file(target, settings, rules, options, stdin, cached, fingerprint)
+    return analyze_file(item) if isinstance(item, Pending) else item
+
+
+def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], options: Options,
+                stdin=None, cached: Entry | None = None, fingerprint: bool = False) -> FileResult | Pending:
+    """Read the file and decide whether it needs libcst: a finished result when it does not."""
     result = FileResult(target)
     try:
         stat = target.path.stat() if fingerprint and target.path is not None else None
@@ -112,10 +154,21 @@ def lint_file(target: Target, settings: Settings, rules: list[type[Rule]], optio
             result.findings, result.error = cached.restore(target.display)
             return result
     rules = _rules_for_file(target, settings, rules)
+    enabled = {rule.code for rule in rules}
+    hollowed = None
+    if options.prefilter and not target.is_notebook:
+        rules, hollowed = screen(text, rules)
+        if not rules:
+            return result  # no enabled rule can fire here: the file is never parsed
+    return Pending(result, text, rules, enabled, hollowed, options)
+
+
+def analyze_file(item: Pending) -> FileResult:
+    result = item.result
     try:
-        if target.is_notebook:
-            return _lint_notebook(result, text, rules, options)
-        return _lint_python(result, text, rules, options)
+        if result.target.is_notebook:
+            return _lint_notebook(result, item.text, item.rules, item.options)
+        return _lint_python(item)
     except (ParseFailure, notebooks.NotebookError) as exc:
         result.error = str(exc)
     except RecursionError:
@@ -131,18 +184,13 @@ def _rules_for_file(target: Target, settings: Settings, rules: list[type[Rule]])
     return [rule for rule in rules if rule.code not in ignored]
 
 
-def _lint_python(result: FileResult, text: str, rules: list[type[Rule]], options: Options) -> FileResult:
+def _lint_python(item: Pending) -> FileResult:
+    result, text, rules, options = item.result, item.text, item.rules, item.options
     display = result.target.display
-    enabled = {rule.code for rule in rules}
-    hollowed = None
-    if options.prefilter:
-        rules, hollowed = screen(text, rules)
-        if not rules:
-            return result  # no enabled rule can fire here: the file is never parsed
     if not (options.fix or options.diff):
-        result.findings = analyze(text, display, rules, enabled, hollowed).findings
+        result.findings = analyze(text, display, rules, item.enabled, item.hollowed).findings
         return result
-    fixed = fix_source(text, display, rules, unsafe=options.unsafe_fixes, enabled=enabled)
+    fixed = fix_source(text, display, rules, unsafe=options.unsafe_fixes, enabled=item.enabled)
     result.findings, result.fixed = fixed.remaining, fixed.fixed
     if fixed.source != text:
         _record_change(result, text, fixed.source, options)
