@@ -54,13 +54,12 @@ def compare_rows(
     *,
     contributions: Sequence[Grads] = (),
     steps: int = 1,
-    baseline: Optional[Grads] = None,
 ) -> list[Row]:
-    """One row per trainable parameter. baseline defaults to the eager big batch in the run's
-    dtype, whose error against float64 is the rounding budget; before that has run, the budget is
-    its floor alone (Reference.measure_rounding)."""
-    measured = baseline is not None or reference.baseline is not None
-    base = baseline if baseline is not None else reference.baseline.grads if measured else {}
+    """One row per trainable parameter, judged against the eager big batch in the run's dtype, whose
+    error against float64 is the rounding budget; before that has run, the budget is its floor alone
+    (Reference.measure_rounding)."""
+    measured = reference.baseline is not None
+    base = reference.baseline.grads if measured else {}
     rows = []
     for name, exact in reference.exact.items():
         c = compare(grads.get(name), base.get(name), exact, tol, magnitude=_magnitude(contributions, name),

@@ -31,7 +31,7 @@ class Reference:
     # random ops the big batch runs (dropout left on, noise, ...)
     nondeterminism: dict[str, float] = field(default_factory=dict)
     random_ops: tuple[str, ...] = ()
-    second_run: Optional[Callable[[], tuple[WindowRun, tuple[str, ...]]]] = None
+    rechecked: bool = False
 
     def measure_rounding(self) -> bool:
         """Run the big batch in the run's dtype (once); True when it ran now."""
@@ -42,11 +42,13 @@ class Reference:
 
     def recheck(self) -> bool:
         """Run the big batch again (once); True when that added anything to judge by."""
-        if self.second_run is None:
+        if self.rechecked:
             return False
+        self.rechecked = True
         self.measure_rounding()
-        second, self.random_ops = self.second_run()
-        self.second_run = None
+        with RandomOpRecorder() as recorder:
+            second = self.baseline_run()
+        self.random_ops = tuple(sorted(recorder.ops))
         self.nondeterminism = _difference(self.baseline.grads, second.grads)
         return bool(self.random_ops) or any(d > 0 for d in self.nondeterminism.values())
 
@@ -87,11 +89,6 @@ def compute_reference(
         return run_window(prepared.copy(device, dtype), [big], reference_loss_fn, [reference_div],
                           label="big batch", capture=False, seed=seed)
 
-    def second_run() -> tuple[WindowRun, tuple[str, ...]]:
-        with RandomOpRecorder() as recorder:
-            second = baseline_run()
-        return second, tuple(sorted(recorder.ops))
-
     device64 = float64_device(device)
     model64 = prepared.copy(device64, torch.float64)
     try:
@@ -100,4 +97,4 @@ def compute_reference(
     except VerifyError as exc:
         raise VerifyError(f"{exc}; the float64 reference needs the model and loss_fn to run in float64 "
                           "(avoid hard-coded float32 dtypes)") from None
-    return Reference(exact.grads, baseline_run, second_run=second_run)
+    return Reference(exact.grads, baseline_run)
