@@ -25,3 +25,8 @@ if TYPE_CHECKING:
     import libcst as cst
 else:
     cst = _OnFirstUse("libcst")
+
+
+def load() -> None:
+    """Import libcst now (when a process knows it will parse and has time to spare)."""
+    cst.Module  # noqa: B018 - the attribute read is the import

@@ -21,9 +21,9 @@ from gradcheck_accum.lint.rule import Rule
 LOOP_MARK = "backward("
 
 
-def screen(text: str, rules: list[type[Rule]]) -> tuple[list[type[Rule]], str | None]:
+def screen(text: str, rules: list[type[Rule]], hollowing: bool = True) -> tuple[list[type[Rule]], str | None]:
     """The rules that could fire on `text`, and what libcst needs to parse for them: None for the file
-    as it is, or the file with the definitions that cannot matter left out (hollow.py)."""
+    as it is, or (with `hollowing`) the file with the definitions that cannot matter left out (hollow.py)."""
     candidates = [rule for rule in rules if rule.could_fire(text)]
     if not any(LOOP_MARK in rule.needs for rule in candidates):
         return candidates, None
@@ -36,7 +36,7 @@ def screen(text: str, rules: list[type[Rule]]) -> tuple[list[type[Rule]], str | 
     reached, outline = _loops_reach_backward(text, code)
     if not reached:
         candidates = [rule for rule in candidates if LOOP_MARK not in rule.needs]
-    return candidates, hollow(outline, candidates) if outline is not None and candidates else None
+    return candidates, hollow(outline, candidates) if hollowing and outline is not None and candidates else None
 
 
 def loop_reaches_backward(text: str) -> bool:

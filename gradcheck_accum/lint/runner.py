@@ -11,12 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from gradcheck_accum.lint import notebooks
+from gradcheck_accum.lint import lazy, notebooks
 from gradcheck_accum.lint.config import Settings, expand
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source
 from gradcheck_accum.lint.files import Target, UnreadableFile, matches, read_text
-from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint.rule import Rule
 
@@ -70,8 +69,8 @@ def lint_targets(targets: list[Target], settings: Settings, options: Options = O
         done = _in_pool(work, workers, progress)
     else:
         done = []
-        for item in map(_screen, work):
-            done.append(analyze_file(item) if isinstance(item, Pending) else item)
+        for item in work:
+            done.append(_run(item))
             progress(1)
     for result in done:
         results[result.target] = result
@@ -94,7 +93,7 @@ def _in_pool(work: list, workers: int, progress: Callable[[int], None]) -> list[
     pending: list[Pending] = []
     with ProcessPoolExecutor(max_workers=workers) as pool:
         screened = pool.map(_screen, work, chunksize=max(1, len(work) // (workers * 8)))
-        cst.Module  # noqa: B018 - loads libcst now, in parallel with the screening
+        lazy.load()  # now, in parallel with the screening
         for item in screened:
             if isinstance(item, Pending):
                 pending.append(item)
@@ -115,6 +114,11 @@ def _in_pool(work: list, workers: int, progress: Callable[[int], None]) -> list[
 def _screen(item) -> FileResult | Pending:
     target, settings, rules, options, cached, fingerprint = item
     return screen_file(target, settings, rules, options, cached=cached, fingerprint=fingerprint)
+
+
+def _run(item) -> FileResult:
+    target, settings, rules, options, cached, fingerprint = item
+    return lint_file(target, settings, rules, options, cached=cached, fingerprint=fingerprint)
 
 
 @dataclass
@@ -157,7 +161,8 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
     enabled = {rule.code for rule in rules}
     hollowed = None
     if options.prefilter and not target.is_notebook:
-        rules, hollowed = screen(text, rules)
+        # Fixes rewrite the whole parsed module, so they parse it whole: no hollowing for them.
+        rules, hollowed = screen(text, rules, hollowing=not (options.fix or options.diff))
         if not rules:
             return result  # no enabled rule can fire here: the file is never parsed
     return Pending(result, text, rules, enabled, hollowed, options)
