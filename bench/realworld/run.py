@@ -15,15 +15,14 @@ and recall of the labelled bugs. The manifest format is described in README.md n
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import re
 import subprocess
 import sys
-import tarfile
 import tempfile
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +37,7 @@ HALVES = ("dev", "validation")
 DEFAULT_MIRRORS = Path(os.environ.get("ACCUMCHECK_MIRRORS", "/work/.mirror"))
 LINT_TIMEOUT_S = 900
 CODE = re.compile(r"ACC\d{3}")
+PYTHON_SUFFIXES = (".py", ".pyi", ".ipynb")  # what the linter reads
 NEEDS = ("cross-file", "cross-function", "framework")
 EXTRACTED = ".extracted"  # in a checkout: the paths already taken out of git, one a line
 
@@ -154,9 +154,11 @@ def mirror_of(name: str, mirrors: Path) -> Path:
 
 
 def materialise(repo: Repo, mirror: Path, checkouts: Path) -> Path:
-    """The repository's tree at its commit under `checkouts` (only the listed paths), extracted once.
+    """The Python sources of the listed paths at the repository's commit, written once under `checkouts`.
 
-    Raises ManifestError when the commit or a path is not in the mirror."""
+    Blobs are read from the mirror with `git cat-file --batch` rather than `git archive`: a fetched
+    snapshot lacks its largest files, and `git archive` stops at the first missing blob, which would lose
+    the whole tree for one absent data file. Raises ManifestError when the commit is not in the mirror."""
     root = checkouts / repo.name.replace("/", "+") / repo.commit
     wanted = repo.paths or ["."]
     marker = root / EXTRACTED
@@ -174,20 +176,53 @@ def materialise(repo: Repo, mirror: Path, checkouts: Path) -> Path:
             print(f"{repo.name}: {path} does not exist at {repo.commit[:12]}; skipped", file=sys.stderr)
             continue
         present.append(path)
-    if present:
-        archive = subprocess.run([*git, "archive", "--format=tar", repo.commit, "--", *present],
-                                 capture_output=True)
-        if archive.returncode:
-            raise ManifestError(f"git archive failed: {archive.stderr.decode(errors='replace').strip()}")
-        root.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(root, filter="data")
-            else:  # pragma: no cover - Python < 3.10.12 / 3.11.4
-                tar.extractall(root)
     root.mkdir(parents=True, exist_ok=True)
+    if present:
+        absent = _write_blobs(git, root, _python_blobs(git, repo.commit, present))
+        if absent:
+            print(f"{repo.name}: {len(absent)} Python file(s) absent from the snapshot, not linted: "
+                  f"{', '.join(absent[:3])}{' ...' if len(absent) > 3 else ''}", file=sys.stderr)
     marker.write_text("\n".join(sorted(done | set(missing))))
     return root
+
+
+def _python_blobs(git: list[str], commit: str, paths: list[str]) -> list[tuple[str, str]]:
+    """(path, object id) of every Python source file under `paths` at `commit` (symbolic links left out)."""
+    listing = subprocess.run([*git, "ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths],
+                             capture_output=True, check=True).stdout
+    blobs = []
+    for entry in listing.decode("utf-8", errors="surrogateescape").split("\0"):
+        if not entry:
+            continue
+        meta, path = entry.split("\t", 1)
+        mode, kind, oid = meta.split()
+        if kind == "blob" and mode != "120000" and path.endswith(PYTHON_SUFFIXES):
+            blobs.append((path, oid))
+    return blobs
+
+
+def _write_blobs(git: list[str], root: Path, blobs: list[tuple[str, str]]) -> list[str]:
+    """Write each blob under `root`; returns the paths whose blob the mirror does not have."""
+    if not blobs:
+        return []
+    answer = subprocess.run([*git, "cat-file", "--batch"], input="".join(f"{oid}\n" for _, oid in blobs).encode(),
+                            capture_output=True, check=True).stdout
+    absent, at = [], 0
+    for path, _ in blobs:
+        header_end = answer.index(b"\n", at)
+        header = answer[at:header_end].split()
+        at = header_end + 1
+        if header[-1] == b"missing":
+            absent.append(path)
+            continue
+        size = int(header[2])
+        content, at = answer[at:at + size], at + size + 1
+        target = (root / path).resolve()
+        if root.resolve() not in target.parents:  # a hostile path; git itself never writes one
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    return absent
 
 
 # ---------------------------------------------------------------------------------------------- linting
@@ -216,6 +251,14 @@ def lint(repo: Repo, root: Path, settings: Path) -> tuple[list[Finding], list[st
         errors.append(f"the linter exited {done.returncode}")
     findings = {Finding(repo.name, _relative(r["path"]), r["line"], r["code"], r["message"]) for r in records}
     return sorted(findings, key=lambda f: (f.path, f.line, f.code)), errors
+
+
+def _lint_or_reason(repo: Repo, root: Path, settings: Path) -> tuple[list[Finding], list[str]]:
+    """lint(), with anything unexpected turned into one line, so one repository never stops the run."""
+    try:
+        return lint(repo, root, settings)
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        return [], [f"not linted: {type(exc).__name__}: {exc}"]
 
 
 def _relative(path: str) -> str:
@@ -332,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mirrors", type=Path, default=DEFAULT_MIRRORS,
                         help="where `fetch` leaves bare git dirs [default: %(default)s or $ACCUMCHECK_MIRRORS]")
     parser.add_argument("--checkouts", type=Path, default=HERE / "checkouts")
+    parser.add_argument("--jobs", "-j", type=int, default=2, help="repositories linted at once [default: 2]")
     args = parser.parse_args(argv)
 
     def warn(text: str) -> None:
@@ -341,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     scores = {half: Score() for half in halves}
     repos: dict[str, Repo] = {}
     per_repo = []
+    ready: list[tuple[Repo, Path]] = []
     with tempfile.TemporaryDirectory() as scratch:
         settings = Path(scratch) / "pyproject.toml"  # no [tool.accumcheck]: defaults, every rule selected
         settings.write_text("")
@@ -358,15 +403,19 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 try:
                     root = materialise(repo, mirror, args.checkouts)
-                except ManifestError as exc:
-                    print(f"{repo.name}: {exc}; skipped")
+                except (ManifestError, subprocess.CalledProcessError, OSError) as exc:
+                    print(f"{repo.name}: cannot materialise {repo.commit[:12]}: {exc}; skipped")
                     continue
-                findings, errors = lint(repo, root, settings)
-                for error in errors:
-                    warn(f"{repo.name}: {error}")
-                result = score(repo.labels, findings)
-                scores[half].add(result)
-                per_repo.append((repo, len(findings), result, len(errors)))
+                ready.append((repo, root))
+        # each lint is its own process: run a few at once (one slow repository does not hold up the rest)
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            linted = list(pool.map(lambda item: _lint_or_reason(item[0], item[1], settings), ready))
+    for (repo, _), (findings, errors) in zip(ready, linted):
+        for error in errors:
+            warn(f"{repo.name}: {error}")
+        result = score(repo.labels, findings)
+        scores[repo.half].add(result)
+        per_repo.append((repo, len(findings), result, len(errors)))
 
     for repo, count, result, errors in per_repo:
         print(f"{repo.half:10} {repo.name} @ {repo.commit[:12]}: {count} findings "

@@ -70,6 +70,8 @@ def corpus(tmp_path_factory):
     (work / "utils").mkdir(parents=True)
     (work / "train.py").write_text(BUGGY)
     (work / "utils" / "data.py").write_text(HELPER)
+    (work / "utils" / "table.py").write_text("TABLE = [0] * 100\n")  # its blob goes missing below
+    (work / "weights.bin").write_bytes(b"\0" * 64)  # likewise: snapshots lack their largest files
     git("init", "-q", cwd=work)
     git("add", "-A", cwd=work)
     git("commit", "-q", "-m", "train", cwd=work)
@@ -79,6 +81,9 @@ def corpus(tmp_path_factory):
     fixed = git("rev-parse", "HEAD", cwd=work)
     mirrors = tmp / "mirrors"
     git("clone", "-q", "--bare", str(work), str(mirrors / "acme+trainer" / "repo"), cwd=tmp)
+    for path in ("utils/table.py", "weights.bin"):  # as in a fetched snapshot: big blobs absent
+        oid = git("rev-parse", f"{buggy}:{path}", cwd=work)
+        (mirrors / "acme+trainer" / "repo" / "objects" / oid[:2] / oid[2:]).unlink()  # a loose object
 
     manifests = tmp / "manifests"
     manifests.mkdir()
@@ -194,6 +199,7 @@ def test_listings_and_one_line_problems(report):
     assert "missed, by what finding them needs: cross-file 1" in out
     assert "acme/trainer: label #5: train.py: line must be a positive integer" in err  # malformed: skipped
     assert "gone.py does not exist at" in err
+    assert "acme/trainer: 1 Python file(s) absent from the snapshot, not linted: utils/table.py" in err
 
 
 def test_half_selects_its_manifest(corpus, capsys):
