@@ -9,10 +9,11 @@ and the diagnosis can say so.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from torch import nn
@@ -167,9 +168,7 @@ def run_window(
     run = WindowRun(grads={})
     before: Grads = snapshot(params) if capture else {}
     start = time.perf_counter()
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
-        _seed(seed)
+    with seeded(seed):
         for i, mb in enumerate(micro_batches):
             where = f"{label}, micro-batch {i + 1} of {len(micro_batches)}" if len(micro_batches) > 1 else label
             if dynamic:
@@ -193,6 +192,15 @@ def run_window(
     run.seconds = time.perf_counter() - start
     run.grads = snapshot(params)
     return run
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Random ops start from `seed` inside; the caller's random state is restored afterwards."""
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        _seed(seed)
+        yield
 
 
 def _seed(seed: int) -> None:

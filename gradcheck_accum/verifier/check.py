@@ -3,14 +3,13 @@ against a float64 reference."""
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import time
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from gradcheck_accum.verifier.accumulate import (
-    Grads,
     LossFn,
     WindowRun,
     compiled_runs,
@@ -19,7 +18,7 @@ from gradcheck_accum.verifier.accumulate import (
     to_device,
 )
 from gradcheck_accum.verifier.batches import batch_size, check_splits, even_splits, item_counts, split_batch
-from gradcheck_accum.verifier.compare import Tolerance, compare, global_scale_cosine
+from gradcheck_accum.verifier.compare import Tolerance, global_scale_cosine
 from gradcheck_accum.verifier.diagnose import Diagnosis, diagnose
 from gradcheck_accum.verifier.errors import VerifyError
 from gradcheck_accum.verifier.prepare import (
@@ -30,42 +29,11 @@ from gradcheck_accum.verifier.prepare import (
     resolve_device,
     resolve_dtype,
 )
-from gradcheck_accum.verifier.reference import Reference, compute_reference
+from gradcheck_accum.verifier.judge import compare_rows, judge, magnitudes
+from gradcheck_accum.verifier.reference import BigBatch, Reference
 from gradcheck_accum.verifier.report import ModeResult, Report, Row
 
 MODES = ("eager", "compiled")
-
-
-def _magnitude(contributions: Sequence[Grads], name: str) -> float:
-    total = 0.0
-    for c in contributions:
-        g = c.get(name)
-        if g is not None:
-            total += float(torch.linalg.vector_norm(g.double())) ** 2
-    return math.sqrt(total)
-
-
-def compare_rows(
-    mode: str,
-    grads: Grads,
-    reference: Reference,
-    tol: Tolerance,
-    shapes: dict[str, tuple[int, ...]],
-    *,
-    contributions: Sequence[Grads] = (),
-    steps: int = 1,
-) -> list[Row]:
-    """One row per trainable parameter, judged against the eager big batch in the run's dtype, whose
-    error against float64 is the rounding budget; before that has run, the budget is its floor alone
-    (Reference.measure_rounding)."""
-    measured = reference.baseline is not None
-    base = reference.baseline.grads if measured else {}
-    rows = []
-    for name, exact in reference.exact.items():
-        c = compare(grads.get(name), base.get(name), exact, tol, magnitude=_magnitude(contributions, name),
-                    nondeterminism=reference.nondeterminism.get(name, 0.0), steps=steps, measured=measured)
-        rows.append(Row.from_comparison(mode, name, shapes[name], c))
-    return rows
 
 
 def _scaling_label(scaling: Any) -> str:
@@ -104,14 +72,10 @@ def verify(
     torch.compile backend for mode "compiled". item_counts_fn(micro_batch) -> int: how many items
     a micro-batch holds, to recognise mean-of-means weighting (rows, valid labels and mask entries
     are tried by default). world_size > 1: accumulate under DistributedDataParallel in that many
-    processes (gloo on CPU, NCCL on GPUs) and compare with the single-process big batch (eager only).
+    processes (gloo on CPU, NCCL on GPUs) and compare with the single-process big batch; "compiled"
+    then wraps the DDP module in torch.compile(backend=compile_backend). seed: every run's random
+    ops start from it.
     """
-    if world_size != 1:
-        # DDP: N micro-batches with no_sync, split across world_size processes (distributed.py).
-        from gradcheck_accum.verifier.distributed import verify_distributed
-
-        return verify_distributed(model, batch, loss_fn, accumulation_steps, scaling, reference_loss_fn, splits,
-                                  modes, device, dtype, world_size=world_size, freeze_batchnorm=freeze_batchnorm)
     modes = tuple(modes) if not isinstance(modes, str) else (modes,)
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
@@ -121,10 +85,22 @@ def verify(
     reference_loss_fn = loss_fn if reference_loss_fn is None else reference_loss_fn
     if not callable(reference_loss_fn):
         raise VerifyError("reference_loss_fn must be callable(model, batch)")
-    run_device = resolve_device(device)
-    run_dtype = resolve_dtype(dtype)
+    if scaling not in ("steps", "none", None) and not callable(scaling):
+        raise VerifyError(f"scaling must be 'steps', 'none' or a callable(micro_batch, window), got {scaling!r}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise VerifyError(f"world_size must be a positive integer, got {world_size!r}")
     total = batch_size(batch)
     sizes = check_splits(splits, total) if splits is not None else even_splits(total, accumulation_steps)
+    if world_size > 1:
+        # DDP: the N micro-batches with no_sync, each split across world_size processes.
+        from gradcheck_accum.verifier.ddp_window import verify_distributed
+
+        return verify_distributed(model, batch, loss_fn, sizes, scaling, reference_loss_fn, modes, device, dtype,
+                                  world_size=world_size, freeze_batchnorm=freeze_batchnorm, seed=seed,
+                                  compile_backend=compile_backend, item_counts_fn=item_counts_fn,
+                                  scaling_label=_scaling_label(scaling))
+    run_device = resolve_device(device)
+    run_dtype = resolve_dtype(dtype)
     steps = len(sizes)
     prepared = prepare(model, freeze_batchnorm=freeze_batchnorm)
     tol = Tolerance.for_dtype(run_dtype)
@@ -138,13 +114,6 @@ def verify(
         reference = compute_reference(prepared, batch, reference_loss_fn, reference_div,
                                       device=run_device, dtype=run_dtype, seed=seed)
         _check_reference(reference)
-        counts = item_counts(split_batch(batch, sizes))
-        if item_counts_fn is not None:
-            try:
-                counts = {"items": [int(item_counts_fn(mb)) for mb in split_batch(batch, sizes)], **counts}
-            except Exception as exc:
-                raise VerifyError(f"item_counts_fn raised {type(exc).__name__}: {exc}") from None
-
         shapes = {n: tuple(p.shape) for n, p in prepared.module.named_parameters()}
         window = compiled = None
         if "eager" in modes:
@@ -152,18 +121,25 @@ def verify(
         if "compiled" in modes:
             compiled = compiled_runs(prepared.copy(run_device, run_dtype, fresh=True), big, micro, loss_fn,
                                      reference_loss_fn, divs, reference_div, backend=compile_backend, seed=seed)
-        judged = _judge(window, compiled, reference, tol, shapes, steps, counts)
-        # Beyond the budget's floor: measure the rounding budget itself and judge again; still beyond
-        # it: learn what a second big-batch run tells (nondeterminism widens the budget, random ops
-        # explain a difference) and judge again. Neither can turn a match into a mismatch.
-        for learn in (reference.measure_rounding, reference.recheck):
-            if not all(r.ok for r in judged[1]) and learn():
-                judged = _judge(window, compiled, reference, tol, shapes, steps, counts)
-        rows, results, diagnoses, compile_notes = judged
+
+        def rows_now() -> list[Row]:
+            rows = []
+            for mode, run in _accumulated(window, compiled):
+                rows += compare_rows(mode, run.grads, reference, tol, shapes, steps=steps,
+                                     magnitude=magnitudes(run.contributions, list(shapes)))
+            if compiled is not None:
+                rows += compare_rows("compiled big batch", compiled[0].grads, reference, tol, shapes)
+            return rows
+
+        rows = judge(rows_now, reference)
+        counts = _counts(batch, sizes, item_counts_fn) if not all(r.ok for r in rows) else {}
+        results, diagnoses = _mode_results(rows, window, compiled, reference, steps, counts)
 
     elapsed = time.perf_counter() - started
     verdict, sentence = _verdict(results, diagnoses, prepared, reference)
-    notes = _notes(prepared, reference) + compile_notes
+    notes = _notes(prepared, reference)
+    if compiled is not None and compiled[2].fallback_wrapper:
+        notes.append("Module.compile traced no graph (forward defined in torch.nn); used torch.compile(model) instead")
     if reference.random_ops and verdict != "match":
         # Every run is seeded alike, so random draws line up when micro-batches consume the
         # stream in the big batch's order; when they do not, they cannot match.
@@ -176,6 +152,7 @@ def verify(
         "device": str(run_device),
         "modes": list(modes),
         "compile_backend": compile_backend if isinstance(compile_backend, str) else repr(compile_backend),
+        "seed": seed,
         "torch": torch.__version__,
         "tolerance": tol.to_dict(),
         "seconds": round(elapsed, 3),
@@ -183,35 +160,46 @@ def verify(
     return Report(verdict, sentence, rows, results, notes, settings)
 
 
-def _judge(window: Optional[WindowRun], compiled: Optional[tuple], reference: Reference, tol: Tolerance,
-           shapes: dict[str, tuple[int, ...]], steps: int, counts: dict) \
-        -> tuple[list[Row], list[ModeResult], dict[str, Diagnosis], list[str]]:
-    rows: list[Row] = []
+def compute_reference(prepared: PreparedModel, batch: Any, reference_loss_fn: LossFn, reference_div: Any, *,
+                      device: torch.device, dtype: torch.dtype, seed: int) -> Reference:
+    return BigBatch(prepared, reference_loss_fn, device=device, dtype=dtype, divisor=reference_div,
+                    seed=seed).reference(batch)
+
+
+def _accumulated(window: Optional[WindowRun], compiled: Optional[tuple]) -> list[tuple[str, WindowRun]]:
+    runs = [] if window is None else [("eager", window)]
+    return runs + ([] if compiled is None else [("compiled", compiled[1])])
+
+
+def _counts(batch: Any, sizes: Sequence[int], item_counts_fn: Optional[Callable[[Any], int]]) -> dict:
+    """Candidate item counts per micro-batch, for naming mean-of-means weighting."""
+    pieces = split_batch(batch, sizes)
+    counts = item_counts(pieces)
+    if item_counts_fn is not None:
+        try:
+            counts = {"items": [int(item_counts_fn(mb)) for mb in pieces], **counts}
+        except Exception as exc:
+            raise VerifyError(f"item_counts_fn raised {type(exc).__name__}: {exc}") from None
+    return counts
+
+
+def _mode_results(rows: list[Row], window: Optional[WindowRun], compiled: Optional[tuple], reference: Reference,
+                  steps: int, counts: dict) -> tuple[list[ModeResult], dict[str, Diagnosis]]:
     results: list[ModeResult] = []
     diagnoses: dict[str, Diagnosis] = {}
-    compile_notes: list[str] = []
-    if window is not None:
-        mode_rows = compare_rows("eager", window.grads, reference, tol, shapes,
-                                 contributions=window.contributions, steps=steps)
-        rows += mode_rows
-        results.append(_mode_result("eager", window, mode_rows, reference, steps, counts, diagnoses))
+    for mode, run in _accumulated(window, compiled):
+        mode_rows = [r for r in rows if r.mode == mode]
+        result = _mode_result(mode, run, mode_rows, reference, steps, counts, diagnoses)
+        if mode == "compiled":
+            stats = compiled[2]
+            result = dataclasses.replace(result, compilations=stats.compilations,
+                                         recompilations=stats.recompilations, graph_breaks=stats.graph_breaks)
+        results.append(result)
     if compiled is not None:
-        big_c, window_c, stats = compiled
-        big_rows = compare_rows("compiled big batch", big_c.grads, reference, tol, shapes)
-        mode_rows = compare_rows("compiled", window_c.grads, reference, tol, shapes,
-                                 contributions=window_c.contributions, steps=steps)
-        rows += mode_rows + big_rows
-        result = _mode_result("compiled", window_c, mode_rows, reference, steps, counts, diagnoses)
-        results.append(ModeResult(
-            "compiled", result.ok, result.scale, result.cosine, result.weights, result.diagnosis,
-            result.seconds, stats.compilations, stats.recompilations, stats.graph_breaks))
-        big_ok = all(r.ok for r in big_rows)
+        big_ok = all(r.ok for r in rows if r.mode == "compiled big batch")
         results.append(ModeResult("compiled big batch", big_ok, diagnosis="" if big_ok else
-                                  "compiled big batch differs from the float64 reference", seconds=big_c.seconds))
-        if stats.fallback_wrapper:
-            compile_notes.append("Module.compile traced no graph (forward defined in torch.nn); "
-                                 "used torch.compile(model) instead")
-    return rows, results, diagnoses, compile_notes
+                                  "compiled big batch differs from the float64 reference", seconds=compiled[0].seconds))
+    return results, diagnoses
 
 
 def _check_reference(reference: Reference) -> None:

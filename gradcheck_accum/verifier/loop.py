@@ -16,14 +16,15 @@ by k gives the mean exactly. Both are accepted (the row says which); anything el
 from __future__ import annotations
 
 import copy
-import math
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from gradcheck_accum.verifier.batches import batch_size, map_batch
-from gradcheck_accum.verifier.compare import Tolerance, compare, global_scale_cosine
+from gradcheck_accum.verifier.compare import Tolerance, global_scale_cosine
 from gradcheck_accum.verifier.errors import VerifyError
+from gradcheck_accum.verifier.judge import compare_rows, judge, magnitudes
 from gradcheck_accum.verifier.loop_findings import (
     Finding,
     name_gradient_bug,
@@ -32,9 +33,11 @@ from gradcheck_accum.verifier.loop_findings import (
     sync_findings,
     windows_of,
 )
-from gradcheck_accum.verifier.loop_recording import Grads, Recording, Weights, record_loop
+from gradcheck_accum.verifier.loop_recording import Grads, Recording, record_loop
 from gradcheck_accum.verifier.prepare import PreparedModel, exact_numerics, prepare, resolve_device, resolve_dtype
+from gradcheck_accum.verifier.reference import BigBatch
 from gradcheck_accum.verifier.report import ModeResult, Report, Row
+
 
 def verify_loop(
     train_fn: Callable,
@@ -51,6 +54,7 @@ def verify_loop(
     start_method: Optional[str] = None,
     find_unused_parameters: bool = False,
     freeze_batchnorm: bool = False,
+    seed: int = 0,
 ) -> Report:
     """Run ``train_fn(model, optimizer, micro_batches, accumulation_steps)`` and check every step.
 
@@ -60,51 +64,106 @@ def verify_loop(
     in that many processes under DistributedDataParallel (each micro-batch split evenly across
     the ranks) and compares the averaged gradients with the single-process big batch.
     freeze_batchnorm: keep BatchNorm layers on running statistics (eval) even when train_fn
-    calls model.train(), so the rest of the loop can be checked exactly.
+    calls model.train(), so the rest of the loop can be checked exactly. seed: random ops in
+    train_fn and in the references start from this seed.
     """
     steps = _check_args(train_fn, micro_batches, loss_fn, accumulation_steps, world_size)
-    micro_batches = list(micro_batches)
-    sizes = [batch_size(mb) for mb in micro_batches]
-    prepared = prepare(model, freeze_batchnorm=freeze_batchnorm)
-    _keep_frozen_layers_in_eval(prepared)
-    module, notes = prepared.module, _model_notes(prepared)
-    if device is None and world_size > 1 and torch.cuda.device_count() < world_size:
-        device = "cpu"  # one process per GPU: too few GPUs, so the ranks share the CPU (gloo)
-    device = str(resolve_device(device))
-    if dtype is not None:
-        low = resolve_dtype(dtype)
-        module.to(low)
-        micro_batches = [map_batch(mb, lambda t: t.to(low) if t.is_floating_point() else t) for mb in micro_batches]
-    with exact_numerics():
-        report = _run_and_analyse(train_fn, module, micro_batches, sizes, loss_fn, steps, optimizer, device,
-                                  world_size, timeout, start_method, find_unused_parameters, prepared)
-    report.notes[:0] = notes
-    if world_size > 1 and report.diagnosis.startswith("every optimizer step"):
-        report.diagnosis = f"on {world_size} DDP ranks, " + report.diagnosis
-    report.settings.update(world_size=world_size, device=device,
-                           dtype=str(next(module.parameters()).dtype).removeprefix("torch."))
-    return report
+    run = LoopRun.prepare(model, micro_batches, device=device, dtype=dtype, world_size=world_size,
+                          freeze_batchnorm=freeze_batchnorm)
+    outcome = run.check(train_fn, loss_fn, steps, optimizer, world_size=world_size, timeout=timeout,
+                        start_method=start_method, find_unused_parameters=find_unused_parameters, seed=seed)
+    diagnosis = outcome.diagnosis
+    if world_size > 1 and outcome.verdict == "match":
+        diagnosis = f"on {world_size} DDP ranks, " + diagnosis
+    return Report(outcome.verdict, diagnosis, outcome.rows, outcome.modes, run.notes + outcome.notes,
+                  {**outcome.settings, **run.settings(world_size)})
 
 
-def _run_and_analyse(train_fn, module, micro_batches, sizes, loss_fn, steps, optimizer, device, world_size,
-                     timeout, start_method, find_unused_parameters, prepared) -> Report:
-    ranks: list[Recording] = []
-    if world_size > 1:
-        from gradcheck_accum.verifier.distributed import record_loop_distributed
+@dataclass(frozen=True)
+class LoopOutcome:
+    """What checking one recorded loop found, before it becomes a Report."""
 
-        ranks = record_loop_distributed(
-            train_fn, module, micro_batches, steps, optimizer, world_size=world_size, device=device,
-            timeout=timeout, start_method=start_method, find_unused_parameters=find_unused_parameters,
-        )
-        recording = ranks[0]
-    else:
-        run_copy = copy.deepcopy(module).to(device)
-        on_device = [map_batch(mb, lambda t: t.to(device)) for mb in micro_batches]
-        recording = record_loop(train_fn, run_copy, on_device, steps, optimizer)
-    module.train(recording.training)  # references run in the mode the loop left the model in
-    batch_stats = bool(prepared.batch_stat_layers) and recording.training
-    return analyse(recording, module, micro_batches, sizes, loss_fn, steps, device, ranks=ranks,
-                   batch_stats=batch_stats)
+    verdict: str
+    diagnosis: str
+    rows: list[Row]
+    modes: list[ModeResult]
+    notes: list[str]
+    settings: dict[str, Any]
+
+
+@dataclass
+class LoopRun:
+    """The prepared model and micro-batches a loop check runs on (verify_loop, and verify with
+    world_size > 1)."""
+
+    prepared: PreparedModel
+    micro_batches: list[Any]
+    sizes: list[int]
+    device: str
+    notes: list[str]
+
+    @classmethod
+    def prepare(cls, model: Any, micro_batches: Sequence[Any], *, device: Any, dtype: Any, world_size: int,
+                freeze_batchnorm: bool) -> "LoopRun":
+        micro_batches = list(micro_batches)
+        sizes = [batch_size(mb) for mb in micro_batches]
+        prepared = prepare(model, freeze_batchnorm=freeze_batchnorm)
+        _keep_frozen_layers_in_eval(prepared)
+        if device is None and world_size > 1 and torch.cuda.device_count() < world_size:
+            device = "cpu"  # one process per GPU: too few GPUs, so the ranks share the CPU (gloo)
+        device = str(resolve_device(device))
+        if dtype is not None:
+            low = resolve_dtype(dtype)
+            prepared.module.to(low)
+            micro_batches = [map_batch(mb, lambda t: t.to(low) if t.is_floating_point() else t)
+                             for mb in micro_batches]
+        return cls(prepared, micro_batches, sizes, device, _model_notes(prepared))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.prepared.module.parameters()).dtype
+
+    def settings(self, world_size: int) -> dict[str, Any]:
+        return {"world_size": world_size, "device": self.device, "dtype": str(self.dtype).removeprefix("torch.")}
+
+    def check(self, train_fn: Callable, loss_fn: Callable, steps: int, optimizer: Optional[Callable], *,
+              world_size: int, timeout: float, start_method: Optional[str], find_unused_parameters: bool,
+              seed: int, compile_backend: Any = None, where: Callable[[int], str] = lambda j: f"step {j}",
+              mode: Optional[str] = None, item_counts_fn: Optional[Callable[[Any], int]] = None,
+              check_remainder: bool = True) -> LoopOutcome:
+        """Run train_fn (under DDP when world_size > 1, compiled when compile_backend is given) and
+        judge every step. where(j) names step j in sentences; mode, when given, labels every row;
+        item_counts_fn(micro_batch) -> items it holds (default: rows); check_remainder: say when the
+        micro-batches cannot show a dropped remainder."""
+        module = self.prepared.module
+        ranks: list[Recording] = []
+        with exact_numerics():
+            if world_size > 1:
+                from gradcheck_accum.verifier.distributed import record_loop_distributed
+
+                ranks = record_loop_distributed(
+                    train_fn, module, self.micro_batches, steps, optimizer, world_size=world_size,
+                    device=self.device, timeout=timeout, start_method=start_method,
+                    find_unused_parameters=find_unused_parameters, seed=seed, compile_backend=compile_backend,
+                )
+                recording = ranks[0]
+            else:
+                run_copy = copy.deepcopy(module).to(self.device)
+                on_device = [map_batch(mb, lambda t: t.to(self.device)) for mb in self.micro_batches]
+                recording = record_loop(train_fn, run_copy, on_device, steps, optimizer, seed=seed)
+            module.train(recording.training)  # references run in the mode the loop left the model in
+            batch_stats = bool(self.prepared.batch_stat_layers) and recording.training
+            big = BigBatch(self.prepared, loss_fn, device=torch.device(self.device), dtype=self.dtype, seed=seed)
+            items = self.sizes if item_counts_fn is None else _counted(item_counts_fn, self.micro_batches)
+            return analyse(recording, big, self.micro_batches, items, steps, ranks=ranks, batch_stats=batch_stats,
+                           where=where, mode=mode, check_remainder=check_remainder)
+
+
+def _counted(item_counts_fn: Callable[[Any], int], micro_batches: Sequence[Any]) -> list[int]:
+    try:
+        return [int(item_counts_fn(mb)) for mb in micro_batches]
+    except Exception as exc:  # the user's function: one line
+        raise VerifyError(f"item_counts_fn raised {type(exc).__name__}: {exc}") from None
 
 
 def _check_args(train_fn, micro_batches, loss_fn, steps, world_size) -> int:
@@ -157,58 +216,26 @@ def concat_batches(batches: Sequence[Any]) -> Any:
     return first
 
 
-class _References:
-    """Big-batch gradients at given weights, in the model's precision and in float64 (on CPU)."""
-
-    def __init__(self, module: torch.nn.Module, loss_fn: Callable, device: str):
-        self.loss_fn = loss_fn
-        self.device = device
-        self.low = copy.deepcopy(module).to(device)
-        self.f64 = copy.deepcopy(module).to("cpu", torch.float64)
-
-    def grads(self, weights: Weights, batch: Any, *, float64: bool) -> Grads:
-        model = self.f64 if float64 else self.low
-        if float64:
-            batch = map_batch(batch, lambda t: t.to("cpu", torch.float64) if t.is_floating_point() else t.to("cpu"))
-        else:
-            batch = map_batch(batch, lambda t: t.to(self.device))
-        params = dict(model.named_parameters())
-        with torch.no_grad():
-            for name, value in weights.items():
-                params[name].copy_(value)
-        for p in params.values():
-            p.grad = None
-        try:
-            loss = self.loss_fn(model, batch)
-        except Exception as exc:  # noqa: BLE001 - user code: report it in one line
-            raise VerifyError(f"loss_fn raised {type(exc).__name__}: {exc}") from exc
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            raise VerifyError("loss_fn must return a scalar tensor")
-        if loss.requires_grad:
-            loss.backward()
-        return {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in params.items()}
-
-
 def analyse(
     recording: Recording,
-    module: torch.nn.Module,
+    big: BigBatch,
     micro_batches: list[Any],
     sizes: list[int],
-    loss_fn: Callable,
     steps_n: int,
-    device: str,
     *,
     ranks: Sequence[Recording] = (),
     batch_stats: bool = False,
-) -> Report:
+    where: Callable[[int], str] = lambda j: f"step {j}",
+    mode: Optional[str] = None,
+    check_remainder: bool = True,
+) -> LoopOutcome:
     total = len(micro_batches)
-    windows, findings, notes = windows_of(recording, total, steps_n)
+    windows, findings, notes = windows_of(recording, total, steps_n, check_remainder=check_remainder)
     if recording.moved_before:
         findings.append(Finding("moved-inside-window", "parameters changed inside an accumulation window without "
                                 f"an optimizer step (before micro-batch {recording.moved_before[0]})"))
-    refs = _References(module, loss_fn, device)
-    shapes = {n: p.shape for n, p in module.named_parameters()}
-    tol = Tolerance.for_dtype(next(module.parameters()).dtype)
+    shapes = {n: tuple(p.shape) for n, p in big.prepared.module.named_parameters()}
+    tol = Tolerance.for_dtype(big.dtype)
     rows: list[Row] = []
     modes: list[ModeResult] = []
     grad_findings: list[Finding] = []
@@ -218,41 +245,49 @@ def analyse(
         weights = recording.start if j == 0 else recording.after_step[j - 1]
         window = micro_batches[a:b]
         try:
-            big = concat_batches(window)
+            whole = concat_batches(window)
         except RuntimeError as exc:
             raise VerifyError(f"micro-batches {a}..{b - 1} cannot be concatenated into one window batch "
                               f"(the reference needs it): {str(exc).splitlines()[0]}") from None
-        ref_low, ref64 = refs.grads(weights, big, float64=False), refs.grads(weights, big, float64=True)
-        if all(g is None for g in ref64.values()):
+        reference = big.reference(whole, weights)
+        if all(g is None for g in reference.exact.values()):
             raise VerifyError("no parameter received a gradient from loss_fn on the window: does loss_fn use the model?")
-        contributions = [refs.grads(weights, mb, float64=True) for mb in window] if len(window) > 1 else [ref64]
+        per_micro_batch = _Lazy(lambda window=window, weights=weights, reference=reference:
+                                [big.exact(mb, weights) for mb in window] if len(window) > 1 else [reference.exact])
         items = sizes[a:b]
-        share = [n / sum(items) for n in items]
-        magnitude = {
-            n: math.sqrt(sum(float(torch.linalg.vector_norm(c[n])) ** 2 * s**2 for c, s in zip(contributions, share) if c[n] is not None))
-            for n in shapes
-        }
-        label = f"step {j + 1}"
-        row_note = ""
-        step_rows = _rows(label, step.grads, ref_low, ref64, tol, magnitude, shapes, len(window), "")
+        label = mode or where(j + 1)
+
+        def judged(candidate: Grads, note: str = "", factor: float = 1.0, items=items, reference=reference,
+                   per_micro_batch=per_micro_batch, label=label, count=len(window)) -> list[Row]:
+            def rows_now() -> list[Row]:
+                # The size of what was summed bounds the rounding of a small sum; it costs a float64
+                # backward per micro-batch, so it joins the evidence with the measured budget.
+                magnitude = None
+                if reference.baseline is not None:
+                    shares = [n / sum(items) for n in items]
+                    magnitude = magnitudes([_scaled(c, s) for c, s in zip(per_micro_batch(), shares)], list(shapes))
+                scaled = candidate if factor == 1.0 else _scaled(candidate, 1 / factor)
+                return compare_rows(label, scaled, reference, tol, shapes, magnitude=magnitude, steps=count, note=note)
+            return judge(rows_now, reference)
+
+        step_rows = judged(step.grads)
         partial = b == total and len(window) < steps_n and len(window) == total % steps_n
         if partial and not all(r.ok for r in step_rows):
             factor = len(window) / steps_n
             row_note = f"last window of {len(window)}/{steps_n} micro-batches, divided by {steps_n}"
-            scaled_rows = _rows(label, step.grads, _scaled(ref_low, factor), _scaled(ref64, factor), tol,
-                                {n: m * factor for n, m in magnitude.items()}, shapes, len(window), row_note)
+            scaled_rows = judged(step.grads, row_note, factor)
             if all(r.ok for r in scaled_rows):
                 step_rows = scaled_rows
-                ref64 = _scaled(ref64, factor)
-                notes.append(f"{label}: {row_note}, gives {len(window)}/{steps_n} of its mean gradient (accepted)")
+                notes.append(f"{where(j + 1)}: {row_note}, gives {len(window)}/{steps_n} of its mean gradient "
+                             "(accepted)")
         rows += step_rows
         ok = all(r.ok for r in step_rows)
-        scale, cosine = global_scale_cosine(step.grads, ref64)
+        scale, cosine = global_scale_cosine(step.grads, reference.exact)
         diagnosis, fitted = "", None
         if not ok:
             previous = recording.steps[j - 1].grads if j > 0 else None
-            finding, fitted = name_gradient_bug(j + 1, step.grads, contributions, previous, shapes, items,
-                                                 steps_n, scale, cosine, tol.eps)
+            finding, fitted = name_gradient_bug(where(j + 1), step.grads, per_micro_batch(), previous, shapes, items,
+                                                steps_n, scale, cosine, tol.eps)
             grad_findings.append(finding)
             diagnosis = finding.sentence
         lr = "lr " + ", ".join(f"{v:.4g}" for v in step.lrs)
@@ -272,57 +307,51 @@ def analyse(
         sync, per_window = sync_findings(recording, windows, steps_n)
         findings += sync
         notes.append(f"DDP all-reduces per window (micro-batches that synchronised): {per_window}")
-    report = _report(findings, notes, rows, modes, batch_stats, recording, total, steps_n, per_window)
+    settings: dict[str, Any] = {
+        "accumulation_steps": steps_n,
+        "micro_batches": total,
+        "optimizer_steps": len(recording.steps),
+        "expected_steps": -(-total // steps_n),
+        "findings": [f.kind for f in findings],
+        "learning_rates": [list(s.lrs) for s in recording.steps],
+        "allreduces_per_window": per_window,
+    }
     if recording.final_syncs is not None:
         calls = [s.syncs for s in recording.steps]
-        report.settings["allreduce_calls_per_window"] = [b - a for a, b in zip([0] + calls, calls)]
-    return report
+        settings["allreduce_calls_per_window"] = [b - a for a, b in zip([0] + calls, calls)]
+    verdict, diagnosis = _verdict(findings, batch_stats, len(recording.steps), total, steps_n)
+    extra = [f.sentence for f in findings if f.sentence != diagnosis and not diagnosis.endswith(f.sentence)]
+    return LoopOutcome(verdict, diagnosis, rows, modes, extra + notes, settings)
+
+
+class _Lazy:
+    """A value computed on first use (per-micro-batch float64 gradients: a backward each)."""
+
+    def __init__(self, compute: Callable[[], Any]) -> None:
+        self.compute = compute
+        self.value: Any = None
+        self.done = False
+
+    def __call__(self) -> Any:
+        if not self.done:
+            self.value, self.done = self.compute(), True
+        return self.value
 
 
 def _scaled(grads: Grads, factor: float) -> Grads:
     return {n: (None if g is None else g * factor) for n, g in grads.items()}
 
 
-def _rows(label, grads, ref_low, ref64, tol, magnitude, shapes, summed, note) -> list[Row]:
-    rows = []
-    for name, shape in shapes.items():
-        c = compare(grads.get(name), ref_low.get(name), ref64.get(name), tol, magnitude=magnitude[name], steps=summed)
-        rows.append(Row.from_comparison(label, name, shape, c, note))
-    return rows
-
-
-def _report(findings, notes, rows, modes, batch_stats, recording, total, steps_n, per_window) -> Report:
+def _verdict(findings: list[Finding], batch_stats: bool, steps: int, total: int, steps_n: int) -> tuple[str, str]:
     errors = [f for f in findings if f.error]
     warnings = [f for f in findings if not f.error]
-    steps = len(recording.steps)
     if errors:
-        only_gradients = all(f.kind == "grad-mismatch" for f in errors)
-        verdict = "inherent" if batch_stats and only_gradients else "mismatch"
-        diagnosis = errors[0].sentence
-        if verdict == "inherent":
-            diagnosis = "batch-statistic layers (BatchNorm) in training mode couple the items of a batch, so " \
-                        "accumulation cannot reproduce the big batch: " + diagnosis
-    else:
-        verdict = "match"
-        diagnosis = (f"every optimizer step used its window's big-batch gradient ({steps} step(s) for {total} "
-                     f"micro-batch(es), windows of {steps_n})")
-        if warnings:
-            diagnosis = "gradients match, but " + warnings[0].sentence
-    extra = [f.sentence for f in findings if f.sentence != diagnosis and not diagnosis.endswith(f.sentence)]
-    lrs = [list(s.lrs) for s in recording.steps]
-    return Report(
-        verdict=verdict,
-        diagnosis=diagnosis,
-        rows=rows,
-        modes=modes,
-        notes=extra + notes,
-        settings={
-            "accumulation_steps": steps_n,
-            "micro_batches": total,
-            "optimizer_steps": steps,
-            "expected_steps": -(-total // steps_n),
-            "findings": [f.kind for f in findings],
-            "learning_rates": lrs,
-            "allreduces_per_window": per_window,
-        },
-    )
+        if batch_stats and all(f.kind == "grad-mismatch" for f in errors):
+            return "inherent", ("batch-statistic layers (BatchNorm) in training mode couple the items of a batch, "
+                                "so accumulation cannot reproduce the big batch: " + errors[0].sentence)
+        return "mismatch", errors[0].sentence
+    diagnosis = (f"every optimizer step used its window's big-batch gradient ({steps} step(s) for {total} "
+                 f"micro-batch(es), windows of {steps_n})")
+    if warnings:
+        diagnosis = "gradients match, but " + warnings[0].sentence
+    return "match", diagnosis

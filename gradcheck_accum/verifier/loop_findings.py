@@ -39,13 +39,12 @@ def _close(values: Sequence[float], target: float) -> bool:
 
 
 def name_gradient_bug(
-    step: int, grads: Grads, contributions: list[Grads], previous: Optional[Grads], shapes, items: list[int],
+    where: str, grads: Grads, contributions: list[Grads], previous: Optional[Grads], shapes, items: list[int],
     steps_n: int, scale: float, cosine: float, eps: float,
 ) -> tuple[Finding, tuple[float, ...]]:
     """Fit the step's gradient as a weighted sum of the window's per-micro-batch gradients (plus
     the previous step's gradient, to see a leak) and name the pattern of the weights."""
     y = _flat(grads, shapes)
-    where = f"step {step}"
     if not bool(torch.any(y != 0)):
         return Finding("zero-grad-before-step", f"the optimizer stepped on zero gradients at {where}: "
                        "they were cleared between the last backward and the step"), ()
@@ -87,8 +86,10 @@ def name_gradient_bug(
                    f"{cosine:.4f}); fitted micro-batch weights [{shown}], expected [{wanted}]"), weights
 
 
-def windows_of(recording: Recording, total: int, steps_n: int) -> tuple[list[tuple[int, int]], list[Finding], list[str]]:
-    """The micro-batch range each step covered, and findings about where the boundaries fell."""
+def windows_of(recording: Recording, total: int, steps_n: int, *, check_remainder: bool = True) \
+        -> tuple[list[tuple[int, int]], list[Finding], list[str]]:
+    """The micro-batch range each step covered, and findings about where the boundaries fell
+    (check_remainder: note when the micro-batch count cannot show a dropped remainder)."""
     expected = [(a, min(a + steps_n, total)) for a in range(0, total, steps_n)]
     findings, notes = [], []
     steps = recording.steps
@@ -119,7 +120,7 @@ def windows_of(recording: Recording, total: int, steps_n: int) -> tuple[list[tup
         else:
             findings.append(Finding("window-boundaries", f"window boundaries are off: the optimizer stepped after "
                                     f"windows of {sizes} micro-batches, expected {wanted}"))
-    if total % steps_n == 0:
+    if check_remainder and total % steps_n == 0:
         notes.append(f"{total} micro-batches is a multiple of {steps_n}, so a dropped remainder cannot show; "
                      f"pass {total + 1} to check the end-of-data flush")
     return windows, findings, notes

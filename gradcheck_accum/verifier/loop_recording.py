@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from gradcheck_accum.verifier.accumulate import seeded
 from gradcheck_accum.verifier.errors import VerifyError
 from gradcheck_accum.verifier.user_errors import one_line, user_frame
 
@@ -100,11 +101,13 @@ def record_loop(
     *,
     wrapped: Optional[torch.nn.Module] = None,
     sync_count: Optional[Callable[[], int]] = None,
+    seed: int = 0,
 ) -> Recording:
     """Run ``train_fn(wrapped or module, optimizer, micro_batches, accumulation_steps)`` and record it.
 
     ``module`` is the private copy whose parameters the optimizer owns; ``wrapped`` is what
-    train_fn receives when it differs (a DistributedDataParallel around ``module``).
+    train_fn receives when it differs (a DistributedDataParallel around ``module``, or a compiled
+    module): forwards are counted on it, outside any compiled code. Random ops start from ``seed``.
     """
     params = dict(module.named_parameters())
     optimizer = make_optimizer(optimizer_factory, list(params.values()))
@@ -145,12 +148,13 @@ def record_loop(
         window_start[0] = weights
 
     handles = [
-        module.register_forward_pre_hook(before_forward),
+        (wrapped if wrapped is not None else module).register_forward_pre_hook(before_forward),
         optimizer.register_step_pre_hook(before_step),
         optimizer.register_step_post_hook(after_step),
     ]
     try:
-        train_fn(wrapped if wrapped is not None else module, optimizer, micro_batches, accumulation_steps)
+        with seeded(seed):
+            train_fn(wrapped if wrapped is not None else module, optimizer, micro_batches, accumulation_steps)
     except VerifyError:
         raise
     except Exception as exc:  # noqa: BLE001 - user code: report it in one line

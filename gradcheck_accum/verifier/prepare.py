@@ -41,6 +41,7 @@ class PreparedModel:
             return copy.deepcopy(self.module).to(device=device, dtype=dtype)
         if self._working is None or not _restore(self._working, _state(self.module)):
             self._working = copy.deepcopy(self.module)
+        _same_modes(self._working, self.module)
         return self._working.to(device=device, dtype=dtype)
 
     def trainable(self) -> list[str]:
@@ -67,6 +68,12 @@ def _restore(module: nn.Module, pristine: list[tuple[str, torch.Tensor]]) -> boo
     for p in module.parameters():
         p.grad = None
     return True
+
+
+def _same_modes(module: nn.Module, pristine: nn.Module) -> None:
+    """train()/eval() as the prepared module is now (verify_loop sets it to the mode the loop left)."""
+    for copied, original in zip(module.modules(), pristine.modules()):
+        copied.training = original.training
 
 
 def _is_batch_stat_layer(module: nn.Module) -> bool:

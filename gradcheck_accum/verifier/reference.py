@@ -1,6 +1,10 @@
 """The big-batch gradients everything is judged against: float64 (the truth, up to float64
 rounding) and the run's own precision, whose error against float64 is the rounding budget.
 
+`BigBatch` computes them for `verify` (once, at the model's weights) and for `verify_loop` (once
+per window, at the weights that window started from), so both judge by the same runs: the same
+copies of the model, the same seeding, the same one-line errors from the user's loss.
+
 Runs happen when a judgement needs them. The float64 run always does. Most matches are settled
 by the budget's floor alone (a few float eps of what was summed, see compare.py), which the
 measured budget can only raise, never lower: so the same-precision run happens only when some
@@ -13,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
@@ -73,28 +77,40 @@ def float64_device(device: torch.device) -> torch.device:
     return torch.device("cpu") if device.type == "mps" else device
 
 
-def compute_reference(
-    prepared: PreparedModel,
-    batch: Any,
-    reference_loss_fn: LossFn,
-    reference_div: Any,
-    *,
-    device: torch.device,
-    dtype: torch.dtype,
-    seed: int = 0,
-) -> Reference:
-    big = to_device(batch, device, dtype)
+class BigBatch:
+    """Runs `loss_fn` on a whole batch (divided by `divisor`, as a window of one micro-batch) from the
+    prepared model, or from given weights, and returns the gradients: in float64 (`exact`) and in the
+    run's dtype (`reference`'s baseline). Every run starts from the same seed."""
 
-    def baseline_run() -> WindowRun:
-        return run_window(prepared.copy(device, dtype), [big], reference_loss_fn, [reference_div],
-                          label="big batch", capture=False, seed=seed)
+    def __init__(self, prepared: PreparedModel, loss_fn: LossFn, *, device: torch.device, dtype: torch.dtype,
+                 divisor: Any = 1, seed: int = 0) -> None:
+        self.prepared = prepared
+        self.loss_fn = loss_fn
+        self.device = device
+        self.dtype = dtype
+        self.divisor = divisor
+        self.seed = seed
 
-    device64 = float64_device(device)
-    model64 = prepared.copy(device64, torch.float64)
-    try:
-        exact = run_window(model64, [to_device(batch, device64, torch.float64)], reference_loss_fn,
-                           [reference_div], label="float64 big batch", capture=False, seed=seed)
-    except VerifyError as exc:
-        raise VerifyError(f"{exc}; the float64 reference needs the model and loss_fn to run in float64 "
-                          "(avoid hard-coded float32 dtypes)") from None
-    return Reference(exact.grads, baseline_run)
+    def run(self, batch: Any, device: torch.device, dtype: torch.dtype, weights: Optional[Mapping[str, torch.Tensor]],
+            label: str) -> WindowRun:
+        model = self.prepared.copy(device, dtype)
+        if weights is not None:
+            params = dict(model.named_parameters())
+            with torch.no_grad():
+                for name, value in weights.items():
+                    params[name].copy_(value)
+        return run_window(model, [to_device(batch, device, dtype)], self.loss_fn, [self.divisor], label=label,
+                          capture=False, seed=self.seed)
+
+    def exact(self, batch: Any, weights: Optional[Mapping[str, torch.Tensor]] = None,
+              label: str = "float64 big batch") -> Grads:
+        try:
+            return self.run(batch, float64_device(self.device), torch.float64, weights, label).grads
+        except VerifyError as exc:
+            raise VerifyError(f"{exc}; the float64 reference needs the model and loss_fn to run in float64 "
+                              "(avoid hard-coded float32 dtypes)") from None
+
+    def reference(self, batch: Any, weights: Optional[Mapping[str, torch.Tensor]] = None) -> Reference:
+        """The float64 gradient now, the same-precision one when a judgement asks for it."""
+        exact = self.exact(batch, weights)
+        return Reference(exact, lambda: self.run(batch, self.device, self.dtype, weights, "big batch"))

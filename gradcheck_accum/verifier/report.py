@@ -70,9 +70,10 @@ class ModeResult:
         return {k: _jsonable(v) for k, v in out.items()}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
-    """What `verify` (and `verify_loop`) return.
+    """What `verify` (and `verify_loop`) return, built once with everything it says: rows,
+    modes and notes are tuples and no field can be reassigned.
 
     `ok` is true only for verdict "match": an "inherent" deviation (BatchNorm and other layers
     that couple the items of a batch) still means accumulation does not reproduce the big batch.
@@ -80,14 +81,17 @@ class Report:
 
     verdict: str
     diagnosis: str
-    rows: list[Row] = field(default_factory=list)
-    modes: list[ModeResult] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    rows: tuple[Row, ...] = ()
+    modes: tuple[ModeResult, ...] = ()
+    notes: tuple[str, ...] = ()
     settings: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        for name in ("rows", "modes", "notes"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        object.__setattr__(self, "settings", dict(self.settings))
 
     @property
     def ok(self) -> bool:

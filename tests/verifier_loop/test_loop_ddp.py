@@ -100,12 +100,37 @@ def test_uneven_shards_rejected():
 
 def test_verify_world_size_2_matches_single_process_big_batch():
     batch = (torch.randn(16, 4), torch.randn(16, 2))
-    good = verify(make_model(), batch, cases.micro_loss, N, world_size=2, device="cpu")
+    good = verify(make_model(), batch, cases.micro_loss, N, world_size=2, device="cpu", modes=("eager",))
     assert good.ok, good.render()
     assert "matches the single-process big batch" in good.diagnosis
-    bad = verify(make_model(), batch, cases.micro_loss, N, scaling="none", world_size=2, device="cpu")
+    bad = verify(make_model(), batch, cases.micro_loss, N, scaling="none", world_size=2, device="cpu",
+                 modes=("eager",))
     assert bad.settings["findings"][0] == "loss-not-divided"
     assert bad.mode("ddp").scale == pytest.approx(4.0, rel=1e-4)
+
+
+def test_verify_world_size_2_keeps_every_argument():
+    # compiled mode compiles the DDP module on every rank with the given backend.
+    batch = (torch.randn(16, 4), torch.randn(16, 2))
+    report = verify(make_model(), batch, cases.micro_loss, N, world_size=2, device="cpu",
+                    modes=("eager", "compiled"), compile_backend="aot_eager", seed=3)
+    assert report.ok, report.render()
+    assert [m.mode for m in report.modes] == ["ddp", "ddp compiled"]
+    assert report.settings["compile_backend"] == "aot_eager" and report.settings["seed"] == 3
+    bad = verify(make_model(), batch, cases.micro_loss, N, scaling="none", world_size=2, device="cpu",
+                 modes=("compiled",), compile_backend="aot_eager")
+    assert bad.verdict == "mismatch" and "loss not divided" in bad.diagnosis, bad.render()
+    assert bad.mode("ddp compiled").scale == pytest.approx(4.0, rel=1e-4)
+    with pytest.raises(VerifyError, match="item_counts_fn raised ZeroDivisionError"):
+        verify(make_model(), batch, cases.micro_loss, N, scaling="none", world_size=2, device="cpu",
+               modes=("eager",), item_counts_fn=lambda mb: 1 // 0)
+
+
+@pytest.mark.parametrize("modes", [("eager", "jit"), ()])
+def test_verify_world_size_2_validates_modes(modes):
+    with pytest.raises(VerifyError, match="modes must be a non-empty subset"):
+        verify(make_model(), (torch.randn(16, 4), torch.randn(16, 2)), cases.micro_loss, N, world_size=2,
+               modes=modes)
 
 
 def test_spawn_with_functions_from_a_file_imported_by_path():
