@@ -39,7 +39,9 @@ LINT_TIMEOUT_S = 900
 CODE = re.compile(r"ACC\d{3}")
 PYTHON_SUFFIXES = (".py", ".pyi", ".ipynb")  # what the linter reads
 NEEDS = ("cross-file", "cross-function", "framework")
-EXTRACTED = ".extracted"  # in a checkout: the paths already taken out of git, one a line
+EXTRACTED = ".extracted"  # in a checkout: what was already taken out of git ("." for the whole tree)
+WHOLE_TREE = "."
+ROOT_MARKERS = ("pyproject.toml", "setup.cfg")  # besides setup.py: what makes a directory a project root
 
 
 class ManifestError(Exception):
@@ -154,40 +156,37 @@ def mirror_of(name: str, mirrors: Path) -> Path:
 
 
 def materialise(repo: Repo, mirror: Path, checkouts: Path) -> Path:
-    """The Python sources of the listed paths at the repository's commit, written once under `checkouts`.
+    """The repository's Python sources at its commit, and the files that mark a project root
+    (`pyproject.toml`, `setup.cfg`), written once under `checkouts`. The whole tree, not only the
+    listed paths: the linter lints those paths and resolves their calls into the files around them,
+    as it would in a checkout of the repository.
 
     Blobs are read from the mirror with `git cat-file --batch` rather than `git archive`: a fetched
     snapshot lacks its largest files, and `git archive` stops at the first missing blob, which would lose
     the whole tree for one absent data file. Raises ManifestError when the commit is not in the mirror."""
     root = checkouts / repo.name.replace("/", "+") / repo.commit
-    wanted = repo.paths or ["."]
     marker = root / EXTRACTED
-    done = set(marker.read_text().split("\n")) if marker.is_file() else set()
-    missing = [p for p in wanted if p not in done]
-    if not missing:
+    if marker.is_file() and WHOLE_TREE in marker.read_text().split("\n"):
         return root
     git = ["git", f"--git-dir={mirror}"]
     if subprocess.run([*git, "cat-file", "-e", f"{repo.commit}^{{commit}}"], capture_output=True).returncode:
         raise ManifestError(f"commit {repo.commit[:12]} is not in {mirror} (fetch again for a newer snapshot?)")
-    present = []
-    for path in missing:
-        if path != "." and subprocess.run([*git, "cat-file", "-e", f"{repo.commit}:{path}"],
-                                          capture_output=True).returncode:
+    for path in repo.paths:
+        if subprocess.run([*git, "cat-file", "-e", f"{repo.commit}:{path}"], capture_output=True).returncode:
             print(f"{repo.name}: {path} does not exist at {repo.commit[:12]}; skipped", file=sys.stderr)
-            continue
-        present.append(path)
     root.mkdir(parents=True, exist_ok=True)
-    if present:
-        absent = _write_blobs(git, root, _python_blobs(git, repo.commit, present))
-        if absent:
-            print(f"{repo.name}: {len(absent)} Python file(s) absent from the snapshot, not linted: "
-                  f"{', '.join(absent[:3])}{' ...' if len(absent) > 3 else ''}", file=sys.stderr)
-    marker.write_text("\n".join(sorted(done | set(missing))))
+    absent = _write_blobs(git, root, _python_blobs(git, repo.commit, [WHOLE_TREE]))
+    linted = [p for p in absent if not repo.paths or any(_under(p, top) for top in repo.paths)]
+    if linted:
+        print(f"{repo.name}: {len(linted)} Python file(s) absent from the snapshot, not linted: "
+              f"{', '.join(linted[:3])}{' ...' if len(linted) > 3 else ''}", file=sys.stderr)
+    marker.write_text(WHOLE_TREE)
     return root
 
 
 def _python_blobs(git: list[str], commit: str, paths: list[str]) -> list[tuple[str, str]]:
-    """(path, object id) of every Python source file under `paths` at `commit` (symbolic links left out)."""
+    """(path, object id) of every Python source file and root marker under `paths` at `commit` (symbolic
+    links left out)."""
     listing = subprocess.run([*git, "ls-tree", "-r", "-z", "--full-tree", commit, "--", *paths],
                              capture_output=True, check=True).stdout
     blobs = []
@@ -196,7 +195,8 @@ def _python_blobs(git: list[str], commit: str, paths: list[str]) -> list[tuple[s
             continue
         meta, path = entry.split("\t", 1)
         mode, kind, oid = meta.split()
-        if kind == "blob" and mode != "120000" and path.endswith(PYTHON_SUFFIXES):
+        if kind == "blob" and mode != "120000" and (path.endswith(PYTHON_SUFFIXES) or
+                                                     path.rsplit("/", 1)[-1] in ROOT_MARKERS):
             blobs.append((path, oid))
     return blobs
 

@@ -1,0 +1,458 @@
+"""The project: the files around the ones being linted, and how a call in one resolves to a
+function in another.
+
+The project root is the nearest directory, from a file upwards, holding a `pyproject.toml`,
+`setup.cfg`, `setup.py` or `.git`; its Python files are the project. Each file is known by its
+summary (summary.py), computed on first use or read from the cache (store.py). A call resolves
+through imports (absolute and relative, re-exports of a package's `__init__`), `self.method`
+(along the class's method resolution order, bases in other files included), `super().method`,
+attributes bound in a method or the class body (`self.scaler = NativeScaler()`,
+`self.scaler(...)`), module attributes (`module.function`), names bound to a constructor, and
+`Class.method`. What does not resolve stays unknown: the analysis treats the call as opaque.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from gradcheck_accum.lint.project.summary import MODULE_CODE, ClassSummary, FunctionSummary, ModuleSummary
+
+ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
+# Directories never part of a project (environments, caches, build outputs): files.py skips the same.
+_SKIPPED = {".git", ".hg", ".svn", ".venv", "venv", ".env", "__pycache__", "build", "dist", "node_modules", ".tox",
+            ".nox", ".eggs", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".accumcheck_cache",
+            ".ipynb_checkpoints", "site-packages"}
+_CALLABLE_METHODS = ("__call__", "forward")  # what calling an instance runs (nn.Module.__call__ runs forward)
+_MAX_DEPTH = 8  # re-exports, attribute chains and base classes followed at most this deep
+
+
+def find_root(path: Path, fallback: Path | None = None) -> Path:
+    """The project root of a file or directory: the nearest directory upwards with a root marker;
+    else `fallback` when it contains the path (the directory the linter runs in); else the
+    directory above the path's top package."""
+    path = path.absolute()
+    start = path if path.is_dir() else path.parent
+    for directory in (start, *start.parents):
+        if any((directory / marker).exists() for marker in ROOT_MARKERS):
+            return directory
+    if fallback is not None:
+        fallback = fallback.absolute()
+        if fallback == start or fallback in start.parents:
+            return fallback
+    top = start
+    while (top / "__init__.py").is_file() and top.parent != top:
+        top = top.parent
+    return top
+
+
+def python_files(root: Path) -> list[Path]:
+    """Every Python source file of the project, in a stable order."""
+    found = []
+    for current, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED and not d.endswith(".egg-info"))
+        found.extend(Path(current, name) for name in sorted(files) if name.endswith((".py", ".pyi")))
+    return found
+
+
+@dataclass(frozen=True, order=True)
+class FunctionRef:
+    """A function or method of the project: its file and its qualified name in that file
+    (`train`, `Trainer.fit`, `Trainer.fit.inner`, or `<module>` for top-level code)."""
+
+    path: Path
+    qualname: str
+
+    def __str__(self) -> str:
+        return f"{self.path.name}:{self.qualname}"
+
+
+@dataclass(frozen=True, order=True)
+class ClassRef:
+    path: Path
+    qualname: str
+
+    def method(self, name: str) -> FunctionRef:
+        return FunctionRef(self.path, f"{self.qualname}.{name}")
+
+
+@dataclass(frozen=True)
+class CallSite:
+    caller: FunctionRef
+    callee: str  # as written in the caller
+    in_loop: bool  # the call sits inside a loop of the caller
+    receiver: ClassRef | None = None  # `self.m()` dispatched to a subclass's override: the class of `self`
+
+
+class Project:
+    """The Python files under one root and the summaries that resolve calls between them."""
+
+    def __init__(self, root: Path, summaries: "SummarySource") -> None:
+        self.root = root.absolute()
+        self.summaries = summaries
+        self._files: list[Path] | None = None
+        self._file_set: set[Path] | None = None
+
+    # -- files and modules ----------------------------------------------------------------------------
+    @property
+    def files(self) -> list[Path]:
+        if self._files is None:
+            self._files = python_files(self.root)
+        return self._files
+
+    def contains(self, path: Path) -> bool:
+        if self._file_set is None:
+            self._file_set = set(self.files)
+        return path in self._file_set
+
+    def summary(self, path: Path) -> ModuleSummary:
+        return self.summaries.get(path)
+
+    def module_path(self, importer: Path, module: str, level: int = 0) -> Path | None:
+        """The file a module name refers to from `importer` (None outside the project)."""
+        parts = [p for p in module.split(".") if p]
+        if level:
+            base = importer.parent
+            for _ in range(level - 1):
+                base = base.parent
+            return self._module_file(base, parts)
+        for base in self._search_bases(importer):
+            found = self._module_file(base, parts)
+            if found is not None:
+                return found
+        return None
+
+    def _search_bases(self, importer: Path) -> Iterator[Path]:
+        """Where absolute imports are looked for, in order: the importing script's directory (what
+        `python dir/script.py` puts first on sys.path), the directory above its top package, the
+        project root and its `src/`."""
+        yield importer.parent
+        top = importer.parent
+        while (top / "__init__.py").is_file() and top != self.root:
+            top = top.parent
+        if top != importer.parent:
+            yield top
+        yield self.root
+        yield self.root / "src"
+
+    def _module_file(self, base: Path, parts: list[str]) -> Path | None:
+        if not parts:
+            candidate = base / "__init__.py"
+            return candidate if self.contains(candidate) else None
+        stem = base.joinpath(*parts)
+        for candidate in (stem.with_name(stem.name + ".py"), stem / "__init__.py"):
+            if self.contains(candidate):
+                return candidate
+        return None
+
+    # -- resolution -----------------------------------------------------------------------------------
+    def function(self, ref: FunctionRef) -> FunctionSummary | None:
+        return self.summary(ref.path).functions.get(ref.qualname)
+
+    def class_of(self, ref: FunctionRef) -> ClassRef | None:
+        """The class whose method `ref` is (for a nested function, of the method around it)."""
+        classes = self.summary(ref.path).classes
+        parts = ref.qualname.split(".")
+        for end in range(len(parts) - 1, 0, -1):
+            prefix = ".".join(parts[:end])
+            if prefix in classes:
+                return ClassRef(ref.path, prefix)
+        return None
+
+    def resolve_call(self, caller: FunctionRef, callee: str) -> FunctionRef | None:
+        """The project function that a call written `callee` inside `caller` runs, if it is known."""
+        summary = self.summary(caller.path)
+        parts = callee.split(".")
+        cls = self.class_of(caller)
+        if parts[0] == "super()" and len(parts) == 2:
+            return self._super_method(cls, parts[1], caller) if cls is not None else None
+        if parts[0] in ("self", "cls") and cls is not None:
+            if len(parts) == 2:
+                method = self.lookup_method(cls, parts[1])
+                if method is not None:
+                    return method
+            owner = self.attribute_class(cls, parts[1])
+            if owner is None:
+                return None
+            return self._member_call(owner, parts[2:])
+        # a function nested in the caller (or in the functions around it)
+        scopes = caller.qualname.split(".")
+        for end in range(len(scopes), 0, -1):
+            nested = ".".join(scopes[:end] + parts)
+            if nested in summary.functions and len(parts) == 1:
+                return FunctionRef(caller.path, nested)
+        # a name bound to a constructor in the caller, or in a function around it (a closure)
+        for end in range(len(scopes), 0, -1):
+            local = summary.functions.get(".".join(scopes[:end]))
+            constructor = local.locals.get(parts[0]) if local is not None else None
+            if constructor is not None:
+                owner = self.resolve_class(caller.path, constructor)
+                return self._member_call(owner, parts[1:]) if isinstance(owner, ClassRef) else None
+        return self._resolve_global(caller.path, parts, 0)
+
+    def _resolve_global(self, path: Path, parts: list[str], depth: int) -> FunctionRef | None:
+        """`name`, `name.attr...` read at module level of `path`."""
+        if depth > _MAX_DEPTH or not parts:
+            return None
+        summary = self.summary(path)
+        head = parts[0]
+        if len(parts) == 1 and head in summary.functions:
+            return FunctionRef(path, head)
+        if head in summary.classes:
+            return self._member_call(ClassRef(path, head), parts[1:], constructor=len(parts) == 1)
+        if head in summary.bindings:
+            owner = self.resolve_class(path, summary.bindings[head], depth + 1)
+            return self._member_call(owner, parts[1:]) if isinstance(owner, ClassRef) else None
+        imported = summary.imports.get(head)
+        if imported is None:
+            return None
+        if imported.name is None:  # `import a.b as m`: m.f -> a.b.f; `import a`: a.b.f -> a.b.f
+            module_parts = imported.module.split(".")
+            return self._in_module(path, module_parts, parts[1:], imported.level, depth)
+        # `from m import name`: name is a module (a package's submodule) or an attribute of m
+        target = self.module_path(path, f"{imported.module}.{imported.name}".strip("."), imported.level)
+        if target is not None:
+            return self._resolve_global(target, parts[1:], depth + 1) if len(parts) > 1 else None
+        module = self.module_path(path, imported.module, imported.level)
+        if module is None:
+            return None
+        return self._resolve_global(module, [imported.name, *parts[1:]], depth + 1)
+
+    def _in_module(self, importer: Path, module: list[str], rest: list[str], level: int, depth: int) -> FunctionRef | None:
+        # the longest prefix of module + rest that is a project module; the remainder is read inside it
+        names = module + rest
+        for end in range(len(names), len(module) - 1, -1):
+            found = self.module_path(importer, ".".join(names[:end]), level)
+            if found is not None:
+                return self._resolve_global(found, names[end:], depth + 1)
+        return None
+
+    def _member_call(self, owner: ClassRef, rest: list[str], constructor: bool = False) -> FunctionRef | None:
+        """A call of `Owner.rest...`: a method (rest = [name]), an attribute's method, or the instance
+        itself (rest = []: its __call__/forward). A constructor call (`Owner(...)`) runs no method
+        the analysis follows."""
+        if constructor:
+            return None
+        if not rest:
+            for name in _CALLABLE_METHODS:
+                found = self.lookup_method(owner, name)
+                if found is not None:
+                    return found
+            return None
+        if len(rest) == 1:
+            return self.lookup_method(owner, rest[0])
+        attribute = self.attribute_class(owner, rest[0])
+        return self._member_call(attribute, rest[1:]) if attribute is not None else None
+
+    def resolve_class(self, path: Path, written: str, depth: int = 0) -> ClassRef | str | None:
+        """The class a name written in `path` refers to: a project class, the qualified name of a
+        class from outside the project (`torch.nn.Module`), or None."""
+        if depth > _MAX_DEPTH:
+            return None
+        summary = self.summary(path)
+        parts = written.split(".")
+        if written in summary.classes:
+            return ClassRef(path, written)
+        imported = summary.imports.get(parts[0])
+        if imported is None:
+            return None
+        if imported.name is None:
+            qualified = ".".join([imported.module, *parts[1:]])
+            for end in range(len(parts), 0, -1):
+                module = self.module_path(path, ".".join([imported.module, *parts[1:end]]), imported.level)
+                if module is not None and end < len(parts):
+                    return self.resolve_class(module, ".".join(parts[end:]), depth + 1)
+            return qualified if not imported.level else None
+        module = self.module_path(path, imported.module, imported.level)
+        if module is None:
+            submodule = self.module_path(path, f"{imported.module}.{imported.name}", imported.level)
+            if submodule is not None and len(parts) > 1:
+                return self.resolve_class(submodule, ".".join(parts[1:]), depth + 1)
+            if imported.level:
+                return None
+            return ".".join([imported.module, imported.name, *parts[1:]])
+        return self.resolve_class(module, ".".join([imported.name, *parts[1:]]), depth + 1)
+
+    def attribute_class(self, owner: ClassRef, attribute: str) -> ClassRef | None:
+        """The project class of `self.attribute` in `owner` (or a base), from the constructor call it
+        was bound to."""
+        for cls in self.mro(owner):
+            if not isinstance(cls, ClassRef):
+                continue
+            constructor = self.summary(cls.path).classes[cls.qualname].attributes.get(attribute)
+            if constructor is not None:
+                found = self.resolve_class(cls.path, constructor)
+                return found if isinstance(found, ClassRef) else None
+        return None
+
+    def lookup_method(self, owner: ClassRef, name: str) -> FunctionRef | None:
+        """The method `name` that an instance of `owner` runs: the first definition along its MRO
+        within the project (None when it is defined outside, or not at all)."""
+        for cls in self.mro(owner):
+            if not isinstance(cls, ClassRef):
+                return None  # an outside base comes first: its method, unknown here
+            if name in self.summary(cls.path).classes[cls.qualname].methods:
+                return cls.method(name)
+        return None
+
+    def _super_method(self, cls: ClassRef, name: str, caller: FunctionRef) -> FunctionRef | None:
+        order = self.mro(cls)
+        for base in order[1:]:
+            if not isinstance(base, ClassRef):
+                return None
+            if name in self.summary(base.path).classes[base.qualname].methods:
+                return base.method(name)
+        return None
+
+    # -- classes --------------------------------------------------------------------------------------
+    def bases(self, cls: ClassRef) -> list[ClassRef | str]:
+        summary = self.summary(cls.path).classes.get(cls.qualname)
+        if summary is None:
+            return []
+        out: list[ClassRef | str] = []
+        for written in summary.bases:
+            found = self.resolve_class(cls.path, written)
+            out.append(found if found is not None else written)
+        return out
+
+    def mro(self, cls: ClassRef) -> list[ClassRef | str]:
+        return list(_mro(self, cls))
+
+    def derives_from(self, cls: ClassRef, qualified: Iterable[str]) -> bool:
+        """Does the class derive (through project classes) from one of these outside classes?
+        Matched on the qualified name or its last part when an import could not be followed."""
+        wanted = set(qualified)
+        last = {name.rsplit(".", 1)[-1] for name in wanted}
+        for base in self.mro(cls)[1:]:
+            if isinstance(base, str) and (base in wanted or base.rsplit(".", 1)[-1] in last):
+                return True
+        return False
+
+    def classes(self) -> Iterator[ClassRef]:
+        for path in self.files:
+            for qualname in self.summary(path).classes:
+                yield ClassRef(path, qualname)
+
+    def subclasses(self, cls: ClassRef, candidates: Iterable[Path] | None = None) -> list[ClassRef]:
+        """Project classes that derive from `cls`, directly or not (among the files given, or all)."""
+        out = []
+        for path in candidates if candidates is not None else self.files:
+            for qualname in self.summary(path).classes:
+                other = ClassRef(path, qualname)
+                if other != cls and cls in self.mro(other):
+                    out.append(other)
+        return out
+
+    # -- calls between functions ----------------------------------------------------------------------
+    def functions(self, path: Path) -> Iterator[FunctionRef]:
+        for qualname in self.summary(path).functions:
+            yield FunctionRef(path, qualname)
+
+    def calls(self, caller: FunctionRef) -> Iterator[tuple[str, bool, FunctionRef]]:
+        """The calls of `caller` that resolve: (as written, inside a loop, the function)."""
+        summary = self.function(caller)
+        if summary is None:
+            return
+        for callee, in_loop in summary.calls.items():
+            target = self.resolve_call(caller, callee)
+            if target is not None:
+                yield callee, in_loop, target
+
+    def effects(self, ref: FunctionRef) -> frozenset[str]:
+        """The effect names `ref` may have, its own and those of what it calls (transitively)."""
+        return self._effects(ref, frozenset())
+
+    def _effects(self, ref: FunctionRef, visiting: frozenset[FunctionRef]) -> frozenset[str]:
+        cached = self.summaries.memo.get(("effects", ref))
+        if cached is not None:
+            return cached
+        summary = self.function(ref)
+        if summary is None or ref in visiting:
+            return frozenset()
+        found = set(summary.effects)
+        for _, _, target in self.calls(ref):
+            found |= self._effects(target, visiting | {ref})
+        result = frozenset(found)
+        if not visiting:
+            self.summaries.memo[("effects", ref)] = result
+        return result
+
+    def callers(self, target: FunctionRef, candidates: Iterable[Path] | None = None) -> list[CallSite]:
+        """Every call in the project (or in the files given) that may run `target`, including
+        `self.name()` in a base class when `target` overrides `name` in a subclass."""
+        name = target.qualname.rsplit(".", 1)[-1]
+        owner = self.class_of(target)
+        found = []
+        for path in candidates if candidates is not None else self.files:
+            summary = self.summary(path)
+            for qualname, function in summary.functions.items():
+                for callee, in_loop in function.calls.items():
+                    if callee.rsplit(".", 1)[-1] != name:
+                        continue
+                    caller = FunctionRef(path, qualname)
+                    resolved = self.resolve_call(caller, callee)
+                    if resolved == target:
+                        found.append(CallSite(caller, callee, in_loop))
+                    elif owner is not None and callee in (f"self.{name}", f"cls.{name}"):
+                        caller_class = self.class_of(caller)
+                        # a base's `self.name()` runs the override on instances of the subclass
+                        if caller_class is not None and caller_class != owner and caller_class in self.mro(owner):
+                            if self.lookup_method(owner, name) == target:
+                                found.append(CallSite(caller, callee, in_loop, receiver=owner))
+        return found
+
+
+class SummarySource:
+    """Where summaries come from: the cache (store.py) or the parser. Also memoises derived facts
+    for one run."""
+
+    def __init__(self) -> None:
+        self.memo: dict = {}
+
+    def get(self, path: Path) -> ModuleSummary:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+def _mro(project: Project, cls: ClassRef) -> list[ClassRef | str]:
+    memo = project.summaries.memo
+    key = ("mro", cls)
+    if key in memo:
+        return memo[key]
+    memo[key] = [cls]  # a cycle in the bases (broken code) ends here
+    sequences = []
+    for base in project.bases(cls):
+        sequences.append(_mro(project, base) if isinstance(base, ClassRef) else [base])
+    result = [cls] + _merge(sequences + [list(project.bases(cls))])
+    memo[key] = result
+    return result
+
+
+def _merge(sequences: list[list]) -> list:
+    """C3 linearisation's merge; an inconsistent hierarchy falls back to depth-first order."""
+    sequences = [list(s) for s in sequences if s]
+    out: list = []
+    while sequences:
+        for sequence in sequences:
+            head = sequence[0]
+            if not any(head in other[1:] for other in sequences):
+                break
+        else:
+            for sequence in sequences:  # inconsistent: keep what is left in depth-first order
+                out.extend(item for item in sequence if item not in out)
+            return out
+        out.append(head)
+        sequences = [[item for item in s if item != head] for s in sequences]
+        sequences = [s for s in sequences if s]
+    return out
+
+
+@lru_cache(maxsize=None)
+def module_code(path: Path) -> FunctionRef:
+    return FunctionRef(path, MODULE_CODE)
+
+
+__all__ = ["Project", "FunctionRef", "ClassRef", "CallSite", "SummarySource", "find_root", "python_files",
+           "ClassSummary", "module_code"]

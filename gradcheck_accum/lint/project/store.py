@@ -1,0 +1,121 @@
+"""Summaries of a project's files, kept across runs.
+
+One JSON file per project root and accumcheck version in the cache directory
+(`.accumcheck_cache/project/`). An entry is reused without reading its file when the file's size
+and modification time are unchanged, and after reading it when its content hash is. JSON rather
+than pickle: a cache directory inside a cloned repository is not trusted code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from gradcheck_accum import __version__
+from gradcheck_accum.lint.project.index import SummarySource
+from gradcheck_accum.lint.project.summary import ModuleSummary, summarize
+
+
+def content_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+class SummaryStore(SummarySource):
+    """Summaries computed on first use, from the cache when the file is unchanged."""
+
+    def __init__(self, root: Path, effect_names: frozenset[str], watched: frozenset[str] = frozenset(),
+                 directory: Path | None = None, texts: dict[Path, str] | None = None) -> None:
+        super().__init__()
+        self.root = root.absolute()
+        self.effect_names, self.watched = effect_names, watched
+        # Summaries depend on what they screen for: another catalogue is another cache.
+        vocabulary = content_hash(json.dumps([sorted(effect_names), sorted(watched)]))[:12]
+        self.file = (directory / "project" / f"v{__version__}-{vocabulary}-{content_hash(str(self.root))[:12]}.json"
+                     if directory is not None else None)
+        self.texts = texts or {}  # files whose text the caller already holds (the files being linted)
+        self._summaries: dict[Path, ModuleSummary] = {}
+        self._entries: dict[str, list] = self._load()
+        self.dirty = False
+        self.computed = 0  # summaries parsed in this run (the rest came from the cache)
+
+    def _load(self) -> dict[str, list]:
+        if self.file is None:
+            return {}
+        try:
+            data = json.loads(self.file.read_text(encoding="utf-8"))
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def get(self, path: Path) -> ModuleSummary:
+        summary = self._summaries.get(path)
+        if summary is None:
+            summary = self._summaries[path] = self._compute(path)
+        return summary
+
+    def text(self, path: Path) -> str | None:
+        if path in self.texts:
+            return self.texts[path]
+        try:
+            return path.read_text(encoding="utf-8", errors="surrogateescape")
+        except OSError:
+            return None
+
+    def _compute(self, path: Path) -> ModuleSummary:
+        key = self._key(path)
+        entry = self._entries.get(key)
+        stat = None
+        if path not in self.texts:
+            try:
+                stat = path.stat()
+            except OSError:
+                return ModuleSummary()
+            if entry is not None and entry[0] == stat.st_mtime_ns and entry[1] == stat.st_size:
+                return self._restore(entry)
+        text = self.text(path)
+        if text is None:
+            return ModuleSummary()
+        digest = content_hash(text)
+        if entry is not None and entry[2] == digest:
+            if stat is not None and (entry[0], entry[1]) != (stat.st_mtime_ns, stat.st_size):
+                entry[0], entry[1] = stat.st_mtime_ns, stat.st_size
+                self.dirty = True
+            return self._restore(entry)
+        summary = summarize(text, self.effect_names, self.watched)
+        self.computed += 1
+        if stat is None:
+            try:
+                stat = path.stat()
+            except OSError:
+                return summary
+        self._entries[key] = [stat.st_mtime_ns, stat.st_size, digest, summary.to_json()]
+        self.dirty = True
+        return summary
+
+    def _restore(self, entry: list) -> ModuleSummary:
+        try:
+            return ModuleSummary.from_json(entry[3])
+        except (KeyError, IndexError, TypeError, ValueError):
+            return ModuleSummary()  # a damaged entry: as if the file said nothing
+
+    def _key(self, path: Path) -> str:
+        try:
+            return path.absolute().relative_to(self.root).as_posix()
+        except ValueError:
+            return path.absolute().as_posix()
+
+    def save(self) -> None:
+        if not self.dirty or self.file is None:
+            return
+        try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=self.file.parent, delete=False, suffix=".tmp",
+                                             encoding="utf-8") as handle:
+                json.dump(self._entries, handle, separators=(",", ":"))
+            os.replace(handle.name, self.file)
+            self.dirty = False
+        except OSError:
+            pass  # a read-only tree still lints, just without the cache

@@ -1,0 +1,328 @@
+"""What one file offers the rest of the project, read cheaply and kept small enough to cache.
+
+A summary holds what resolving a call across files needs (imports, functions, classes with their
+bases, methods and the constructors their attributes are bound to, module-level bindings) and a
+coarse screen of each function's behaviour: the calls it makes (as written, and whether inside a
+loop) and which of the catalogue's effect names it calls. It is built on CPython's parser, walking
+statements only; calls are found by one regular-expression pass over the text with comments and
+strings blanked (outline.py), like the prefilter. That over-approximates (what libcst later walks
+decides what a call really does), which is what a screen must do: keep more, never less.
+
+Summaries are plain data (JSON-ready through `to_json`/`from_json`) so that a pre-commit run on one
+file reads its neighbours' summaries from the cache, not their syntax.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import re
+from dataclasses import dataclass, field
+
+from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
+
+MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
+
+
+@dataclass
+class FunctionSummary:
+    line: int
+    params: tuple[str, ...]  # positional-or-keyword parameters in order, `self` included
+    calls: dict[str, bool] = field(default_factory=dict)  # callee as written -> called inside a loop here
+    effects: frozenset[str] = frozenset()  # catalogue effect names this function calls or sets directly
+    returns: bool = False  # has a `return <value>`
+    decorators: tuple[str, ...] = ()  # dotted names of its decorators (`staticmethod`, `torch.no_grad`)
+    locals: dict[str, str] = field(default_factory=dict)  # `name = Ctor(...)` in its body -> "Ctor"
+
+
+@dataclass
+class ClassSummary:
+    line: int
+    bases: tuple[str, ...]  # as written: `pl.LightningModule`, `Base`
+    methods: tuple[str, ...]  # names; each is in ModuleSummary.functions as "Class.method"
+    attributes: dict[str, str] = field(default_factory=dict)  # `self.x = Ctor(...)` / `x = Ctor(...)` -> "Ctor"
+    literals: dict[str, str] = field(default_factory=dict)  # `automatic_optimization = False` -> "False"
+
+
+@dataclass
+class Import:
+    module: str  # dotted module as written, without leading dots
+    name: str | None  # the imported attribute (`from m import name`), None for `import m`
+    level: int = 0  # leading dots of a relative import
+
+
+@dataclass
+class ModuleSummary:
+    imports: dict[str, Import] = field(default_factory=dict)  # local name -> what it binds
+    functions: dict[str, FunctionSummary] = field(default_factory=dict)  # "f", "C.m", "f.inner", "<module>"
+    classes: dict[str, ClassSummary] = field(default_factory=dict)  # "C", "C.Inner"
+    bindings: dict[str, str] = field(default_factory=dict)  # module-level `name = Ctor(...)` -> "Ctor"
+    # Constructor calls anywhere in the file whose last name is in `watched`, with their keywords:
+    # what a framework is configured with in another file (`Trainer(accumulate_grad_batches=4)`).
+    constructions: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "imports": {k: [v.module, v.name, v.level] for k, v in self.imports.items()},
+            "functions": {k: [f.line, list(f.params), f.calls, sorted(f.effects), f.returns, list(f.decorators),
+                              f.locals] for k, f in self.functions.items()},
+            "classes": {k: [c.line, list(c.bases), list(c.methods), c.attributes, c.literals]
+                        for k, c in self.classes.items()},
+            "bindings": self.bindings,
+            "constructions": [[callee, keywords] for callee, keywords in self.constructions],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ModuleSummary":
+        return cls(
+            {k: Import(*v) for k, v in data["imports"].items()},
+            {k: FunctionSummary(v[0], tuple(v[1]), v[2], frozenset(v[3]), v[4], tuple(v[5]), v[6])
+             for k, v in data["functions"].items()},
+            {k: ClassSummary(v[0], tuple(v[1]), tuple(v[2]), v[3], v[4]) for k, v in data["classes"].items()},
+            data["bindings"],
+            [(callee, keywords) for callee, keywords in data["constructions"]],
+        )
+
+
+def summarize(text: str, effect_names: frozenset[str], watched: frozenset[str] = frozenset()) -> ModuleSummary:
+    """The summary of one file's text. Text CPython cannot parse gives an empty summary: nothing
+    in it can be resolved, so everything it would have offered stays unknown."""
+    text = one_newline(text)
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ModuleSummary()
+    return _Summarizer(text, tree, effect_names, watched).summary
+
+
+# `name(`, `a.b.name(` (spaces, line breaks and backslashes allowed around the dots), and what precedes it
+_CALL = re.compile(r"(?P<chain>(?:\w+(?:\s|\\)*\.(?:\s|\\)*)*)(?P<name>\w+)(?:\s|\\)*\(")
+_SUPER_CALL = re.compile(r"\bsuper(?:\s|\\)*\((?:\s|\\)*\)(?:\s|\\)*\.(?:\s|\\)*(\w+)(?:\s|\\)*\(")
+_SPACE = re.compile(r"(?:\s|\\)+")
+_NOT_CALLEES = frozenset({"super", "if", "elif", "while", "for", "in", "not", "and", "or", "is", "return", "yield",
+                          "assert", "del", "with", "as", "lambda", "await", "raise", "print", "except", "def",
+                          "class", "import", "from", "else", "match", "case"})
+
+
+@dataclass
+class _Call:
+    offset: int
+    callee: str | None  # dotted as written, "super().m", or None for a call on an expression's result
+    name: str  # the last name: what effects are screened by
+
+
+class _Summarizer:
+    def __init__(self, text: str, tree: ast.Module, effect_names: frozenset[str], watched: frozenset[str]) -> None:
+        self.text, self.effect_names, self.watched = text, effect_names, watched
+        self.line_starts = [0]
+        self.line_starts += [m.end() for m in re.finditer("\n", text)]
+        self.line_starts.append(len(text) + 1)
+        code = blank_strings_and_comments(text)
+        self.calls = _calls(code)
+        self.offsets = [call.offset for call in self.calls]
+        self.summary = ModuleSummary()
+        module = FunctionSummary(1, ())
+        self.summary.functions[MODULE_CODE] = module
+        self._block(tree.body, "", None, module, in_loop=False)
+
+    # -- offsets --------------------------------------------------------------------------------------
+    def _offset(self, line: int, column: int) -> int:
+        """Character offset of a (line, UTF-8 byte column) position, as CPython's tree gives them."""
+        start = self.line_starts[line - 1]
+        text = self.text[start:self.line_starts[line]]
+        if text.isascii():
+            return start + column
+        return start + len(text.encode("utf-8")[:column].decode("utf-8", errors="ignore"))
+
+    def _span(self, node: ast.AST) -> tuple[int, int]:
+        end_line = getattr(node, "end_lineno", None) or node.lineno
+        end_column = getattr(node, "end_col_offset", None)
+        end = self._offset(end_line, end_column) if end_column is not None else self.line_starts[end_line]
+        return self._offset(node.lineno, node.col_offset), end
+
+    def _calls_in(self, start: int, end: int) -> list[_Call]:
+        lo, hi = bisect.bisect_left(self.offsets, start), bisect.bisect_left(self.offsets, end)
+        return self.calls[lo:hi]
+
+    # -- statements -----------------------------------------------------------------------------------
+    def _block(self, body: list[ast.stmt], prefix: str, cls: ClassSummary | None, function: FunctionSummary,
+               in_loop: bool) -> None:
+        for stmt in body:
+            self._statement(stmt, prefix, cls, function, in_loop)
+
+    def _statement(self, stmt: ast.stmt, prefix: str, cls: ClassSummary | None, function: FunctionSummary,
+                   in_loop: bool) -> None:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self._function(stmt, prefix, cls)
+            return
+        if isinstance(stmt, ast.ClassDef):
+            self._class(stmt, prefix)
+            return
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            self._import(stmt)
+            return
+        loop = in_loop or isinstance(stmt, (ast.For, ast.AsyncFor, ast.While))
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            self._assignment(stmt, prefix, cls, function)
+        if isinstance(stmt, ast.Return) and stmt.value is not None:
+            function.returns = True
+        compound = any(_bodies(stmt))
+        if compound:
+            # the header's calls (an `if` test, a `with` item, a `for` iterable) belong here; the bodies
+            # are statements of their own
+            self._record_calls(self._header_span(stmt), function, in_loop or isinstance(stmt, ast.While))
+            for child_body in _bodies(stmt):
+                self._block(child_body, prefix, cls, function, loop)
+        else:
+            self._record_calls(self._span(stmt), function, loop)
+
+    def _header_span(self, stmt: ast.stmt) -> tuple[int, int]:
+        start, _ = self._span(stmt)
+        first_body = next(child for body in _bodies(stmt) for child in body)
+        return start, self._offset(first_body.lineno, first_body.col_offset)
+
+    def _record_calls(self, span: tuple[int, int], function: FunctionSummary, in_loop: bool) -> None:
+        effects = set()
+        for call in self._calls_in(*span):
+            if call.callee is not None:
+                function.calls[call.callee] = function.calls.get(call.callee, False) or in_loop
+            if call.name in self.effect_names:
+                effects.add(call.name)
+        if effects:
+            function.effects = function.effects | effects
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, prefix: str, cls: ClassSummary | None) -> None:
+        arguments = node.args
+        params = tuple(a.arg for a in [*arguments.posonlyargs, *arguments.args])
+        decorators = tuple(filter(None, (_dotted(d.func if isinstance(d, ast.Call) else d)
+                                         for d in node.decorator_list)))
+        summary = FunctionSummary(node.lineno, params, decorators=decorators)
+        qualname = prefix + node.name
+        self.summary.functions[qualname] = summary
+        # decorators and defaults run where the function is defined, not when it is called
+        self._block(node.body, qualname + ".", cls, summary, False)
+
+    def _class(self, node: ast.ClassDef, prefix: str) -> None:
+        bases = tuple(filter(None, (_dotted(b) for b in node.bases)))
+        methods = tuple(s.name for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        summary = ClassSummary(node.lineno, bases, methods)
+        qualname = prefix + node.name
+        self.summary.classes[qualname] = summary
+        body_code = FunctionSummary(node.lineno, ())  # class-level statements: what the class body calls
+        for stmt in node.body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                self._class_attribute(stmt, summary)
+            self._statement(stmt, qualname + ".", summary, body_code, False)
+
+    def _import(self, node: ast.Import | ast.ImportFrom) -> None:
+        imports = self.summary.imports
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    imports[alias.asname] = Import(alias.name, None)
+                else:
+                    top = alias.name.split(".")[0]
+                    imports.setdefault(top, Import(top, None))
+            return
+        for alias in node.names:
+            if alias.name == "*":
+                continue
+            imports[alias.asname or alias.name] = Import(node.module or "", alias.name, node.level)
+
+    def _assignment(self, stmt: ast.Assign | ast.AnnAssign | ast.AugAssign, prefix: str, cls: ClassSummary | None,
+                    function: FunctionSummary) -> None:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and target.attr in self.effect_names:
+                function.effects = function.effects | {target.attr}  # `p.grad = None`, `m.require_backward_grad_sync = ...`
+        if isinstance(stmt, ast.AugAssign) or stmt.value is None:
+            return
+        value = stmt.value
+        callee = _dotted(value.func) if isinstance(value, ast.Call) else None
+        if isinstance(value, ast.Call) and callee and callee.rsplit(".", 1)[-1] in self.watched:
+            self.summary.constructions.append((callee, _keywords(value)))
+        for target in targets:
+            if isinstance(target, ast.Name) and callee:
+                if prefix:
+                    function.locals.setdefault(target.id, callee)
+                else:
+                    self.summary.bindings[target.id] = callee
+            elif cls is not None and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                    and target.value.id == "self":
+                if callee:
+                    cls.attributes.setdefault(target.attr, callee)
+                elif isinstance(value, ast.Constant) and isinstance(value.value, (bool, int, str)):
+                    cls.literals.setdefault(target.attr, repr(value.value))
+
+    def _class_attribute(self, stmt: ast.Assign | ast.AnnAssign, cls: ClassSummary) -> None:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        value = stmt.value
+        for target in targets:
+            if not isinstance(target, ast.Name) or value is None:
+                continue
+            if isinstance(value, ast.Constant) and isinstance(value.value, (bool, int, str)):
+                cls.literals[target.id] = repr(value.value)
+            elif isinstance(value, ast.Call) and _dotted(value.func):
+                cls.attributes[target.id] = _dotted(value.func)
+
+
+def _calls(code: str) -> list[_Call]:
+    calls = []
+    for match in _SUPER_CALL.finditer(code):
+        calls.append(_Call(match.start(), f"super().{match.group(1)}", match.group(1)))
+    for match in _CALL.finditer(code):
+        name = match.group("name")
+        chain = match.group("chain")
+        if not chain and name in _NOT_CALLEES:
+            continue
+        before = code[:match.start()].rstrip(" \t\\\n")
+        if before.endswith(("def", "class")) and not chain:
+            if re.search(r"\b(def|class)$", before):
+                continue
+        parts = [p for p in _SPACE.sub("", chain).split(".") if p]
+        on_result = before.endswith(".") and not parts  # `f(x).name(`: a call on a call's result
+        if before.endswith(".") and parts:
+            callee = None  # `f(x).a.name(`
+        else:
+            callee = None if on_result else ".".join([*parts, name])
+        if parts and parts[0].isdigit():
+            callee = None
+        calls.append(_Call(match.start("name") if callee is None else match.start(), callee, name))
+    calls.sort(key=lambda call: call.offset)
+    return calls
+
+
+def _bodies(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    bodies = []
+    for name in ("body", "orelse", "finalbody"):
+        value = getattr(stmt, name, None)
+        if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+            bodies.append(value)
+    for handler in getattr(stmt, "handlers", ()) or ():
+        bodies.append(handler.body)
+    for case in getattr(stmt, "cases", ()) or ():
+        bodies.append(case.body)
+    return bodies
+
+
+def _dotted(node: ast.AST | None) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def _keywords(call: ast.Call) -> dict[str, str]:
+    """Keyword arguments of a call: literal values as written, anything else as '?'."""
+    out = {}
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            continue
+        value = keyword.value
+        if isinstance(value, ast.Constant) and isinstance(value.value, (bool, int, float, str)) or value is None:
+            out[keyword.arg] = repr(value.value)
+        else:
+            out[keyword.arg] = "?"
+    return out

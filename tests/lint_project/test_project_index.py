@@ -1,0 +1,268 @@
+"""The project model's resolution: roots, modules, calls through imports, classes and attributes."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, find_root, python_files
+from gradcheck_accum.lint.project.summary import summarize
+
+EFFECTS = frozenset({"backward", "step", "zero_grad", "clip_grad_norm_", "grad"})
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def project(root: Path, cache: Path | None = None) -> Project:
+    return Project(root, SummaryStore(root, EFFECTS, directory=cache))
+
+
+TRAINERS = {
+    "pyproject.toml": "",
+    "pkg/__init__.py": "from .losses import masked_mean\n",
+    "pkg/losses.py": """
+        def masked_mean(x, mask):
+            return (x * mask).sum() / mask.sum()
+    """,
+    "pkg/trainers/__init__.py": "",
+    "pkg/trainers/base.py": """
+        import torch
+        from ..losses import masked_mean
+
+        class Scaler:
+            def __call__(self, loss, optimizer, update):
+                loss.backward()
+                if update:
+                    optimizer.step()
+
+        class BaseTrainer:
+            def __init__(self, model, n):
+                self.model, self.n = model, n
+                self.optimizer = torch.optim.AdamW(model.parameters())
+                self.scaler = Scaler()
+
+            def fit(self, loader):
+                for i, batch in enumerate(loader):
+                    self.train_step(batch, i)
+
+            def train_step(self, batch, i):
+                raise NotImplementedError
+    """,
+    "pkg/trainers/sft.py": """
+        from pkg import masked_mean
+        from .base import BaseTrainer
+
+        class SFTTrainer(BaseTrainer):
+            def train_step(self, batch, i):
+                loss = masked_mean(self.model(batch), batch["mask"]) / self.n
+                self.scaler(loss, self.optimizer, (i + 1) % self.n == 0)
+                super().train_step(batch, i)
+    """,
+    "scripts/train.py": """
+        import pkg.trainers.base as B
+        from pkg.trainers.sft import SFTTrainer
+
+        trainer = SFTTrainer(model, 4)
+        trainer.fit(loader)
+        B.BaseTrainer(model, 2).fit(loader)
+    """,
+}
+
+
+def test_root_is_the_nearest_marker(tmp_path):
+    write(tmp_path, {"pyproject.toml": "", "a/b/c.py": "", "sub/setup.py": "", "sub/d/e.py": ""})
+    assert find_root(tmp_path / "a/b/c.py") == tmp_path
+    assert find_root(tmp_path / "sub/d/e.py") == tmp_path / "sub"
+
+
+def test_root_without_marker_is_the_fallback_or_above_the_top_package(tmp_path):
+    write(tmp_path, {"w/pkg/__init__.py": "", "w/pkg/m.py": ""})
+    assert find_root(tmp_path / "w/pkg/m.py", fallback=tmp_path) == tmp_path
+    assert find_root(tmp_path / "w/pkg/m.py", fallback=tmp_path / "elsewhere") == tmp_path / "w"
+
+
+def test_files_skip_environments_and_caches(tmp_path):
+    write(tmp_path, {"a.py": "", ".venv/lib/x.py": "", "build/y.py": "", "pkg/z.pyi": "", "notes.txt": ""})
+    assert [p.relative_to(tmp_path).as_posix() for p in python_files(tmp_path)] == ["a.py", "pkg/z.pyi"]
+
+
+def test_calls_resolve_through_imports_classes_and_attributes(tmp_path):
+    write(tmp_path, TRAINERS)
+    proj = project(tmp_path)
+    sft = tmp_path / "pkg/trainers/sft.py"
+    base = tmp_path / "pkg/trainers/base.py"
+    step = FunctionRef(sft, "SFTTrainer.train_step")
+    # a re-export in the package's __init__
+    assert proj.resolve_call(step, "masked_mean") == FunctionRef(tmp_path / "pkg/losses.py", "masked_mean")
+    # an attribute bound to a project class in the base's __init__: calling it runs __call__
+    assert proj.resolve_call(step, "self.scaler") == FunctionRef(base, "Scaler.__call__")
+    assert proj.resolve_call(step, "super().train_step") == FunctionRef(base, "BaseTrainer.train_step")
+    assert proj.resolve_call(step, "self.model") is None  # bound to a parameter: unknown
+    script = FunctionRef(tmp_path / "scripts/train.py", "<module>")
+    assert proj.resolve_call(script, "trainer.fit") == FunctionRef(base, "BaseTrainer.fit")
+    assert proj.resolve_call(script, "B.BaseTrainer") is None  # a constructor runs nothing followed here
+    assert proj.mro(ClassRef(sft, "SFTTrainer")) == [ClassRef(sft, "SFTTrainer"), ClassRef(base, "BaseTrainer")]
+
+
+def test_effects_are_transitive_and_callers_include_base_class_dispatch(tmp_path):
+    write(tmp_path, TRAINERS)
+    proj = project(tmp_path)
+    sft = tmp_path / "pkg/trainers/sft.py"
+    step = FunctionRef(sft, "SFTTrainer.train_step")
+    assert proj.effects(step) == {"backward", "step"}
+    (site,) = proj.callers(step)
+    assert site.caller == FunctionRef(tmp_path / "pkg/trainers/base.py", "BaseTrainer.fit")
+    assert site.in_loop and site.receiver == ClassRef(sft, "SFTTrainer")
+
+
+def test_outside_bases_are_qualified_and_stop_method_lookup(tmp_path):
+    write(tmp_path, {"m.py": """
+        import lightning.pytorch as pl
+        from transformers import Trainer
+
+        class Module(pl.LightningModule):
+            def training_step(self, batch, batch_idx):
+                return self.helper(batch)
+
+            def helper(self, batch):
+                return batch
+
+        class Sub(Trainer):
+            def compute_loss(self, model, inputs):
+                return self.log(inputs)
+    """})
+    proj = project(tmp_path)
+    module = ClassRef(tmp_path / "m.py", "Module")
+    assert proj.mro(module)[1:] == ["lightning.pytorch.LightningModule"]
+    assert proj.derives_from(module, ["lightning.pytorch.LightningModule"])
+    assert not proj.derives_from(module, ["transformers.Trainer"])
+    assert proj.derives_from(ClassRef(tmp_path / "m.py", "Sub"), ["transformers.trainer.Trainer", "transformers.Trainer"])
+    assert proj.resolve_call(FunctionRef(tmp_path / "m.py", "Module.training_step"), "self.helper") == \
+        FunctionRef(tmp_path / "m.py", "Module.helper")
+    # `self.log` is Trainer's (outside the project): unknown, not some project function named log
+    assert proj.resolve_call(FunctionRef(tmp_path / "m.py", "Sub.compute_loss"), "self.log") is None
+
+
+def test_scripts_import_their_neighbours_and_src_layouts_resolve(tmp_path):
+    write(tmp_path, {
+        ".git/HEAD": "",
+        "src/lib/__init__.py": "",
+        "src/lib/steps.py": "def update(opt):\n    opt.step()\n",
+        "tools/helpers.py": "def clip(m):\n    m.clip_grad_norm_(1.0)\n",
+        "tools/run.py": "import helpers\nfrom lib.steps import update\nhelpers.clip(m)\nupdate(o)\n",
+    })
+    proj = project(tmp_path)
+    run = FunctionRef(tmp_path / "tools/run.py", "<module>")
+    assert proj.resolve_call(run, "helpers.clip") == FunctionRef(tmp_path / "tools/helpers.py", "clip")
+    assert proj.resolve_call(run, "update") == FunctionRef(tmp_path / "src/lib/steps.py", "update")
+    assert proj.effects(run) == {"step", "clip_grad_norm_"}
+
+
+def test_nested_functions_locals_and_class_methods(tmp_path):
+    write(tmp_path, {"m.py": """
+        class Helper:
+            def __call__(self, loss):
+                loss.backward()
+
+            @staticmethod
+            def make():
+                return Helper()
+
+        def outer(loader):
+            helper = Helper()
+            def inner(x):
+                helper(x)
+            for x in loader:
+                inner(x)
+            Helper.make()
+    """})
+    proj = project(tmp_path)
+    outer = FunctionRef(tmp_path / "m.py", "outer")
+    assert proj.resolve_call(outer, "inner") == FunctionRef(tmp_path / "m.py", "outer.inner")
+    assert proj.resolve_call(outer, "Helper.make") == FunctionRef(tmp_path / "m.py", "Helper.make")
+    inner = FunctionRef(tmp_path / "m.py", "outer.inner")
+    assert proj.resolve_call(inner, "helper") == FunctionRef(tmp_path / "m.py", "Helper.__call__")  # a closure's name
+    assert proj.effects(outer) == {"backward"}
+
+
+def test_cycles_in_calls_and_bases_end(tmp_path):
+    write(tmp_path, {"m.py": """
+        from m import B
+        class A(B):
+            def f(self):
+                self.g()
+            def g(self):
+                self.f()
+                x.backward()
+        class B(A):
+            pass
+        def r():
+            r()
+    """})
+    proj = project(tmp_path)
+    assert proj.effects(FunctionRef(tmp_path / "m.py", "A.f")) == {"backward"}
+    assert proj.effects(FunctionRef(tmp_path / "m.py", "r")) == frozenset()
+    proj.mro(ClassRef(tmp_path / "m.py", "A"))  # ends
+
+
+def test_summary_of_unparseable_text_is_empty():
+    assert summarize("def f(:\n", EFFECTS).functions == {}
+
+
+def test_summary_screens_calls_not_strings_or_comments():
+    summary = summarize(textwrap.dedent("""
+        def f(loss, opt):
+            print("loss.backward()")  # opt.step()
+            scaler.scale(loss).backward()
+            for b in loader:
+                self.run(b)
+    """), EFFECTS)
+    function = summary.functions["f"]
+    assert function.effects == {"backward"}
+    assert function.calls == {"scaler.scale": False, "self.run": True}
+
+
+def test_cache_reuses_unchanged_files_and_recomputes_edited_ones(tmp_path):
+    write(tmp_path, TRAINERS)
+    cache = tmp_path / ".accumcheck_cache"
+    first = SummaryStore(tmp_path, EFFECTS, directory=cache)
+    proj = Project(tmp_path, first)
+    for path in proj.files:
+        proj.summary(path)
+    first.save()
+    assert first.computed == len(proj.files)
+    second = SummaryStore(tmp_path, EFFECTS, directory=cache)
+    for path in proj.files:
+        second.get(path)
+    assert second.computed == 0
+    losses = tmp_path / "pkg/losses.py"
+    losses.write_text("def masked_mean(x, mask):\n    x.backward()\n")
+    third = SummaryStore(tmp_path, EFFECTS, directory=cache)
+    assert third.get(losses).functions["masked_mean"].effects == {"backward"}
+    assert third.computed == 1
+    # another vocabulary is another cache
+    assert SummaryStore(tmp_path, EFFECTS | {"no_sync"}, directory=cache).file != first.file
+
+
+def test_a_damaged_cache_is_ignored(tmp_path):
+    write(tmp_path, TRAINERS)
+    cache = tmp_path / ".accumcheck_cache"
+    store = SummaryStore(tmp_path, EFFECTS, directory=cache)
+    store.file.parent.mkdir(parents=True)
+    store.file.write_text("{not json")
+    again = SummaryStore(tmp_path, EFFECTS, directory=cache)
+    assert "masked_mean" in again.get(tmp_path / "pkg/losses.py").functions
+
+
+@pytest.mark.parametrize("written", ["torch.nn.Module", "nn.Module"])
+def test_outside_classes_keep_their_qualified_name(tmp_path, written):
+    write(tmp_path, {"m.py": f"import torch\nfrom torch import nn\nclass M({written}):\n    pass\n"})
+    proj = project(tmp_path)
+    assert proj.mro(ClassRef(tmp_path / "m.py", "M"))[1:] == ["torch.nn.Module"]
