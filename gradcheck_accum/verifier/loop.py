@@ -55,6 +55,7 @@ def verify_loop(
     find_unused_parameters: bool = False,
     freeze_batchnorm: bool = False,
     seed: int = 0,
+    item_counts_fn: Optional[Callable[[Any], int]] = None,
 ) -> Report:
     """Run ``train_fn(model, optimizer, micro_batches, accumulation_steps)`` and check every step.
 
@@ -65,13 +66,17 @@ def verify_loop(
     the ranks) and compares the averaged gradients with the single-process big batch.
     freeze_batchnorm: keep BatchNorm layers on running statistics (eval) even when train_fn
     calls model.train(), so the rest of the loop can be checked exactly. seed: random ops in
-    train_fn and in the references start from this seed.
+    train_fn and in the references start from this seed. item_counts_fn(micro_batch) -> int: how
+    many items loss_fn averages over in a micro-batch (e.g. label tokens != -100; default its
+    rows); a failing step's micro-batch weights are judged against these counts (mean-of-means,
+    a divisor that counts other items).
     """
     steps = _check_args(train_fn, micro_batches, loss_fn, accumulation_steps, world_size)
     run = LoopRun.prepare(model, micro_batches, device=device, dtype=dtype, world_size=world_size,
                           freeze_batchnorm=freeze_batchnorm)
     outcome = run.check(train_fn, loss_fn, steps, optimizer, world_size=world_size, timeout=timeout,
-                        start_method=start_method, find_unused_parameters=find_unused_parameters, seed=seed)
+                        start_method=start_method, find_unused_parameters=find_unused_parameters, seed=seed,
+                        item_counts_fn=item_counts_fn)
     diagnosis = outcome.diagnosis
     if world_size > 1 and outcome.verdict == "match":
         diagnosis = f"on {world_size} DDP ranks, " + diagnosis

@@ -80,6 +80,15 @@ def name_gradient_bug(
         if len(set(items)) > 1 and _close(weights, weights[0]) and not _close(expected, expected[0]):
             return Finding("mean-of-means", f"every micro-batch weighted equally at {where} although they hold "
                            f"{items} items: per-micro-batch mean divided by N (mean-of-means); weight by items"), weights
+        if len(set(items)) > 1 and min(items) > 0 and _close([w / n for w, n in zip(weights, items)], weights[0] / items[0]):
+            divisor = total / sum(weights)
+            if steps_n > 1 and abs(divisor / (total * steps_n) - 1) <= _FIT_TOL:
+                return Finding("scaled-twice", f"loss divided by the accumulation steps on top of a normalisation by "
+                               f"the window's {total} items: {where} uses {scale:.3g}x the window's gradient"), weights
+            return Finding("wrong-item-count", f"each micro-batch is weighted by its items at {where}, but the window is "
+                           f"divided by {divisor:.4g} instead of the {total} items the loss averages over ({items} per "
+                           f"micro-batch): {scale:.3g}x the window's gradient; the count includes items the loss "
+                           "ignores, or misses some"), weights
     shown = ", ".join(f"{w:.3g}" for w in weights)
     wanted = ", ".join(f"{w:.3g}" for w in expected)
     return Finding("grad-mismatch", f"{where} gradient is {scale:.3g}x the window's big-batch gradient (cosine "
