@@ -160,6 +160,19 @@ def exact_numerics() -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = saved[2]
 
 
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Model code that makes float tensors without a dtype (`torch.full(..., finfo(x.dtype).min)`,
+    `torch.arange(...).float()`) gets them in the default dtype: in a float64 reference that
+    default must be float64 too, or such code overflows or rounds the reference to float32."""
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(saved)
+
+
 def resolve_device(device: Any) -> torch.device:
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -23,7 +23,7 @@ import torch
 
 from gradcheck_accum.verifier.accumulate import Grads, LossFn, RandomOpRecorder, WindowRun, run_window, to_device
 from gradcheck_accum.verifier.errors import VerifyError
-from gradcheck_accum.verifier.prepare import PreparedModel
+from gradcheck_accum.verifier.prepare import PreparedModel, default_dtype
 
 
 @dataclass
@@ -105,7 +105,8 @@ class BigBatch:
     def exact(self, batch: Any, weights: Optional[Mapping[str, torch.Tensor]] = None,
               label: str = "float64 big batch") -> Grads:
         try:
-            return self.run(batch, float64_device(self.device), torch.float64, weights, label).grads
+            with default_dtype(torch.float64):
+                return self.run(batch, float64_device(self.device), torch.float64, weights, label).grads
         except VerifyError as exc:
             raise VerifyError(f"{exc}; the float64 reference needs the model and loss_fn to run in float64 "
                               "(avoid hard-coded float32 dtypes)") from None

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
@@ -24,6 +25,7 @@ import torch
 
 from gradcheck_accum.verifier.batches import tensor_leaves
 from gradcheck_accum.verifier.errors import VerifyError
+from gradcheck_accum.verifier.report import Report
 
 
 class MicroBatchRows(torch.utils.data.Dataset):
@@ -139,3 +141,9 @@ def bind_parameters(template: torch.nn.Module, params: Sequence[torch.nn.Paramet
             if p is not None and id(p) in replacement:
                 module._parameters[name] = replacement[id(p)]
     return shell
+
+
+def framework_report(report: Report, framework: str, notes: Sequence[str]) -> Report:
+    """verify_loop's report, saying which framework ran the loop and how it scales."""
+    return dataclasses.replace(report, notes=(*report.notes, *notes),
+                               settings={**report.settings, "framework": framework})

@@ -48,6 +48,7 @@ from gradcheck_accum.verifier.trainers.common import (
     MicroBatchRows,
     as_plain_batch,
     check_micro_batches,
+    framework_report,
     fresh_accelerate_state,
     pad_to_common_length,
 )
@@ -96,12 +97,9 @@ def verify_hf_trainer(
                          optimizer=functools.partial(_trainer_optimizer, trainer), device=device, dtype=dtype,
                          item_counts_fn=item_counts_fn or functools.partial(
                              label_items, shifted=_shifts_labels(trainer.model, transformers)))
-    if pad_note:
-        report.notes.append(pad_note)
-    report.notes.append(f"ran {type(trainer).__name__}.train() of transformers {transformers.__version__} "
-                        f"({_division(trainer, transformers)})")
-    report.settings["framework"] = f"transformers {transformers.__version__}"
-    return report
+    ran = (f"ran {type(trainer).__name__}.train() of transformers {transformers.__version__} "
+           f"({_division(trainer, transformers)})")
+    return framework_report(report, f"transformers {transformers.__version__}", [n for n in (pad_note, ran) if n])
 
 
 def _import_transformers():

@@ -1,0 +1,85 @@
+"""verify_lightning against the installed Lightning: Trainer.fit on tiny LightningModules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pl = pytest.importorskip("lightning.pytorch")
+
+from gradcheck_accum.verifier.errors import VerifyError  # noqa: E402
+from gradcheck_accum.verifier.trainers.lightning_trainer import verify_lightning  # noqa: E402
+
+N = 4
+
+
+def micro_batches(count=9):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(2, 4, generator=g), torch.randn(2, 2, generator=g)) for _ in range(count)]
+
+
+def mse(model, batch):
+    x, y = batch
+    return F.mse_loss(model(x), y)
+
+
+class Regressor(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.05)
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1, 0.5), "interval": "step"}}
+
+
+class ManualAccumulation(Regressor):
+    """Manual optimisation that accumulates N batches itself, as Lightning's docs show."""
+
+    def __init__(self, divide=True, flush=True):
+        super().__init__()
+        self.automatic_optimization = False
+        self.divide, self.flush = divide, flush
+
+    def training_step(self, batch, batch_idx):
+        optimizer, scheduler = self.optimizers(), self.lr_schedulers()
+        loss = mse(self, batch)
+        self.log("loss", loss)
+        self.manual_backward(loss / N if self.divide else loss)
+        if (batch_idx + 1) % N == 0 or (self.flush and self.trainer.is_last_batch):
+            optimizer.step()
+            optimizer.zero_grad()
+            scheduler.step()
+
+
+def check(module, **kwargs):
+    return verify_lightning(module, micro_batches(), N, loss_fn=mse, device="cpu", **kwargs)
+
+
+def test_manual_accumulation_matches_with_the_modules_own_optimizer_and_scheduler():
+    report = check(ManualAccumulation())
+    assert report.ok, report.render()
+    assert report.settings["optimizer_steps"] == 3
+    # configure_optimizers' SGD(lr=0.05) and its per-step StepLR(gamma=0.5) drove the run.
+    assert report.settings["learning_rates"] == [[0.05], [0.025], [0.0125]]
+    assert report.settings["framework"] == f"lightning {pl.__version__}"
+
+
+def test_manual_backward_without_division_is_named():
+    assert check(ManualAccumulation(divide=False)).settings["findings"][0] == "loss-not-divided"
+
+
+def test_manual_loop_without_end_of_epoch_flush_drops_the_remainder():
+    report = check(ManualAccumulation(flush=False))
+    assert report.settings["findings"][0] == "remainder-dropped", report.render()
+
+
+def test_manual_optimisation_needs_the_objective():
+    with pytest.raises(VerifyError, match="manual optimisation"):
+        verify_lightning(ManualAccumulation(), micro_batches(), N, device="cpu")
