@@ -150,15 +150,21 @@ def _interactive() -> bool:
 
 def _add_noqa(results) -> None:
     from gradcheck_accum.lint.baseline import add_noqa
-    from gradcheck_accum.lint.files import read_text
+    from gradcheck_accum.lint.files import UnreadableFile, UnwritableFile, read_source, write_source
 
     total = 0
     for result in results:
         if not result.findings or result.target.path is None or result.target.is_notebook:
             continue
-        text, changed = add_noqa(read_text(result.target), result.findings)
+        try:
+            source = read_source(result.target)
+            text, changed = add_noqa(source.text, result.findings)
+            if changed:
+                write_source(result.target.path, source.encode(text))
+        except (UnreadableFile, UnwritableFile) as exc:
+            click.echo(f"{result.target.display}: error: {exc}", err=True)
+            continue
         if changed:
-            result.target.path.write_text(text, encoding="utf-8")
             total += changed
         elif result.findings:
             click.echo(f"{result.target.display}: could not add noqa comments", err=True)

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 from gradcheck_accum import __version__
@@ -38,6 +38,34 @@ class Entry:
         return [Finding(**{**f, "path": display}) for f in self.findings], self.error
 
 
+_ENTRY_FIELDS = {f.name for f in fields(Entry)}
+_FINDING_FIELDS = {f.name for f in fields(Finding)} - {"path"}
+_REQUIRED_FINDING_FIELDS = {f.name for f in fields(Finding) if f.default is MISSING} - {"path"}
+
+
+def entries(raw: object) -> dict[str, Entry]:
+    """The entries of a cache file that this version can restore. A file written by another version
+    of accumcheck (other fields, a damaged write) loses the entries it cannot vouch for; those files
+    are simply linted again."""
+    if not isinstance(raw, dict):
+        return {}
+    kept = {}
+    for path, value in raw.items():
+        if not isinstance(value, dict) or set(value) != _ENTRY_FIELDS:
+            continue
+        findings = value["findings"]
+        if not isinstance(findings, list) or not all(_restorable(f) for f in findings):
+            continue
+        kept[path] = Entry(**value)
+    return kept
+
+
+def _restorable(record: object) -> bool:
+    return isinstance(record, dict) and _REQUIRED_FINDING_FIELDS <= set(record) <= _FINDING_FIELDS \
+        and all(isinstance(record[name], int) for name in ("line", "column", "end_line", "end_column")) \
+        and all(isinstance(record[name], str) for name in ("code", "name", "message"))
+
+
 class Cache:
     def __init__(self, directory: Path | None, settings: Settings) -> None:
         self.directory = directory or DEFAULT_DIR
@@ -45,9 +73,8 @@ class Cache:
         self.entries: dict[str, Entry] = {}
         self.dirty = False
         try:
-            raw = json.loads(self.file.read_text(encoding="utf-8"))
-            self.entries = {path: Entry(**value) for path, value in raw.items()}
-        except (OSError, ValueError, TypeError):
+            self.entries = entries(json.loads(self.file.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
             self.entries = {}
 
     @staticmethod

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import fnmatch
 import io
 import os
+import stat
+import tempfile
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +92,8 @@ def _walk(top: Path, exclude: list[str], root: Path | None, errors: list[tuple[s
         for name in sorted(files):
             if name.endswith(PYTHON_SUFFIXES):
                 path = Path(current, name)
-                if not _excluded(path, exclude, root):
+                # Dangling links, FIFOs and devices in a tree are not source files (named, they are errors).
+                if not _excluded(path, exclude, root) and path.is_file():
                     found.append(path)
     return found
 
@@ -117,22 +122,76 @@ def matches(path: Path | str, patterns: Iterable[str], root: Path | None) -> boo
     return False
 
 
+@dataclass(frozen=True)
+class Source:
+    """A file's text and the codec its bytes were decoded with, so that what is written back is the
+    same bytes except where a fix changed the text (line breaks are never translated)."""
+
+    text: str
+    codec: str  # "utf-8-sig" when the file starts with a byte order mark (encoding writes it back)
+
+    def encode(self, text: str) -> bytes:
+        try:
+            return text.encode(self.codec)
+        except UnicodeEncodeError as exc:
+            raise UnwritableFile(f"the fixed text cannot be encoded as {self.codec} ({exc.reason}); "
+                                 "left unchanged") from None
+
+
+class UnwritableFile(Exception):
+    """str(self) is the one-line reason."""
+
+
 def read_text(target: Target, stdin: io.BufferedReader | None = None) -> str:
+    return read_source(target, stdin).text
+
+
+def read_source(target: Target, stdin: io.BufferedReader | None = None) -> Source:
     """Read and decode a file the way Python would (PEP 263 cookie, UTF-8 default, BOM)."""
+    if target.path is None:
+        if stdin is None:
+            raise UnreadableFile("standard input is closed")
+        try:
+            data = stdin.read()
+        except (OSError, ValueError) as exc:  # ValueError: read of a closed file
+            raise UnreadableFile(f"cannot read standard input: {exc}") from None
+    else:
+        data = _read_regular_file(target.path)
+    return decode_source(data, notebook=target.is_notebook)
+
+
+def _read_regular_file(path: Path) -> bytes:
+    """The file's bytes; anything but a regular file (after following links) is refused before it is
+    read, so a FIFO cannot hang the run nor a link to /dev/zero fill the memory."""
     try:
-        data = stdin.read() if target.path is None and stdin is not None else target.path.read_bytes()
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except IsADirectoryError:
         raise UnreadableFile("is a directory") from None
     except OSError as exc:
         raise UnreadableFile(exc.strerror or str(exc)) from None
-    return decode(data, notebook=target.is_notebook)
+    with os.fdopen(descriptor, "rb") as handle:
+        kind = _KINDS.get(stat.S_IFMT(os.fstat(descriptor).st_mode))
+        if kind is not None:
+            raise UnreadableFile(f"not a regular file ({kind})")
+        try:
+            return handle.read()
+        except OSError as exc:
+            raise UnreadableFile(exc.strerror or str(exc)) from None
+
+
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
 def decode(data: bytes, notebook: bool = False) -> str:
+    return decode_source(data, notebook).text
+
+
+def decode_source(data: bytes, notebook: bool = False) -> Source:
     if b"\x00" in data:
         raise UnreadableFile("contains NUL bytes (binary file?)")
-    if notebook:
-        encoding = "utf-8-sig"
+    if notebook:  # JSON: UTF-8, perhaps with a byte order mark
+        encoding = "utf-8-sig" if data.startswith(codecs.BOM_UTF8) else "utf-8"
     else:
         try:
             encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
@@ -149,4 +208,38 @@ def decode(data: bytes, notebook: bool = False) -> str:
         else:
             reason = str(exc)
         raise UnreadableFile(f"cannot decode as {encoding}: {reason}") from None
-    return text.removeprefix("\ufeff")
+    return Source(text, encoding)
+
+
+def write_source(path: Path, data: bytes) -> None:
+    """Replace the file's bytes the way an editor saves: into a temporary file beside it, renamed over
+    it, so a run killed or interrupted midway leaves the old bytes or the new ones, never a part.
+    The permission bits (and, where allowed, the owner) are kept; a symbolic link is followed and
+    stays a link. A file without any write permission is refused, as it would be without the rename."""
+    real = Path(os.path.realpath(path))
+    try:
+        info = real.stat()
+    except OSError as exc:
+        raise UnwritableFile(exc.strerror or str(exc)) from None
+    if not info.st_mode & 0o222 or not os.access(real, os.W_OK):
+        raise UnwritableFile("the file is read-only; left unchanged")
+    try:
+        descriptor, temporary = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".accumcheck")
+    except OSError as exc:
+        raise UnwritableFile(f"cannot write beside it: {exc.strerror or exc}; left unchanged") from None
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, stat.S_IMODE(info.st_mode))
+        if (info.st_uid, info.st_gid) != (os.getuid(), os.getgid()):
+            with contextlib.suppress(OSError):
+                os.chown(temporary, info.st_uid, info.st_gid)
+        os.replace(temporary, real)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, OSError):
+            raise UnwritableFile(f"cannot write: {exc.strerror or exc}; left unchanged") from None
+        raise

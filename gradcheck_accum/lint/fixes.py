@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable, Union
 from gradcheck_accum.lint.lazy import cst
 
 from gradcheck_accum.lint import events as ev
+from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.names import source
 
 if TYPE_CHECKING:  # annotations only: libcst is loaded lazily (see gradcheck_accum/lint/__init__.py)
@@ -36,13 +37,15 @@ class Fix:
             if self.replacements else module.code
         if self.line_edit is not None:
             number, old, new = self.line_edit
-            lines = code.splitlines(keepends=True)
-            line = lines[number - 1]
-            edited = line.replace(old, new, 1)
-            if not new:  # the comment went away: drop the spaces that preceded it
-                body, _, ending = edited.partition("\n")
-                edited = body.rstrip() + ("\n" if _ else "")
-            lines[number - 1] = edited
+            lines = split_lines(code, keepends=True)
+            body = lines[number - 1].rstrip("\r\n")
+            ending = lines[number - 1][len(body):]
+            # A comment ends its line: edit that end, never an earlier copy of its text (in a string).
+            if body.endswith(old):
+                body = body[:len(body) - len(old)] + new
+                if not new:  # the comment went away: so do the spaces that preceded it
+                    body = body.rstrip()
+            lines[number - 1] = body + ending
             code = "".join(lines)
         return code
 

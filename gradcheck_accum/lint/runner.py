@@ -15,7 +15,7 @@ from gradcheck_accum.lint import lazy, notebooks
 from gradcheck_accum.lint.config import Settings, expand
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source
-from gradcheck_accum.lint.files import Target, UnreadableFile, matches, read_text
+from gradcheck_accum.lint.files import Source, Target, UnreadableFile, UnwritableFile, matches, read_source, write_source
 from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint.rule import Rule
 
@@ -80,7 +80,7 @@ def lint_targets(targets: list[Target], settings: Settings, options: Options = O
         cache.save()
     for target in targets:
         if target.path is None:
-            results[target] = lint_file(target, settings, rules, options, stdin=sys.stdin.buffer)
+            results[target] = lint_file(target, settings, rules, options, stdin=getattr(sys.stdin, "buffer", None))
     return [results[t] for t in targets]
 
 
@@ -127,6 +127,7 @@ class Pending:
 
     result: FileResult
     text: str
+    codec: str  # how the file's bytes were decoded: fixed text is encoded the same way
     rules: list[type[Rule]]  # those that could fire here
     enabled: set[str]  # every rule selected for the file (ACC900 judges suppressions against them)
     hollowed: str | None
@@ -145,18 +146,19 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
     result = FileResult(target)
     try:
         stat = target.path.stat() if fingerprint and target.path is not None else None
-        text = read_text(target, stdin)
+        source = read_source(target, stdin)
     except (UnreadableFile, OSError) as exc:
         result.error = str(exc) if isinstance(exc, UnreadableFile) else (exc.strerror or str(exc))
         return result
     if stat is not None:
         from gradcheck_accum.lint.cache import content_hash
 
-        digest = content_hash(text)
+        digest = content_hash(source.text)
         result.fingerprint = (stat, digest)
         if cached is not None and cached.digest == digest:  # touched but unchanged
             result.findings, result.error = cached.restore(target.display)
             return result
+    text = source.text
     rules = _rules_for_file(target, settings, rules)
     enabled = {rule.code for rule in rules}
     hollowed = None
@@ -165,15 +167,17 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
         rules, hollowed = screen(text, rules, hollowing=not (options.fix or options.diff))
         if not rules:
             return result  # no enabled rule can fire here: the file is never parsed
-    return Pending(result, text, rules, enabled, hollowed, options)
+    return Pending(result, text, source.codec, rules, enabled, hollowed, options)
 
 
 def analyze_file(item: Pending) -> FileResult:
     result = item.result
     try:
         if result.target.is_notebook:
-            return _lint_notebook(result, item.text, item.rules, item.options)
+            return _lint_notebook(result, item.text, item.codec, item.rules, item.options)
         return _lint_python(item)
+    except notebooks.NotPython:
+        return result  # an R or Julia notebook in the tree: not ours to lint
     except (ParseFailure, notebooks.NotebookError) as exc:
         result.error = str(exc)
     except RecursionError:
@@ -198,11 +202,11 @@ def _lint_python(item: Pending) -> FileResult:
     fixed = fix_source(text, display, rules, unsafe=options.unsafe_fixes, enabled=item.enabled)
     result.findings, result.fixed = fixed.remaining, fixed.fixed
     if fixed.source != text:
-        _record_change(result, text, fixed.source, options)
+        _record_change(result, text, fixed.source, options, item.codec)
     return result
 
 
-def _lint_notebook(result: FileResult, text: str, rules: list[type[Rule]], options: Options) -> FileResult:
+def _lint_notebook(result: FileResult, text: str, codec: str, rules: list[type[Rule]], options: Options) -> FileResult:
     notebook = notebooks.load(text)
     display = result.target.display
     if options.fix or options.diff:
@@ -210,13 +214,14 @@ def _lint_notebook(result: FileResult, text: str, rules: list[type[Rule]], optio
         new_text = notebooks.write_back(notebook, fixed.source) if fixed.fixed else None
         if new_text is not None and new_text != text:
             result.fixed = [notebook.locate(f) for f in fixed.fixed]
-            _record_change(result, text, new_text, options)
-            notebook = notebooks.load(new_text)
+            _record_change(result, text, new_text, options, codec)
+            if result.error is None:
+                notebook = notebooks.load(new_text)
     result.findings = [notebook.locate(f) for f in analyze(notebook.program, display, rules).findings]
     return result
 
 
-def _record_change(result: FileResult, old: str, new: str, options: Options) -> None:
+def _record_change(result: FileResult, old: str, new: str, options: Options, codec: str) -> None:
     display = result.target.display
     if options.diff:
         import difflib
@@ -226,7 +231,11 @@ def _record_change(result: FileResult, old: str, new: str, options: Options) -> 
     elif result.target.path is None:
         result.new_text = new
     else:
-        result.target.path.write_text(new, encoding="utf-8")
+        try:
+            write_source(result.target.path, Source(old, codec).encode(new))
+        except UnwritableFile as exc:  # the file keeps what it had: so do its findings
+            result.error = str(exc)
+            result.findings, result.fixed = sorted(result.findings + result.fixed), []
 
 
 def summarize(results: list[FileResult]) -> dict:

@@ -1,7 +1,10 @@
 """Bad input gets one clear line on stderr and exit 2, and never stops the other files."""
 
+import json
 import os
 import socket
+import subprocess
+import sys
 
 from cli_samples import BUGGY
 
@@ -97,3 +100,61 @@ def test_deep_nesting_and_a_10_mb_generated_file(run, tmp_path):
     assert "too many levels of indentation" in result.stderr
     assert "generated_pb2.py" not in result.stderr
     assert result.exit_code == 2 and result.stdout.startswith("good.py:4:5: ACC101")
+
+
+def test_fifos_and_devices_are_not_read(run, tmp_path):
+    os.mkfifo(tmp_path / "pipe.py")  # reading it would wait for a writer forever
+    os.symlink("/dev/zero", tmp_path / "zero.py")  # reading it would never end
+    (tmp_path / "good.py").write_text(BUGGY)
+    result = run("lint", "good.py", "pipe.py", "zero.py")
+    assert result.exit_code == 2 and "good.py:4:5: ACC101" in result.stdout
+    assert "pipe.py: error: not a regular file (a FIFO)" in result.stderr
+    assert "zero.py: error: not a regular file (a character device)" in result.stderr
+    walked = run("lint", ".")  # in a tree, they are no source files
+    assert walked.exit_code == 1 and walked.stderr.count("error") == 0
+
+
+def test_dangling_links_and_r_notebooks_in_a_tree_are_skipped(run, tmp_path):
+    (tmp_path / "good.py").write_text(BUGGY)
+    os.symlink(tmp_path / "moved_away.py", tmp_path / "stale_link.py")
+    (tmp_path / "analysis.ipynb").write_text(json.dumps(
+        {"cells": [{"cell_type": "code", "source": "library(ggplot2)\nx <- c(1, 2)\n"}],
+         "metadata": {"kernelspec": {"language": "R", "name": "ir"}, "language_info": {"name": "R"}},
+         "nbformat": 4, "nbformat_minor": 5}))
+    result = run("lint", ".")
+    assert result.exit_code == 1 and "error" not in result.stderr
+    assert result.stdout.startswith("good.py:4:5: ACC101")
+
+
+def test_malformed_notebooks_cost_one_line_each(run, tmp_path):
+    (tmp_path / "good.py").write_text(BUGGY)
+    for name, text in {"string.ipynb": '{"cells": "x"}', "null.ipynb": '{"cells": null}',
+                       "metadata.ipynb": '{"cells": [], "metadata": [1]}', "strings.ipynb": '{"cells": ["x = 1"]}',
+                       "object.ipynb": '{"cells": {"0": {}}}'}.items():
+        (tmp_path / name).write_text(text)
+    result = run("lint", ".")
+    assert result.exit_code == 2 and "good.py:4:5: ACC101" in result.stdout and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert sorted(line.split(":")[0] for line in errors) == [
+        "metadata.ipynb", "null.ipynb", "object.ipynb", "string.ipynb", "strings.ipynb"]
+    assert all("malformed notebook" in line for line in errors)
+
+
+def test_closed_standard_input_is_one_error(tmp_path):
+    process = subprocess.run([sys.executable, "-c", "from gradcheck_accum.cli import main; main()", "lint", "-"],
+                             preexec_fn=lambda: os.close(0), capture_output=True, text=True, cwd=tmp_path)
+    assert process.returncode == 2
+    assert process.stderr.splitlines()[0] == "-: error: standard input is closed"
+
+
+def test_a_cache_written_by_another_version_is_ignored(run, tmp_path):
+    (tmp_path / "good.py").write_text(BUGGY)
+    first = run("lint", "good.py")
+    [table] = (tmp_path / ".accumcheck_cache").rglob("*.json")
+    entries = json.loads(table.read_text())
+    for entry in entries.values():
+        entry["findings"][0]["severity"] = "error"  # a field this version's findings do not have
+    table.write_text(json.dumps(entries))
+    assert run("lint", "good.py").stdout == first.stdout
+    table.write_text(json.dumps([1, 2]))
+    assert run("lint", "good.py").stdout == first.stdout

@@ -77,7 +77,7 @@ def test_warm_run_only_stats_files(tree, monkeypatch):
     def no_reading(*args, **kwargs):
         raise AssertionError("a warm run read a file")
 
-    monkeypatch.setattr(runner, "read_text", no_reading)
+    monkeypatch.setattr(runner, "read_source", no_reading)
     assert run_cached(tree) == cold
 
 
