@@ -26,6 +26,7 @@ from gradcheck_accum.verifier.compare import Tolerance, global_scale_cosine
 from gradcheck_accum.verifier.errors import VerifyError
 from gradcheck_accum.verifier.judge import compare_rows, judge, magnitudes
 from gradcheck_accum.verifier.loop_findings import (
+    SYNCS,
     Finding,
     name_gradient_bug,
     rank_findings,
@@ -56,14 +57,16 @@ def verify_loop(
     freeze_batchnorm: bool = False,
     seed: int = 0,
     item_counts_fn: Optional[Callable[[Any], int]] = None,
+    parallel: str = "ddp",
 ) -> Report:
     """Run ``train_fn(model, optimizer, micro_batches, accumulation_steps)`` and check every step.
 
     model: nn.Module (never modified) or zero-argument factory. loss_fn(model, batch) -> scalar:
     the reference loss of a whole window, i.e. the mean over the window's items. optimizer:
     factory(params) -> torch.optim.Optimizer, default SGD(lr=0.1). world_size > 1 runs the loop
-    in that many processes under DistributedDataParallel (each micro-batch split evenly across
-    the ranks) and compares the averaged gradients with the single-process big batch.
+    in that many processes under DistributedDataParallel, or FSDP2 ``fully_shard`` with
+    parallel="fsdp" (each micro-batch split evenly across the ranks), and compares the averaged
+    gradients with the single-process big batch.
     freeze_batchnorm: keep BatchNorm layers on running statistics (eval) even when train_fn
     calls model.train(), so the rest of the loop can be checked exactly. seed: random ops in
     train_fn and in the references start from this seed. item_counts_fn(micro_batch) -> int: how
@@ -72,14 +75,16 @@ def verify_loop(
     a divisor that counts other items).
     """
     steps = _check_args(train_fn, micro_batches, loss_fn, accumulation_steps, world_size)
+    if parallel not in SYNCS:
+        raise VerifyError(f"parallel must be one of {', '.join(map(repr, SYNCS))}, got {parallel!r}")
     run = LoopRun.prepare(model, micro_batches, device=device, dtype=dtype, world_size=world_size,
                           freeze_batchnorm=freeze_batchnorm)
     outcome = run.check(train_fn, loss_fn, steps, optimizer, world_size=world_size, timeout=timeout,
                         start_method=start_method, find_unused_parameters=find_unused_parameters, seed=seed,
-                        item_counts_fn=item_counts_fn)
+                        item_counts_fn=item_counts_fn, parallel=parallel)
     diagnosis = outcome.diagnosis
     if world_size > 1 and outcome.verdict == "match":
-        diagnosis = f"on {world_size} DDP ranks, " + diagnosis
+        diagnosis = f"on {world_size} {SYNCS[parallel].wrapper} ranks, " + diagnosis
     return Report(outcome.verdict, diagnosis, outcome.rows, outcome.modes, run.notes + outcome.notes,
                   {**outcome.settings, **run.settings(world_size)})
 
@@ -135,7 +140,7 @@ class LoopRun:
               world_size: int, timeout: float, start_method: Optional[str], find_unused_parameters: bool,
               seed: int, compile_backend: Any = None, where: Callable[[int], str] = lambda j: f"step {j}",
               mode: Optional[str] = None, item_counts_fn: Optional[Callable[[Any], int]] = None,
-              check_remainder: bool = True) -> LoopOutcome:
+              check_remainder: bool = True, parallel: str = "ddp") -> LoopOutcome:
         """Run train_fn (under DDP when world_size > 1, compiled when compile_backend is given) and
         judge every step. where(j) names step j in sentences; mode, when given, labels every row;
         item_counts_fn(micro_batch) -> items it holds (default: rows); check_remainder: say when the
@@ -150,6 +155,7 @@ class LoopRun:
                     train_fn, module, self.micro_batches, steps, optimizer, world_size=world_size,
                     device=self.device, timeout=timeout, start_method=start_method,
                     find_unused_parameters=find_unused_parameters, seed=seed, compile_backend=compile_backend,
+                    parallel=parallel,
                 )
                 recording = ranks[0]
             else:
@@ -161,7 +167,7 @@ class LoopRun:
             big = BigBatch(self.prepared, loss_fn, device=torch.device(self.device), dtype=self.dtype, seed=seed)
             items = self.sizes if item_counts_fn is None else _counted(item_counts_fn, self.micro_batches)
             return analyse(recording, big, self.micro_batches, items, steps, ranks=ranks, batch_stats=batch_stats,
-                           where=where, mode=mode, check_remainder=check_remainder)
+                           where=where, mode=mode, check_remainder=check_remainder, parallel=parallel)
 
 
 def _counted(item_counts_fn: Callable[[Any], int], micro_batches: Sequence[Any]) -> list[int]:
@@ -233,6 +239,7 @@ def analyse(
     where: Callable[[int], str] = lambda j: f"step {j}",
     mode: Optional[str] = None,
     check_remainder: bool = True,
+    parallel: str = "ddp",
 ) -> LoopOutcome:
     total = len(micro_batches)
     windows, findings, notes = windows_of(recording, total, steps_n, check_remainder=check_remainder)
@@ -308,10 +315,11 @@ def analyse(
     per_window: list[int] = []
     if ranks:
         findings = rank_findings(list(ranks)) + findings
+    sync = SYNCS[parallel]
     if recording.final_syncs is not None and aligned:
-        sync, per_window = sync_findings(recording, windows, steps_n)
-        findings += sync
-        notes.append(f"DDP all-reduces per window (micro-batches that synchronised): {per_window}")
+        found, per_window = sync_findings(recording, windows, steps_n, parallel)
+        findings = [f for f in found if f.error] + findings + [f for f in found if not f.error]
+        notes.append(f"{sync.wrapper} {sync.collective}s per window (micro-batches that synchronised): {per_window}")
     settings: dict[str, Any] = {
         "accumulation_steps": steps_n,
         "micro_batches": total,
@@ -319,11 +327,11 @@ def analyse(
         "expected_steps": -(-total // steps_n),
         "findings": [f.kind for f in findings],
         "learning_rates": [list(s.lrs) for s in recording.steps],
-        "allreduces_per_window": per_window,
+        f"{sync.key}_per_window": per_window,
     }
     if recording.final_syncs is not None:
         calls = [s.syncs for s in recording.steps]
-        settings["allreduce_calls_per_window"] = [b - a for a, b in zip([0] + calls, calls)]
+        settings[f"{sync.key[:-1]}_calls_per_window"] = [b - a for a, b in zip([0] + calls, calls)]
     verdict, diagnosis = _verdict(findings, batch_stats, len(recording.steps), total, steps_n)
     extra = [f.sentence for f in findings if f.sentence != diagnosis and not diagnosis.endswith(f.sentence)]
     return LoopOutcome(verdict, diagnosis, rows, modes, extra + notes, settings)

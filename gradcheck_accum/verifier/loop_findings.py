@@ -156,18 +156,44 @@ def schedule_findings(recording: Recording, windows: list[tuple[int, int]], *, p
     return findings
 
 
-def sync_findings(recording: Recording, windows: list[tuple[int, int]], steps_n: int) -> tuple[list[Finding], list[int]]:
-    """DDP: how many micro-batches of each window all-reduced (a comm hook counted the calls)."""
+@dataclass(frozen=True)
+class Sync:
+    """How a data-parallel wrapper synchronises gradients, in the words of its findings."""
+
+    wrapper: str  # "DDP"
+    collective: str  # "all-reduce"
+    done: str  # "all-reduced"
+    key: str  # report.settings key stem: "allreduces"
+    skip: str  # how a loop keeps non-boundary micro-batches local
+
+
+SYNCS = {
+    "ddp": Sync("DDP", "all-reduce", "all-reduced", "allreduces", "wrap the forward and backward of non-boundary micro-batches in "
+                "model.no_sync() (dynamic twin of ACC501)"),
+    "fsdp": Sync("FSDP", "reduce-scatter", "reduce-scattered", "reduce_scatters", "call model.set_requires_gradient_sync(False) before "
+                 "the forward and backward of non-boundary micro-batches, and True before the boundary one"),
+}
+
+
+def sync_findings(recording: Recording, windows: list[tuple[int, int]], steps_n: int,
+                  parallel: str = "ddp") -> tuple[list[Finding], list[int]]:
+    """How many micro-batches of each window synchronised (a counting collective saw the calls)."""
+    sync = SYNCS[parallel]
     syncs = recording.forward_syncs + [recording.final_syncs]
     per_window = []
     for a, b in windows:
         per_window.append(sum(1 for f in range(a, b) if syncs[f + 1] > syncs[f]))
     findings = []
     sizes = [b - a for a, b in windows]
+    if parallel == "fsdp" and 0 in per_window:
+        # DDP ranks would diverge; FSDP's sharded gradients are simply never written.
+        findings.append(Finding("fsdp-never-synced", f"FSDP never reduce-scattered in window {per_window.index(0) + 1} "
+                                f"({per_window} micro-batches synchronised per window), so the optimizer stepped "
+                                "without that window's gradients: call model.set_requires_gradient_sync(True) "
+                                "before the boundary micro-batch's backward"))
     if steps_n > 1 and any(k > 1 and n == k for n, k in zip(per_window, sizes)):
-        findings.append(Finding("ddp-sync-every-micro-batch", f"DDP all-reduced on every micro-batch ({per_window} "
-                                f"of {sizes} per window): wrap the forward and backward of non-boundary micro-batches "
-                                "in model.no_sync() (dynamic twin of ACC501)", error=False))
+        findings.append(Finding(f"{parallel}-sync-every-micro-batch", f"{sync.wrapper} {sync.done} on every "
+                                f"micro-batch ({per_window} of {sizes} per window): {sync.skip}", error=False))
     return findings, per_window
 
 
