@@ -7,6 +7,7 @@ loaded lazily on first access.
 __version__ = "0.1.0"
 
 _VERIFY_NAMES = {"verify", "verify_loop", "Report"}
+_GUARD_NAMES = {"guard", "Guard", "GuardError"}
 
 
 def __getattr__(name: str):
@@ -15,7 +16,12 @@ def __getattr__(name: str):
         from gradcheck_accum import verifier
 
         return getattr(verifier, name)
+    if name in _GUARD_NAMES:
+        # Likewise `guards`, not `guard`.
+        from gradcheck_accum import guards
+
+        return getattr(guards, name)
     raise AttributeError(f"module 'gradcheck_accum' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "verify", "verify_loop", "Report"]
+__all__ = ["__version__", "verify", "verify_loop", "Report", "guard", "Guard", "GuardError"]
