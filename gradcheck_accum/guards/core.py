@@ -104,6 +104,21 @@ def _is_scaler(scaler: Any) -> bool:
     return hasattr(scaler, "_per_optimizer_states") and hasattr(scaler, "_scale")
 
 
+def ddp_wrapper_of(module: Optional[torch.nn.Module]) -> Optional[torch.nn.Module]:
+    """The DistributedDataParallel wrapping `module`, for frameworks that hand callbacks the bare
+    model (the HF Trainer). Found through the wrapper's reference to it; only in a process group."""
+    if module is None or isinstance(module, DistributedDataParallel):
+        return module
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return module
+    for holder in gc.get_referrers(module):
+        if isinstance(holder, dict):  # the wrapper's _modules
+            for owner in gc.get_referrers(holder):
+                if isinstance(owner, DistributedDataParallel) and owner.module is module:
+                    return owner
+    return module
+
+
 class Guard:
     """Checks every accumulation window of `optimizer` as the job runs; see `guard()`."""
 
@@ -116,6 +131,7 @@ class Guard:
         scheduler: Any = None,
         scaler: Any = None,
         on_error: OnError = "raise",
+        epoch_ends: bool = False,
     ):
         if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be a positive int, got {accumulation_steps!r}")
@@ -144,6 +160,7 @@ class Guard:
         self._last: Optional[torch.Tensor] = None  # last parameter reached in the current backward
         self._watch: tuple = (None, None, None)  # (param, weakref to its grad, version) as the last backward left it
         self._stepped: Optional[tuple] = None  # the same, as the last optimizer step left it
+        self._closure_step = False  # the step in progress was handed a closure
         self._window_weights: tuple = (None, 0)  # (param, version) when the window's first backward began
         self._window_lrs: list = []
         self._window_scheduler: Optional[int] = None
@@ -152,7 +169,7 @@ class Guard:
         self._searched_scaler = scaler is not None
         self._short: Optional[tuple[int, int, int]] = None  # (window, size, epoch) of a short window not yet excused
         self._epochs = 0
-        self._epochs_known = False  # end_epoch() is called, so short windows must sit right before it
+        self._epochs_known = epoch_ends  # end_epoch() is called, so short windows must sit right before it
         # DDP
         self._armed: Optional[bool] = None  # the last grad-enabled forward prepared an all-reduce
         self._synced_last = False
@@ -219,6 +236,9 @@ class Guard:
         if callable(self.on_error):
             self.on_error(violation)
         elif violation.error and self.on_error == "raise":
+            # The run is over: detach, so that a model trained again in the same process (a
+            # notebook, a framework retrying) is not watched by this guard's stale state.
+            self.close(check=False)
             raise GuardError(violation)
         elif violation.kind not in self._warned:
             self._warned.add(violation.kind)
@@ -437,14 +457,32 @@ class Guard:
     # -- an optimizer step -----------------------------------------------------------------------
 
     def _before_step(self, optimizer, args, kwargs) -> None:
-        count = self._count
-        if count == 0:
+        if kwargs.get("closure", args[0] if args else None) is not None:
+            # The closure runs inside step (Lightning's boundary micro-batch does its forward and
+            # backward there), so the window ends after it: judged in the post-hook.
+            self._closure_step = True
             return
-        window = self.window
+        self._closure_step = False
+        if self._count:
+            self._step_checks()
+
+    def _after_step(self, optimizer, args, kwargs) -> None:
+        if self._count == 0:
+            return
+        if self._closure_step:
+            self._step_checks()
+        if not self._calibrated:
+            self._choose_sentinels()
+        self.steps += 1
+        self.window += 1
+        self._count = 0
+
+    def _step_checks(self) -> None:
+        count, window = self._count, self.window
         if self.ddp is not None and not self._synced_last:
             self._report(said.window_without_sync(window))
         q = self._watch[0]
-        if q is not None and q.grad is None:
+        if q is not None and q.grad is None:  # (no optimizer clears gradients in its update)
             self._report(said.cleared_before_step(window, count))
         self._window_closed(count)
         if self.scheduler is not None:
@@ -457,15 +495,6 @@ class Guard:
             self._read_losses(count)
         g = None if q is None else q.grad
         self._stepped = None if g is None else (q, weakref.ref(g), g._version)
-
-    def _after_step(self, optimizer, args, kwargs) -> None:
-        if self._count == 0:
-            return
-        if not self._calibrated:
-            self._choose_sentinels()
-        self.steps += 1
-        self.window += 1
-        self._count = 0
 
     def _window_closed(self, count: int) -> None:
         """Window sizes: N backward passes each, a shorter one only at the end of an epoch or run."""
@@ -543,6 +572,7 @@ def guard(
     scheduler: Any = None,
     scaler: Any = None,
     on_error: OnError = "raise",
+    epoch_ends: bool = False,
 ) -> Guard:
     """Watch the accumulation windows of `optimizer` and stop at the first wrong one.
 
@@ -552,6 +582,9 @@ def guard(
     (a GradScaler) are checked when given (accelerate's wrappers are unwrapped, and its optimizer's
     scaler is picked up). `on_error`: "raise" (GuardError), "warn" (GuardWarning, once per kind),
     or a callable receiving each Violation. Causes that only cost time (DDP syncing every
-    micro-batch) warn even under "raise".
+    micro-batch) warn even under "raise"; a guard that raised is closed. `epoch_ends`: the caller
+    will call `end_epoch()` at every epoch's end (otherwise short windows are judged from the run
+    alone: a window of one followed by full ones, or two short windows in a row).
     """
-    return Guard(optimizer, accumulation_steps, model=model, scheduler=scheduler, scaler=scaler, on_error=on_error)
+    return Guard(optimizer, accumulation_steps, model=model, scheduler=scheduler, scaler=scaler, on_error=on_error,
+                 epoch_ends=epoch_ends)
