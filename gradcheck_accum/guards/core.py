@@ -120,7 +120,19 @@ def ddp_wrapper_of(module: Optional[torch.nn.Module]) -> Optional[torch.nn.Modul
 
 
 class Guard:
-    """Checks every accumulation window of `optimizer` as the job runs; see `guard()`."""
+    """Watch the accumulation windows of `optimizer` and stop at the first wrong one.
+
+    Attach it before the first backward of a window (usually before the loop); it stays attached
+    until `close()`, or use it as a context manager: ``with guard(optimizer, N, model=model):``.
+    `model` is needed only to check DistributedDataParallel's no_sync; `scheduler` and `scaler`
+    (a GradScaler) are checked when given (accelerate's wrappers are unwrapped, and its optimizer's
+    scaler is picked up). `on_error`: "raise" (GuardError), "warn" (GuardWarning, once per kind),
+    or a callable receiving each Violation. Causes that only cost time (DDP syncing every
+    micro-batch) warn even under "raise"; a guard that raised is closed. `epoch_ends`: the caller
+    will call `end_epoch()` at every epoch's end (otherwise short windows are judged from the run
+    alone: a window of one followed by full ones, or two short windows in a row). A GradScaler not
+    handed over is looked for once, when a window runs long: a step it skipped is no error.
+    """
 
     def __init__(
         self,
@@ -175,7 +187,7 @@ class Guard:
         self._synced_last = False
         self._nosync_backward_only = False
         # watched losses: (grad, items) of this window; device copies not yet judged
-        self._losses: list[tuple[torch.Tensor, Optional[int]]] = []
+        self._losses: list[tuple[torch.Tensor, Any]] = []  # (grad, items)
         self._reads: list[tuple[tuple, torch.Tensor, Any]] = []
         self._handles: list[Any] = []
         self._param_handles: list[Any] = []
@@ -189,11 +201,11 @@ class Guard:
 
     # -- public API ------------------------------------------------------------------------------
 
-    def watch_loss(self, loss: torch.Tensor, items: Optional[int] = None) -> torch.Tensor:
+    def watch_loss(self, loss: torch.Tensor, items: Union[int, torch.Tensor, None] = None) -> torch.Tensor:
         """Check the factor this micro-batch loss reaches backward with (1/N, or items/window total
-        when `items`, the count the loss averages over, is given). Hand the loss before any
-        division by N; returns it unchanged. On CUDA the factor is copied without blocking and
-        judged a step or two later."""
+        when `items`, the count the loss averages over, is given: an int or a tensor such as
+        `mask.sum()`). Hand the loss before any division by N; returns it unchanged. On CUDA the
+        factors (and tensor counts) are copied without blocking and judged a step or two later."""
         if isinstance(loss, torch.Tensor) and loss.requires_grad:
             loss.register_hook(functools.partial(self._loss_reached, items))
         return loss
@@ -221,7 +233,7 @@ class Guard:
             return
         self._poll(wait=True)
         if self._count:
-            self._report(said.remainder_dropped(self.window, self._count, "run"))
+            self._report(said.remainder_dropped(self.window, self._count, "the run"))
 
     def __enter__(self) -> "Guard":
         return self
@@ -322,7 +334,7 @@ class Guard:
     def _ddp_forward(self, module, args, output) -> None:
         self._armed = torch.is_grad_enabled() and module.require_backward_grad_sync
 
-    def _loss_reached(self, items: Optional[int], grad: torch.Tensor) -> None:
+    def _loss_reached(self, items: Any, grad: torch.Tensor) -> None:
         self._losses.append((grad, items))
 
     # -- a backward pass begins ------------------------------------------------------------------
@@ -518,12 +530,19 @@ class Guard:
     # -- watched losses --------------------------------------------------------------------------
 
     def _read_losses(self, count: int) -> None:
+        """The window's loss factors (unscaled by the GradScaler's factor) and item counts, as one
+        device vector [factors..., counts...]: judged now on CPU, after an asynchronous copy on CUDA."""
         losses, self._losses = self._losses, []
         factors = torch.stack([g.detach().reshape(()).float() for g, _ in losses])
         scale = getattr(self.scaler, "_scale", None) if self.scaler is not None and self.scaler.is_enabled() else None
         if scale is not None:
             factors = factors / scale.to(factors.device)
-        job = (self.window, count, [items for _, items in losses])
+        counted = all(items is not None for _, items in losses)
+        if counted:  # a Python count becomes a fill kernel, not a copy from the host
+            counts = [i.detach().reshape(()).float().to(factors.device) if isinstance(i, torch.Tensor)
+                      else torch.full((), float(i), device=factors.device) for _, i in losses]
+            factors = torch.cat([factors, torch.stack(counts)])
+        job = (self.window, count, counted)
         if factors.device.type == "cpu":
             self._judge_losses(job, factors.tolist())
             return
@@ -544,14 +563,19 @@ class Guard:
             self._reads.pop(0)
             self._judge_losses(job, host.tolist())
 
-    def _judge_losses(self, job: tuple, factors: Sequence[float]) -> None:
-        window, count, items = job
+    def _judge_losses(self, job: tuple, values: Sequence[float]) -> None:
+        window, count, counted = job
         n = self.steps_n
+        if counted:
+            half = len(values) // 2
+            factors, items = values[:half], [round(v) for v in values[half:]]
+        else:
+            factors, items = values, []
 
         def near(x: float, target: float) -> bool:
             return abs(x - target) <= 0.02 * abs(target)
 
-        if None not in items and len(set(items)) > 1:
+        if len(set(items)) > 1:
             total = sum(items)
             if all(near(f, i / total) for f, i in zip(factors, items)):
                 return
@@ -565,26 +589,5 @@ class Guard:
             return
 
 
-def guard(
-    optimizer: Any,
-    accumulation_steps: int,
-    model: Optional[torch.nn.Module] = None,
-    scheduler: Any = None,
-    scaler: Any = None,
-    on_error: OnError = "raise",
-    epoch_ends: bool = False,
-) -> Guard:
-    """Watch the accumulation windows of `optimizer` and stop at the first wrong one.
-
-    Attach it before the first backward of a window (usually before the loop); it stays attached
-    until `close()`, or use it as a context manager: ``with guard(optimizer, N, model=model):``.
-    `model` is needed only to check DistributedDataParallel's no_sync; `scheduler` and `scaler`
-    (a GradScaler) are checked when given (accelerate's wrappers are unwrapped, and its optimizer's
-    scaler is picked up). `on_error`: "raise" (GuardError), "warn" (GuardWarning, once per kind),
-    or a callable receiving each Violation. Causes that only cost time (DDP syncing every
-    micro-batch) warn even under "raise"; a guard that raised is closed. `epoch_ends`: the caller
-    will call `end_epoch()` at every epoch's end (otherwise short windows are judged from the run
-    alone: a window of one followed by full ones, or two short windows in a row).
-    """
-    return Guard(optimizer, accumulation_steps, model=model, scheduler=scheduler, scaler=scaler, on_error=on_error,
-                 epoch_ends=epoch_ends)
+# The public spelling: `gradcheck_accum.guard(optimizer, N, model=model)`.
+guard = Guard

@@ -115,8 +115,8 @@ def scaler_inside_window(window: int, before: int, what: str) -> Violation:
 def remainder_dropped(window: int, pending: int, where: str) -> Violation:
     return Violation("remainder-dropped", "ACC406", window,
                      f"remainder dropped: the last {_passes(pending)} (window {window}) "
-                     f"{'was' if pending == 1 else 'were'} never stepped before the end of the {where}; their "
-                     "gradients are lost or leak into the next window")
+                     f"{'was' if pending == 1 else 'were'} never stepped before the end of {where}; "
+                     f"{'its' if pending == 1 else 'their'} gradients are lost or leak into the next window")
 
 
 def first_window_off_by_one(steps_n: int) -> Violation:

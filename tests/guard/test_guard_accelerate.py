@@ -10,21 +10,13 @@ import torch.nn.functional as F
 
 pytest.importorskip("accelerate")
 from accelerate import Accelerator  # noqa: E402
-from accelerate.state import AcceleratorState, GradientState  # noqa: E402
 
 import gradcheck_accum  # noqa: E402
 from gradcheck_accum.guards import GuardError  # noqa: E402
 
-pytestmark = pytest.mark.slow  # an Accelerator per test
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fresh_accelerate_state")]  # an Accelerator per test
 
 N = 3
-
-
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
 
 
 def setup(prepare_scheduler=True):

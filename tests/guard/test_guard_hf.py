@@ -7,23 +7,15 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
-from accelerate.state import AcceleratorState, GradientState  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
 from gradcheck_accum.guards import GuardError  # noqa: E402
 from gradcheck_accum.guards.hf import GuardCallback  # noqa: E402
 
-pytestmark = pytest.mark.slow  # a Trainer per test
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fresh_accelerate_state")]  # a Trainer per test
 
 N = 3
 ROWS = 14  # 7 micro-batches of 2 rows per epoch: windows of 3, 3 and a flushed 1
-
-
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    yield
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
 
 
 def tiny_gpt2(cls=GPT2LMHeadModel):

@@ -160,7 +160,7 @@ def test_remainder_dropped_is_named_at_the_end_of_its_epoch():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     g = gradcheck_accum.guard(optimizer, N, model=model)
     cases.remainder_dropped(model, optimizer, micro_batches(), N)
-    with pytest.raises(GuardError, match=r"^ACC406: .*window 3.* end of the epoch 1"):
+    with pytest.raises(GuardError, match=r"^ACC406: .*window 3.* end of epoch 1"):
         g.end_epoch()
     g.close(check=False)
 
@@ -318,7 +318,7 @@ def test_unscale_and_update_every_micro_batch():
 # --- the loss, handed over -----------------------------------------------------------------------
 
 
-def watched_loop(g, *, divide, items=False, sizes=None):
+def watched_loop(g, *, divide, items=None, sizes=None):
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     batches = micro_batches(sizes=sizes) if sizes else micro_batches()
@@ -328,7 +328,8 @@ def watched_loop(g, *, divide, items=False, sizes=None):
             window = batches[start:start + N]
             total = sum(len(x) for x, _ in window)
             for x, y in window:
-                loss = g.watch_loss(F.mse_loss(model(x), y), items=len(x) if items else None)
+                count = {None: None, "int": len(x), "tensor": torch.tensor(len(x))}[items]
+                loss = g.watch_loss(F.mse_loss(model(x), y), items=count)
                 loss = divide(loss, len(window), len(x), total)
                 loss.backward()
             optimizer.step()
@@ -336,25 +337,28 @@ def watched_loop(g, *, divide, items=False, sizes=None):
     return g
 
 
+UNEVEN = [3, 5, 4, 4, 2, 6, 4, 4, 5]
 LOSS_CASES = [
-    ("divided by N", lambda loss, k, m, total: loss / N, None, None),
-    ("divided by the window length (nanoGPT)", lambda loss, k, m, total: loss / k, None, None),
-    ("not divided", lambda loss, k, m, total: loss, "ACC201", None),
-    ("divided twice", lambda loss, k, m, total: loss / N / N, "ACC202", None),
-    ("weighted by items", lambda loss, k, m, total: loss * m / total, None, [3, 5, 4, 4, 2, 6, 4, 4, 5]),
-    ("mean of means", lambda loss, k, m, total: loss / k, "ACC203", [3, 5, 4, 4, 2, 6, 4, 4, 5]),
+    ("divided by N", lambda loss, k, m, total: loss / N, None, None, None),
+    ("divided by the window length (nanoGPT)", lambda loss, k, m, total: loss / k, None, None, None),
+    ("not divided", lambda loss, k, m, total: loss, "ACC201", None, None),
+    ("divided twice", lambda loss, k, m, total: loss / N / N, "ACC202", None, None),
+    ("weighted by items", lambda loss, k, m, total: loss * m / total, None, UNEVEN, "int"),
+    ("weighted by items counted in tensors", lambda loss, k, m, total: loss * m / total, None, UNEVEN, "tensor"),
+    ("mean of means", lambda loss, k, m, total: loss / k, "ACC203", UNEVEN, "int"),
+    ("mean of means counted in tensors", lambda loss, k, m, total: loss / k, "ACC203", UNEVEN, "tensor"),
 ]
 
 
-@pytest.mark.parametrize("label, divide, code, sizes", LOSS_CASES, ids=[c[0] for c in LOSS_CASES])
-def test_watched_loss_factor(label, divide, code, sizes):
+@pytest.mark.parametrize("label, divide, code, sizes, items", LOSS_CASES, ids=[c[0] for c in LOSS_CASES])
+def test_watched_loss_factor(label, divide, code, sizes, items):
     made = lambda optimizer, model: gradcheck_accum.guard(optimizer, N, model=model)  # noqa: E731
     if code is None:
-        g = watched_loop(made, divide=divide, items=sizes is not None, sizes=sizes)
+        g = watched_loop(made, divide=divide, items=items, sizes=sizes)
         assert g.violations == []
         return
     with pytest.raises(GuardError) as info:
-        watched_loop(made, divide=divide, items=sizes is not None, sizes=sizes)
+        watched_loop(made, divide=divide, items=items, sizes=sizes)
     assert (info.value.violation.code, info.value.violation.window) == (code, 1)
 
 
