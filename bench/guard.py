@@ -122,35 +122,41 @@ def measure(size: str, device: str, steps: int, repeats: int, batch: int) -> dic
     return row
 
 
-def host_cost(tensors: int, repeats: int, steps: int = 200) -> tuple[float, float]:
+def host_cost(tensors: int, repeats: int, device: str = "cpu", steps: int = 200) -> dict[str, float]:
     """Microseconds per step of a loop whose compute is negligible (`tensors` parameters of 2
-    elements, N backward passes and a step): what is left is the loop's and the guard's host work,
-    which the wall-clock ratios above cannot resolve below their noise floor."""
-    params = [torch.nn.Parameter(torch.zeros(2)) for _ in range(tensors)]
+    elements, N backward passes and a step), per mode: what is left is the loop's and the guard's
+    host work, which the wall-clock ratios above cannot resolve below their noise floor."""
+    params = [torch.nn.Parameter(torch.zeros(2, device=device)) for _ in range(tensors)]
     optimizer = torch.optim.SGD(params, lr=0.0)
 
-    def loop(count: int) -> None:
+    def loop(count: int, watch) -> None:
         for _ in range(count):
             for _ in range(N):
-                (sum(p.sum() for p in params) / N).backward()
+                loss = sum(p.sum() for p in params)
+                (watch(loss) / N if watch else loss / N).backward()
             optimizer.step()
             optimizer.zero_grad()
 
-    def block(guarded: bool) -> float:
-        g = guard(optimizer, N) if guarded else None
-        loop(1)
+    def block(mode: str) -> float:
+        g = guard(optimizer, N) if mode.startswith("guard") else None
+        watch = g.watch_loss if mode == "guard+loss" else None
+        loop(1, watch)
+        if device == "cuda":
+            torch.cuda.synchronize()
         start = time.perf_counter()
-        loop(steps)
+        loop(steps, watch)
+        if device == "cuda":
+            torch.cuda.synchronize()
         seconds = (time.perf_counter() - start) / steps
         if g is not None:
             g.close()
         return seconds * 1e6
 
-    off, on = [], []
+    times: dict[str, list[float]] = {mode: [] for mode in MODES}
     for r in range(repeats):
-        for guarded in (False, True) if r % 2 == 0 else (True, False):
-            (on if guarded else off).append(block(guarded))
-    return statistics.median(off), statistics.median(on)
+        for mode in MODES if r % 2 == 0 else MODES[::-1]:
+            times[mode].append(block(mode))
+    return {mode: statistics.median(t) for mode, t in times.items()}
 
 
 def main(argv=None) -> None:
@@ -164,10 +170,12 @@ def main(argv=None) -> None:
     parser.add_argument("--host-cost", action="store_true", help="only the guard's host work per step (no model)")
     args = parser.parse_args(argv)
     if args.host_cost:
+        print(f"host work per step ({args.device}), {N} backward passes of a negligible loss, median us over "
+              f"{args.repeats} blocks of 200 steps per mode; the guard's cost is the difference to 'off'")
         for tensors in (63, 75):  # the 1M and 20M models' parameter tensors
-            off, on = host_cost(tensors, args.repeats)
-            print(f"host work per step, {tensors} parameter tensors, {N} backward passes: loop {off:.1f} us, "
-                  f"guarded {on:.1f} us, guard {on - off:+.1f} us")
+            us = host_cost(tensors, args.repeats, args.device)
+            print(f"{tensors} tensors: off {us['off']:.1f}, " + ", ".join(
+                f"{m} {us[m]:.1f} ({us[m] - us['off']:+.1f})" for m in MODES[1:]))
         return
     steps = args.steps or (20 if args.device == "cuda" else 3)
     batch = args.batch or (32 if args.device == "cuda" else 2)
