@@ -186,8 +186,8 @@ class Guard:
         self._armed: Optional[bool] = None  # the last grad-enabled forward prepared an all-reduce
         self._synced_last = False
         self._nosync_backward_only = False
-        # watched losses: (grad, items) of this window; device copies not yet judged
-        self._losses: list[tuple[torch.Tensor, Any]] = []  # (grad, items)
+        # watched losses: (grad, items) of this window, and device copies not yet judged
+        self._losses: list[tuple[torch.Tensor, Any]] = []
         self._reads: list[tuple[tuple, torch.Tensor, Any]] = []
         self._handles: list[Any] = []
         self._param_handles: list[Any] = []
