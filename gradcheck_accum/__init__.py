@@ -6,7 +6,8 @@ loaded lazily on first access.
 
 __version__ = "0.1.0"
 
-_VERIFY_NAMES = {"verify", "verify_loop", "Report"}
+_VERIFY_NAMES = {"verify", "verify_loop", "verify_trainer", "verify_hf_trainer", "verify_accelerate",
+                 "verify_lightning", "Report"}
 _GUARD_NAMES = {"guard", "Guard", "GuardError"}
 
 
@@ -24,4 +25,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'gradcheck_accum' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "verify", "verify_loop", "Report", "guard", "Guard", "GuardError"]
+__all__ = ["__version__", "verify", "verify_loop", "verify_trainer", "verify_hf_trainer", "verify_accelerate",
+           "verify_lightning", "Report", "guard", "Guard", "GuardError"]

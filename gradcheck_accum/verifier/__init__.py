@@ -12,6 +12,10 @@ import importlib
 _EXPORTS = {
     "verify": "gradcheck_accum.verifier.check",
     "verify_loop": "gradcheck_accum.verifier.loop",
+    "verify_trainer": "gradcheck_accum.verifier.trainers",
+    "verify_hf_trainer": "gradcheck_accum.verifier.trainers",
+    "verify_accelerate": "gradcheck_accum.verifier.trainers",
+    "verify_lightning": "gradcheck_accum.verifier.trainers",
     "Report": "gradcheck_accum.verifier.report",
     "Row": "gradcheck_accum.verifier.report",
     "ModeResult": "gradcheck_accum.verifier.report",

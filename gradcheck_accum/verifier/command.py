@@ -90,9 +90,18 @@ def apply_overrides(spec: dict[str, Any], steps: int | None, modes: tuple[str, .
 
 def select_runner(spec: dict[str, Any], loop: bool) -> Callable[..., Any]:
     """The checker a target's dict is meant for. `verify` takes model/batch/loss_fn; the loop
-    verifier (a dict holding `train_fn`, or --loop) plugs in here."""
+    verifier (a dict holding `train_fn`, or --loop), the trainer adapters (a dict holding `trainer`:
+    a transformers Trainer or a LightningModule) and accelerate loops (`accelerator_kwargs`) plug in here."""
     from gradcheck_accum.verifier.check import verify
 
+    if "trainer" in spec:
+        from gradcheck_accum.verifier.trainers import verify_trainer
+
+        return verify_trainer
+    if "accelerator_kwargs" in spec:
+        from gradcheck_accum.verifier.trainers.accelerate_loop import verify_accelerate
+
+        return verify_accelerate
     if loop or "train_fn" in spec:
         try:
             from gradcheck_accum.verifier.loop import verify_loop

@@ -80,8 +80,11 @@ def name_gradient_bug(
         if len(set(items)) > 1 and _close(weights, weights[0]) and not _close(expected, expected[0]):
             return Finding("mean-of-means", f"every micro-batch weighted equally at {where} although they hold "
                            f"{items} items: per-micro-batch mean divided by N (mean-of-means); weight by items"), weights
-        if len(set(items)) > 1 and min(items) > 0 and _close([w / n for w, n in zip(weights, items)], weights[0] / items[0]):
-            divisor = total / sum(weights)
+        divisor = total / sum(weights) if sum(weights) else 0.0
+        # Weighted by items and divided by a whole count other than the items': a count of other
+        # things (a uniform scale, e.g. a binding clip, divides by no whole number).
+        if len(set(items)) > 1 and min(items) > 0 and divisor >= 1 and abs(divisor - round(divisor)) <= 0.02 \
+                and _close([w / n for w, n in zip(weights, items)], weights[0] / items[0]):
             if steps_n > 1 and abs(divisor / (total * steps_n) - 1) <= _FIT_TOL:
                 return Finding("scaled-twice", f"loss divided by the accumulation steps on top of a normalisation by "
                                f"the window's {total} items: {where} uses {scale:.3g}x the window's gradient"), weights

@@ -9,6 +9,7 @@ transformers = pytest.importorskip("transformers")
 
 from trainer_cases import MeanLossLM, predicted_tokens, tiny_llama, token_batch, token_micro_batches  # noqa: E402
 
+from gradcheck_accum import verify_trainer  # noqa: E402
 from gradcheck_accum.verifier.errors import VerifyError  # noqa: E402
 from gradcheck_accum.verifier.trainers.hf_trainer import model_loss, verify_hf_trainer  # noqa: E402
 
@@ -41,7 +42,7 @@ def test_model_without_loss_kwargs_gets_mean_of_means(tmp_path):
     # divides each micro-batch's own token mean by N: the 2024 accumulation bug, still live here.
     trainer = trainer_for(MeanLossLM(), tmp_path)
     micro_batches = token_micro_batches()
-    report = verify_hf_trainer(trainer, micro_batches, device="cpu", item_counts_fn=predicted_tokens)
+    report = verify_trainer(trainer, micro_batches, device="cpu", item_counts_fn=predicted_tokens)
     assert report.verdict == "mismatch"
     assert report.settings["findings"][0] == "mean-of-means", report.render()
     assert str([predicted_tokens(mb) for mb in micro_batches[:N]]) in report.diagnosis

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 pl = pytest.importorskip("lightning.pytorch")
 
+from gradcheck_accum import verify_trainer  # noqa: E402
 from gradcheck_accum.verifier.errors import VerifyError  # noqa: E402
 from gradcheck_accum.verifier.trainers.lightning_trainer import verify_lightning  # noqa: E402
 
@@ -72,7 +73,9 @@ def test_manual_accumulation_matches_with_the_modules_own_optimizer_and_schedule
 
 
 def test_manual_backward_without_division_is_named():
-    assert check(ManualAccumulation(divide=False)).settings["findings"][0] == "loss-not-divided"
+    report = verify_trainer(ManualAccumulation(divide=False), micro_batches(), accumulation_steps=N, loss_fn=mse,
+                            device="cpu")
+    assert report.settings["findings"][0] == "loss-not-divided"
 
 
 def test_manual_loop_without_end_of_epoch_flush_drops_the_remainder():
