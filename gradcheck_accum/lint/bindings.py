@@ -1,137 +1,106 @@
 """What each name is: optimizer, scheduler, GradScaler, compiled module, DDP model, framework engine.
 
-A name's *kinds* is a set of tags. Tags come from what the name was bound to (constructor calls
-resolved through imports, `accelerator.prepare(...)`, `deepspeed.initialize(...)`) and, for the
-roles the catalogue allows it (optimizer, scheduler, scaler), from the name itself when nothing
-bound it in this file (a parameter called `optimizer`, an attribute `self.opt_g`).
+A name's roles come from what it was bound to (the catalogue's constructors, resolved through
+imports; `accelerator.prepare(...)`, `deepspeed.initialize(...)` results) and, for the roles the
+catalogue allows it (optimizer, scheduler, scaler, accelerator, fabric), from the name itself when
+nothing bound it in this file (a parameter called `optimizer`, an attribute `self.opt_g`).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Callable
 
+from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
-
 from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, keyword, last_part, positional
+from gradcheck_accum.lint.vocabulary import NO_ROLES, Role
 
-OPTIMIZER = "optimizer"
-SCHEDULER = "scheduler"
-SCALER = "scaler"
-COMPILED = "compiled"
-DDP = "ddp"
-WRAPS_COMPILED = "wraps-compiled"  # a DDP/FSDP wrapper around a compiled module: `.module` is compiled
-ACCELERATOR = "accelerator"
-ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)
-FABRIC = "fabric"
-DEEPSPEED = "deepspeed"
-PREPARED = "prepared"  # returned by accelerator.prepare: steps and zero_grads are skipped off-boundary
-SUM_LOSS = "sum-loss"  # a criterion with reduction="sum"
-TOKEN_LOSS = "token-loss"  # a criterion with an explicit ignore_index
-CRITERION = "criterion"  # a loss function or its result
+Lookup = Callable[["cst.BaseExpression | None"], frozenset[Role]]  # the roles of an argument expression
 
-Kinds = frozenset
-NONE: frozenset[str] = frozenset()
-
-_LR_SCHEDULERS = {
-    "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR", "ExponentialLR",
-    "SequentialLR", "CosineAnnealingLR", "ChainedScheduler", "ReduceLROnPlateau", "CyclicLR",
-    "CosineAnnealingWarmRestarts", "OneCycleLR", "PolynomialLR", "get_scheduler", "create_scheduler",
-    "create_scheduler_v2", "CosineLRScheduler", "StepLRScheduler", "PlateauLRScheduler",
-}
-_OPTIMIZERS = {
-    "SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "Adamax", "ASGD", "LBFGS", "NAdam", "RAdam", "RMSprop",
-    "Rprop", "SparseAdam", "Adafactor", "Lion", "LAMB", "Lamb", "FusedAdam", "FusedLAMB", "FusedSGD",
-    "AdamW8bit", "Adam8bit", "PagedAdamW", "PagedAdamW8bit", "DeepSpeedCPUAdam", "Muon", "Shampoo",
-    "create_optimizer", "create_optimizer_v2", "ZeroRedundancyOptimizer",
-}
-_FUNCTIONAL_LOSSES = {"cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
-                      "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "ctc_loss"}
-_SCALERS = {"GradScaler", "ShardedGradScaler"}
-_WRAPPERS = {"DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP"}
-
-_OPTIMIZER_NAME = re.compile(r"^(opt|optim|optimizer|optimiser)(_?\w+)?$|_(opt|optim|optimizer|optimiser)\d*$")
-_SCHEDULER_NAME = re.compile(r"(^|_)(lr_)?sched(uler)?(_\w+)?$|^scheduler")
-_SCALER_NAME = re.compile(r"(^|_)scaler$")
 ACCUM_NAME = re.compile(r"accum|grad_acc|gradient_acc|micro_?steps|accumulate", re.IGNORECASE)
 
 
-def kinds_from_name(name: str | None) -> frozenset[str]:
+def roles_from_name(name: str | None) -> frozenset[Role]:
     """Roles guessed from a name, used only when no binding in the file says otherwise."""
     part = last_part(name)
     if not part:
-        return NONE
-    if _SCALER_NAME.search(part):
-        return frozenset({SCALER})
-    if "noise" in part:
-        return NONE
-    if _SCHEDULER_NAME.search(part):
-        return frozenset({SCHEDULER})
-    if _OPTIMIZER_NAME.search(part):
-        return frozenset({OPTIMIZER})
-    if part == "accelerator":
-        return frozenset({ACCELERATOR})
-    if part == "fabric":
-        return frozenset({FABRIC})
-    return NONE
+        return NO_ROLES
+    for guess in cat.NAME_GUESSES:
+        if guess.role is Role.SCHEDULER and cat.NOT_A_SCHEDULER_WORD in part:
+            return NO_ROLES
+        if guess.pattern.search(part):
+            return _ONE[guess.role]
+    return NO_ROLES
 
 
 def is_accumulation_name(node: cst.CSTNode | None) -> bool:
+    """A name that says it holds the accumulation count: `grad_accum`, `args.gradient_accumulation_steps`."""
     name = dotted(node)
     return bool(name and ACCUM_NAME.search(last_part(name)))
 
 
-def constructor_kinds(call: cst.Call, imports: ImportMap, lookup) -> frozenset[str]:
-    """Kinds of the value a call returns. `lookup(expr)` gives the kinds of an argument expression."""
+def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> frozenset[Role]:
+    """Roles of the value a call returns."""
     receiver, method = call_receiver(call)
     qual = imports.qualify(call.func) or dotted(call.func) or ""
     last = method if receiver is not None else last_part(qual)
-    if qual == "torch.compile" or (last == "compile" and receiver is not None and dotted(receiver) == "torch"):
-        return frozenset({COMPILED})
-    if last in _WRAPPERS:
+    if qual == cat.COMPILE.qualname:
+        return _ONE[Role.COMPILED]
+    if last in cat.WRAPPERS.names:
         inner = lookup(positional(call, 0) or keyword(call, "module"))
-        return frozenset({DDP} | ({WRAPS_COMPILED} if COMPILED in inner else set()))
-    if last in _SCALERS:
-        return frozenset({SCALER})
-    if "lr_scheduler" in qual or last in _LR_SCHEDULERS or re.match(r"get_\w*schedule", last):
-        return frozenset({SCHEDULER})
-    if ".optim." in f".{qual}." and "lr_scheduler" not in qual or last in _OPTIMIZERS:
-        if last[:1].isupper() or last.startswith("create_optimizer"):
-            return frozenset({OPTIMIZER})
-    if last == "Accelerator":
-        steps = keyword(call, "gradient_accumulation_steps")
+        return frozenset({Role.DDP} | ({Role.WRAPS_COMPILED} if Role.COMPILED in inner else set()))
+    if last in cat.SCALERS.names:
+        return _ONE[Role.SCALER]
+    schedulers = cat.SCHEDULERS
+    if schedulers.module_word in qual or last in schedulers.names or schedulers.pattern.match(last):
+        return _ONE[Role.SCHEDULER]
+    optimizers = cat.OPTIMIZERS
+    if last in optimizers.names or optimizers.module_word in f".{qual}." and (
+            last[:1].isupper() or last.startswith(optimizers.factory_prefix)):
+        return _ONE[Role.OPTIMIZER]
+    if last in cat.ACCELERATOR.names:
+        steps = keyword(call, cat.ACCUMULATION_STEPS_KEYWORD)
         accumulates = steps is not None and not (isinstance(steps, cst.Integer) and steps.value == "1")
-        return frozenset({ACCELERATOR} | ({ACCELERATOR_ACCUMULATES} if accumulates else set()))
-    if last == "Fabric":
-        return frozenset({FABRIC})
-    if last in _FUNCTIONAL_LOSSES or last.endswith("Loss"):
-        reduction = keyword(call, "reduction")
-        tags = {CRITERION}
+        return frozenset({Role.ACCELERATOR} | ({Role.ACCELERATOR_ACCUMULATES} if accumulates else set()))
+    if last in cat.FABRIC.names:
+        return _ONE[Role.FABRIC]
+    if last in cat.LOSSES.names or last.endswith(cat.LOSSES.suffix):
+        reduction = keyword(call, cat.REDUCTION_KEYWORD)
+        roles = {Role.CRITERION}
         if isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "sum":
-            tags.add(SUM_LOSS)
-        if keyword(call, "ignore_index") is not None:
-            tags.add(TOKEN_LOSS)
-        return frozenset(tags)
-    return NONE
+            roles.add(Role.SUM_LOSS)
+        if keyword(call, cat.IGNORE_INDEX_KEYWORD) is not None:
+            roles.add(Role.TOKEN_LOSS)
+        return frozenset(roles)
+    return NO_ROLES
 
 
-def unpacked_kinds(call: cst.Call, imports: ImportMap, lookup, count: int) -> list[frozenset[str]] | None:
-    """Kinds of each element when a call's result is unpacked into `count` targets."""
+def unpacked_roles(call: cst.Call, imports: ImportMap, lookup: Lookup, count: int) -> list[frozenset[Role]] | None:
+    """Roles of each element when a call's result is unpacked into `count` targets."""
     receiver, method = call_receiver(call)
     qual = imports.qualify(call.func) or dotted(call.func) or ""
-    if qual == "deepspeed.initialize" or (method == "initialize" and dotted(receiver) == "deepspeed"):
-        kinds = [NONE] * count
-        kinds[0] = frozenset({DEEPSPEED})
+    if qual == cat.DEEPSPEED_INITIALIZE or (method == "initialize" and dotted(receiver) == "deepspeed"):
+        roles = [NO_ROLES] * count
+        roles[0] = _ONE[Role.DEEPSPEED]
         if count > 1:
-            kinds[1] = frozenset({OPTIMIZER, DEEPSPEED})
+            roles[1] = frozenset({Role.OPTIMIZER, Role.DEEPSPEED})
         if count > 3:
-            kinds[3] = frozenset({SCHEDULER, DEEPSPEED})
-        return kinds
-    if method in {"prepare", "setup"} and receiver is not None:
+            roles[3] = frozenset({Role.SCHEDULER, Role.DEEPSPEED})
+        return roles
+    if method in cat.PREPARE_METHODS and receiver is not None:
         owner = lookup(receiver)
-        if ACCELERATOR in owner or FABRIC in owner:
+        if Role.ACCELERATOR in owner or Role.FABRIC in owner:
             args = [a.value for a in call.args if a.keyword is None and not a.star]
             if len(args) != count:
                 return None
-            extra = {PREPARED} if ACCELERATOR in owner else set()
+            extra = {Role.PREPARED} if Role.ACCELERATOR in owner else set()
             return [frozenset(lookup(arg) | extra) for arg in args]
     return None
+
+
+def no_roles(_: cst.BaseExpression | None) -> frozenset[Role]:
+    return NO_ROLES
+
+
+_ONE = {role: frozenset({role}) for role in Role}

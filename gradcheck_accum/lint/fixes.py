@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Callable, Union
 
 from gradcheck_accum.lint.lazy import cst
 
-from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.names import source
+from gradcheck_accum.lint.vocabulary import Event
 
 if TYPE_CHECKING:  # annotations only: libcst is loaded lazily (see gradcheck_accum/lint/__init__.py)
     Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
@@ -68,7 +68,7 @@ def _replacer() -> type:
     return Replace
 
 
-def lone_statement(event: ev.Event) -> cst.SimpleStatementLine | None:
+def lone_statement(event: Event) -> cst.SimpleStatementLine | None:
     """The event's statement when it holds nothing but this one call (so it can be moved whole)."""
     stmt = event.stmt
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
@@ -78,7 +78,7 @@ def lone_statement(event: ev.Event) -> cst.SimpleStatementLine | None:
     return stmt if value is event.node else None
 
 
-def move_statement(event: ev.Event, anchor: ev.Event, after: bool, description: str) -> Fix | None:
+def move_statement(event: Event, anchor: Event, after: bool, description: str) -> Fix | None:
     """Move the event's statement right before or after the anchor's statement (unsafe: order changes)."""
     stmt, target = lone_statement(event), anchor.stmt
     if stmt is None or not isinstance(target, cst.SimpleStatementLine) or stmt is target:
@@ -86,7 +86,7 @@ def move_statement(event: ev.Event, anchor: ev.Event, after: bool, description: 
     return Fix(False, description, ((stmt, cst.RemoveFromParent()), (target, _place(stmt, after))))
 
 
-def hoist_statement(event: ev.Event, loop: cst.CSTNode, description: str) -> Fix | None:
+def hoist_statement(event: Event, loop: cst.CSTNode, description: str) -> Fix | None:
     """Move the event's statement to just before `loop` (a statement)."""
     stmt = lone_statement(event)
     if stmt is None:
@@ -109,6 +109,23 @@ def _place(stmt: cst.SimpleStatementLine, after: bool) -> Callable[[cst.CSTNode]
     return place
 
 
-def divide(expr: cst.BaseExpression, n: cst.BaseExpression, parenthesize: bool) -> cst.BaseExpression:
-    text = f"{source(expr)} / {source(n)}"
-    return cst.parse_expression(f"({text})" if parenthesize else text)
+def divide_loss(backward: Event, n: cst.BaseExpression | None, description: str) -> Fix | None:
+    """Divide the loss a backward call receives by `n` (unsafe: gradients change)."""
+    if n is None or backward.expr is None:
+        return None
+    # `loss.backward()` needs parentheses around the division; an argument does not.
+    receiver = isinstance(backward.node, cst.Call) and isinstance(backward.node.func, cst.Attribute) \
+        and backward.node.func.value is backward.expr
+    text = f"{source(backward.expr)} / {source(n)}"
+    return Fix(False, description, ((backward.expr, cst.parse_expression(f"({text})" if receiver else text)),))
+
+
+def unwrap_compiled(state_dict: Event, description: str) -> Fix | None:
+    """`m.state_dict()` -> `getattr(m, "_orig_mod", m).state_dict()`. Safe: on an eager module
+    getattr returns the module itself, so nothing changes there."""
+    call = state_dict.node
+    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+        return None
+    owner = source(call.func.value)
+    unwrapped = cst.parse_expression(f'getattr({owner}, "_orig_mod", {owner})')
+    return Fix(True, description, ((call.func, call.func.with_changes(value=unwrapped)),))

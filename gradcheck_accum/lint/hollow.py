@@ -10,7 +10,8 @@ with comments and plain strings blanked, see outline.py):
 3. no kept code calls a function defined in it (a helper brings its effects into the window);
 4. kept code names none of the `self.` attributes it mentions (the loss tracer reads every
    assignment to `self.criterion` in the file);
-5. it contains none of the words the candidate rules read outside windows (`Rule.outside_windows`).
+5. it contains none of the words of what the candidate rules read outside windows
+   (`Rule.reads_outside_windows`, turned into words by evidence.py from the catalogue).
 Kept code is everything else; 3 and 4 are applied again whenever a definition is kept, until
 nothing changes. These follow what the file model reads (model.py, events.py); tests compare
 findings on hollowed and whole files over the fixtures and a corpus of real code.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import ast
 import re
 
+from gradcheck_accum.lint.evidence import tokens
 from gradcheck_accum.lint.outline import Outline, TopLevel
 from gradcheck_accum.lint.rule import Rule
 
@@ -32,9 +34,10 @@ def hollow(outline: Outline, rules: list[type[Rule]]) -> str | None:
     nothing can be left out."""
     words: set[str] = set()
     for rule in rules:
-        if rule.outside_windows is None:
+        if rule.reads_outside_windows is None:
             return None
-        words.update(rule.outside_windows)
+        for need in rule.reads_outside_windows:
+            words.update(token.removesuffix("(") for token in tokens(need))  # calls are names in any form
     code = outline.code
     left_out: dict[int, TopLevel] = {}  # id(top) -> top, in file order
     for top in outline.tops:

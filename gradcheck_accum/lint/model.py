@@ -1,63 +1,72 @@
-"""The file model that rules query: scopes with their events, helper summaries, windows, loss facts."""
+"""The file model that rules query: scopes with their events, helper effects, accumulation windows,
+loss facts. Rules import from here only (and from the rule base and the fix helpers): every name a
+rule needs is re-exported below, so what a rule can know is what this module answers.
+"""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING, Iterator
 
+from gradcheck_accum.lint import catalogue as cat
+from gradcheck_accum.lint.bindings import ACCUM_NAME, constructor_roles, no_roles
+from gradcheck_accum.lint.catalogue import DDP_NO_SYNC, LossScaling
 from gradcheck_accum.lint.lazy import cst
+from gradcheck_accum.lint.losses import LossFacts, LossTracer, returned_loss, summed_loss_name
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
+                                        keyword, last_part, positional)
+from gradcheck_accum.lint.predicates import BoundaryKind, analyze, is_accumulation_count
+from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
+from gradcheck_accum.lint.walker import ScopeWalker
+from gradcheck_accum.lint.windows import Placement, Window, WindowShape, build_windows, same_target
 
-from gradcheck_accum.lint import bindings as b
-from gradcheck_accum.lint import events as ev
-from gradcheck_accum.lint.bindings import is_accumulation_name
-from gradcheck_accum.lint.names import ImportMap, call_receiver, contains, dotted, keyword
-from gradcheck_accum.lint.predicates import resolve_n
-from gradcheck_accum.lint.windows import Window, build_windows
+if TYPE_CHECKING:
+    from gradcheck_accum.lint.vocabulary import Loop
+
+__all__ = ["FileModel", "Window", "Event", "Scope", "LossFacts", "ScheduleLength", "EventKind", "Role", "Framework",
+           "Fact", "Placement", "WindowShape", "BoundaryKind", "DDP_NO_SYNC", "same_target"]
 
 
-@dataclass
-class LossFacts:
-    """What the dataflow says about a backpropagated loss expression."""
+@dataclass(frozen=True)
+class ScheduleLength:
+    """How a scheduler constructor's length (`T_max=`, `num_training_steps=`) is computed."""
 
-    known: bool = True  # every definition was traced to something we understand
-    scaled: bool = False  # divided or multiplied after it was computed
-    divisions: list[tuple[cst.CSTNode, cst.BaseExpression]] = field(default_factory=list)
-    token_level: bool = False  # a mean over a variable number of valid items
-    sum_reduced: bool = False
-    detached: bool = False
-    names: set[str] = field(default_factory=set)
+    counts_data: bool  # from len(...) of something: micro-batches
+    divided: bool  # a division somewhere in it
+    mentions_accumulation: bool  # a name that says accumulation appears in it
 
 
 class FileModel:
     def __init__(self, module: cst.Module) -> None:
         self.module = module
         self.imports = ImportMap()
-        self.scopes: list[ev.Scope] = []
-        self.functions: dict[str, list[ev.Scope]] = {}
+        self.scopes: list[Scope] = []
+        self.functions: dict[str, list[Scope]] = {}
         self._build()
+        self._losses = LossTracer(module, self.imports, self.scopes)
 
     # -- construction -----------------------------------------------------------------------------
     def _build(self) -> None:
         functions = list(_function_defs(self.module))
         local_names = {fn.name.value for fn, _ in functions}
         counter = [0]
-        module_scope = ev.Scope(self.module, "<module>")
-        ev.ScopeWalker(module_scope, self.imports, {}, local_names, counter).walk_block(self.module.body, ev.Context())
+        module_scope = Scope(self.module, "<module>")
+        ScopeWalker(module_scope, self.imports, {}, local_names, counter).walk_block(self.module.body, Context())
         self.scopes.append(module_scope)
-        globals_env = {k: v for k, v in module_scope.env.items()}
-        class_env: dict[int, dict[str, frozenset[str]]] = {}
+        globals_env = dict(module_scope.env)
+        class_env: dict[int, dict[str, frozenset[Role]]] = {}
         # __init__ first so that `self.x` attributes are known in the other methods
         functions.sort(key=lambda item: item[0].name.value != "__init__")
         for fn, cls in functions:
             attrs = class_env.setdefault(id(cls), {}) if cls is not None else {}
-            scope = ev.Scope(fn, fn.name.value, _bases(cls))
-            ev.ScopeWalker(scope, self.imports, {**globals_env, **attrs}, local_names, counter).walk_block(
-                fn.body.body, ev.Context())
+            scope = Scope(fn, fn.name.value, _bases(cls))
+            ScopeWalker(scope, self.imports, {**globals_env, **attrs}, local_names, counter).walk_block(
+                fn.body.body, Context())
             if cls is not None:
-                for name, kinds in scope.env.items():
-                    if name.startswith("self.") and kinds:
-                        attrs[name] = attrs.get(name, b.NONE) | kinds
+                for name, roles in scope.env.items():
+                    if name.startswith("self.") and roles:
+                        attrs[name] = attrs.get(name, frozenset()) | roles
             scope.env = {}
             self.scopes.append(scope)
             self.functions.setdefault(fn.name.value, []).append(scope)
@@ -65,11 +74,11 @@ class FileModel:
 
     def _expand_helpers(self) -> None:
         """Replace calls to same-file helpers by the effects they have (step, zero_grad, ...)."""
-        effects: dict[str, set[str]] = {
-            name: {e.kind for s in scopes for e in s.events if e.kind in ev.HELPER_EFFECTS}
+        effects: dict[str, set[EventKind]] = {
+            name: {e.kind for s in scopes for e in s.events if e.kind in HELPER_EFFECTS}
             for name, scopes in self.functions.items()
         }
-        calls = {name: {e.target for s in scopes for e in s.events if e.kind == ev.HELPER_CALL}
+        calls = {name: {e.target for s in scopes for e in s.events if e.kind is EventKind.HELPER_CALL}
                  for name, scopes in self.functions.items()}
         changed = True
         while changed:
@@ -83,211 +92,175 @@ class FileModel:
         for scope in self.scopes:
             added = []
             for event in scope.events:
-                if event.kind == ev.HELPER_CALL:
-                    for kind in sorted(effects.get(event.target or "", ())):
-                        added.append(ev.Event(kind, event.node, event.ctx, event.order, via_helper=event.target))
+                if event.kind is EventKind.HELPER_CALL:
+                    for kind in sorted(effects.get(event.target or "", ()), key=lambda k: k.value):
+                        added.append(Event(kind, event.node, event.ctx, event.order, via_helper=event.target))
             if added:
                 scope.events = sorted(scope.events + added, key=lambda e: e.order)
 
-    # -- queries ----------------------------------------------------------------------------------
+    # -- the windows --------------------------------------------------------------------------------
+    @cached_property
+    def windows(self) -> list[Window]:
+        return [w for scope in self.scopes for w in build_windows(scope)]
+
+    def events(self, *kinds: EventKind) -> list[tuple[Scope, Event]]:
+        """Every event of these kinds in the file, with its scope."""
+        return [(s, e) for s in self.scopes for e in s.events if e.kind in kinds]
+
     @cached_property
     def drop_last(self) -> bool:
         """Some DataLoader in the file drops its incomplete last batch."""
         return any(scope.drop_last for scope in self.scopes)
 
-    @cached_property
-    def windows(self) -> list[Window]:
-        return [w for scope in self.scopes for w in build_windows(scope)]
+    # -- losses -------------------------------------------------------------------------------------
+    def loss_facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
+        return self._losses.facts(expr, scope, before)
 
-    def events(self, *kinds: str) -> list[tuple[ev.Scope, ev.Event]]:
-        return [(s, e) for s in self.scopes for e in s.events if e.kind in kinds]
+    def backward_facts(self, window: Window, backward: Event) -> LossFacts:
+        return self._losses.facts(backward.expr, window.scope, backward.order)
 
-    def constructed_unprepared(self, scope: ev.Scope, name: str | None) -> bool:
+    def is_accumulation_count(self, node: cst.BaseExpression, window: Window | None, scope: Scope) -> bool:
+        """Is this expression N (the window's count, or a name that says accumulation)?"""
+        return is_accumulation_count(node, window.n if window is not None else None, scope)
+
+    def divisions_by_n(self, facts: LossFacts, scope: Scope, window: Window | None = None) -> list[cst.CSTNode]:
+        """The divisions of a traced loss whose divisor is the accumulation count."""
+        return [node for node, divisor in facts.divisions if self.is_accumulation_count(divisor, window, scope)]
+
+    @staticmethod
+    def summed_loss_name(event: Event) -> str | None:
+        """The loss a running total adds (`total += loss * n` adds `loss`)."""
+        return summed_loss_name(event.expr)
+
+    def framework_divides_loss(self, window: Window, backward: Event) -> bool:
+        """Does this backward already divide the loss by N (catalogue semantics)? accelerator.backward
+        under Accelerator(gradient_accumulation_steps=N); a DeepSpeed engine that owns the window (an
+        engine stepped only on a hand-written boundary is configured without accumulation)."""
+        scaling = backward.api.divides_loss if backward.api is not None else LossScaling.NEVER
+        if scaling is LossScaling.WHEN_ENGINE_OWNS_WINDOW:
+            steps = [s for s in window.steps if s.framework is backward.framework and window.inside(s)]
+            return bool(steps) and all(window.placement(s) is Placement.EVERY for s in steps)
+        if scaling is LossScaling.WITH_ACCUMULATION_STEPS:
+            return Role.ACCELERATOR_ACCUMULATES in backward.roles
+        return False
+
+    def declares_accumulation(self, window: Window, step: Event) -> bool:
+        """The loop prepares for accumulation: the loss is divided by N, or the step's gradients are
+        cleared under a `% N` test."""
+        for backward in window.backwards:
+            if self.divisions_by_n(self.backward_facts(window, backward), window.scope):
+                return True
+        for zero in window.of(EventKind.ZERO_GRAD):
+            if not same_target(zero, step):
+                continue
+            for guard in zero.ctx.guards:
+                boundary = analyze(guard.test, window.scope)
+                if boundary is not None and boundary.kind is BoundaryKind.MODULO:
+                    return True
+        return False
+
+    def hook_losses(self, hook: cat.Hook = cat.LIGHTNING_TRAINING_STEP) -> Iterator[tuple[Scope, LossFacts]]:
+        """The losses a framework hook returns to the framework's own loop, when that loop optimises
+        (Lightning's training_step of a LightningModule, without `automatic_optimization = False`)."""
+        manual = any(isinstance(d.value, cst.Name) and d.value.value == "False"
+                     for scope in self.scopes for d in scope.defs.get(f"self.{hook.switch}", []))
+        if manual:
+            return
+        for scope in self.functions.get(hook.name, []):
+            if not any(last_part(base) == hook.base for base in scope.class_bases):
+                continue
+            for event in scope.events:
+                if event.kind is EventKind.RETURN:
+                    yield scope, self._losses.facts(returned_loss(event.expr), scope, event.order)
+
+    # -- schedulers ---------------------------------------------------------------------------------
+    def constructed_unprepared(self, scope: Scope, name: str | None) -> bool:
         """Is `name` bound here by a scheduler constructor and never passed through prepare()?"""
         defs = [d for s in (scope, self.scopes[0]) for d in s.defs_of(name or "")]
-        built = any(d.op == "=" and isinstance(d.value, cst.Call) and
-                    b.SCHEDULER in b.constructor_kinds(d.value, self.imports, lambda _: b.NONE) for d in defs)
-        return built and not any(d.op == "unpack" for d in defs)
+        built = any(d.op is DefOp.ASSIGN and isinstance(d.value, cst.Call) and
+                    Role.SCHEDULER in constructor_roles(d.value, self.imports, no_roles) for d in defs)
+        return built and not any(d.op is DefOp.UNPACK for d in defs)
 
-    def is_saved(self, scope: ev.Scope, state_dict: ev.Event) -> bool:
+    def schedule_length(self, scope: Scope, built: Event) -> ScheduleLength | None:
+        """How the length of the scheduler built by this event is computed, if it is given."""
+        length = _length_argument(built.node)
+        if length is None:
+            return None
+        facts = _LengthFacts()
+        facts.collect(length, scope, 0)
+        return ScheduleLength(facts.has_len, facts.divided, facts.mentions_accumulation)
+
+    # -- compile and checkpoints --------------------------------------------------------------------
+    def is_saved(self, scope: Scope, state_dict: Event) -> bool:
         """Is this `x.state_dict()` written to disk: inside a save call's arguments, or in a
         container (`ckpt = {...}`, `ckpt["model"] = ...`) that is passed to one?"""
-        saves = [e for e in scope.events if e.kind == ev.SAVE]
+        saves = [e for e in scope.events if e.kind is EventKind.SAVE]
         if any(contains(save.node, state_dict.node) for save in saves):
             return True
-        for name in set().union(*(save.extra["names"] for save in saves)) if saves else ():
+        for name in set().union(*(save.passed_names for save in saves)) if saves else ():
             if any(d.value is not None and contains(d.value, state_dict.node) for d in scope.defs_of(name)):
                 return True
         return False
 
-    def is_accumulation_count(self, node: cst.BaseExpression, window: Window | None, scope: ev.Scope) -> bool:
-        """Is this expression N (the window's count, or a name that says accumulation)?"""
-        if is_accumulation_name(node):
+    @staticmethod
+    def compiles_fresh_model(scope: Scope, compile_: Event, loop: Loop) -> bool:
+        """`torch.compile(build_model())`, or of a model built in this iteration: a sweep over trials
+        compiles each new model once, which is not recompiling the same one."""
+        call = compile_.node
+        target = call.args[0].value if isinstance(call, cst.Call) and call.args else None
+        if isinstance(target, cst.Call):
             return True
-        name = dotted(node)
-        if name is not None:
+        name = dotted(target)
+        return bool(name) and any(loop in d.ctx.loops and d.order < compile_.order and d.value is not compile_.node
+                                  for d in scope.defs_of(name))
+
+    # -- distributed ----------------------------------------------------------------------------
+    def ddp_no_sync_contexts(self) -> Iterator[tuple[Scope, Event, list[Event]]]:
+        """Each `with model.no_sync():` of a DDP model, with the events inside its block."""
+        for scope, sync in self.events(EventKind.SYNC_CONTROL):
+            if sync.api is not DDP_NO_SYNC or sync.target is None:
+                continue
+            yield scope, sync, [e for e in scope.events if any(call is sync.node for call in e.ctx.withs)]
+
+
+def _length_argument(call: cst.Call) -> cst.BaseExpression | None:
+    for name in cat.SCHEDULE_LENGTH_KEYWORDS:
+        value = keyword(call, name)
+        if value is not None:
+            return value
+    _, method = call_receiver(call)
+    if method and method.startswith("get_") and cat.SCHEDULERS.pattern_word in method:
+        return positional(call, cat.SCHEDULE_LENGTH_POSITION)
+    return None
+
+
+class _LengthFacts:
+    def __init__(self) -> None:
+        self.has_len = self.divided = self.mentions_accumulation = False
+
+    def collect(self, node: cst.CSTNode, scope: Scope, depth: int) -> None:
+        if depth > 3:
+            return
+        for call in iter_calls(node):
+            if call_receiver(call)[1] == cat.LENGTH_FUNCTION:
+                self.has_len = True
+        if _has_division(node):
+            self.divided = True
+        for name in full_names(node):
+            if ACCUM_NAME.search(name):
+                self.mentions_accumulation = True
             for d in scope.defs_of(name):
-                if d.op == "=" and d.value is not None and is_accumulation_name(d.value):
-                    return True
-        if window is not None and window.n is not None:
-            return resolve_n(node, scope) == resolve_n(window.n, scope)
-        return False
-
-    def loss_facts(self, expr: cst.BaseExpression | None, scope: ev.Scope, before: int) -> LossFacts:
-        facts = LossFacts()
-        if expr is None:
-            facts.known = False
-            return facts
-        self._trace(expr, scope, before, facts, 0)
-        return facts
-
-    def _trace(self, node: cst.BaseExpression, scope: ev.Scope, before: int, facts: LossFacts, depth: int) -> None:
-        if depth > 8:
-            facts.known = False
-            return
-        if isinstance(node, cst.BinaryOperation):
-            if isinstance(node.operator, (cst.Divide, cst.Multiply, cst.FloorDivide)):
-                facts.scaled = True
-                if isinstance(node.operator, cst.Divide):
-                    facts.divisions.append((node, node.right))
-                    if _is_count_of_items(node.right):
-                        facts.token_level = True
-                self._trace(node.left, scope, before, facts, depth + 1)
-                return
-            self._trace(node.left, scope, before, facts, depth + 1)
-            self._trace(node.right, scope, before, facts, depth + 1)
-            return
-        if isinstance(node, cst.Call):
-            receiver, method = call_receiver(node)
-            if method in {"div", "div_", "mul", "mul_", "true_divide"} and receiver is not None:
-                facts.scaled = True
-                if method.startswith("div") or method == "true_divide":
-                    if node.args:
-                        facts.divisions.append((node, node.args[0].value))
-                self._trace(receiver, scope, before, facts, depth + 1)
-                return
-            if method in {"scale", "scale_loss"} and node.args:
-                # scaler.scale(loss) / amp.scale_loss(loss, opt): the loss scale, not accumulation
-                self._trace(node.args[0].value, scope, before, facts, depth + 1)
-                return
-            if method in {"item", "detach", "tolist", "cpu"} or (receiver is None and method == "float"):
-                facts.detached = True
-                return
-            if method in {"mean", "sum", "squeeze", "float", "to", "view", "reshape", "contiguous"} \
-                    and receiver is not None:
-                self._trace(receiver, scope, before, facts, depth + 1)
-                return
-            callee = dotted(node.func)
-            kinds = b.constructor_kinds(node, self.imports, lambda _: b.NONE) | self._kinds_of(callee, scope)
-            if b.SUM_LOSS in kinds:
-                facts.sum_reduced = True
-            if b.TOKEN_LOSS in kinds:
-                facts.token_level = True
-            # Only producers whose reduction we know count: torch losses and criteria, and model
-            # forwards (HF-style `.loss`). Anything else (`compute_loss(...)`) may sum or scale inside.
-            if any(self.is_accumulation_count(a.value, None, scope) for a in node.args) or any(
-                    a.keyword is not None and "num_items" in a.keyword.value for a in node.args):
-                facts.known = False  # N, or the window's item count, is handed to the producer
-            elif not (b.CRITERION in kinds or (self.imports.qualify(node.func) or "").startswith("torch")
-                      or _is_model_like(callee, scope)):
-                facts.known = False
-            return
-        if isinstance(node, (cst.Subscript, cst.Attribute)) and dotted(node) is None or (
-                isinstance(node, cst.Attribute) and node.attr.value == "data"):
-            if isinstance(node, cst.Attribute) and node.attr.value == "data":
-                facts.detached = True
-            self._trace(node.value, scope, before, facts, depth + 1)
-            return
-        name = dotted(node)
-        if name is None:
-            return
-        facts.names.add(name)
-        if isinstance(node, cst.Attribute) and node.attr.value == "loss" and not scope.defs_of(name, before):
-            # `outputs.loss`: a model's mean loss, over valid tokens only when labels carry -100
-            if self._masked_labels(node.value, scope, before):
-                facts.token_level = True
-            return
-        defs = scope.defs_of(name, before)
-        if not defs:
-            if isinstance(node, cst.Attribute):
-                self._trace(node.value, scope, before, facts, depth + 1)
-            else:
-                facts.known = False  # a parameter or global we cannot follow
-            return
-        # The definitions that can reach `before`: the last unconditional one and any later ones.
-        reaching = []
-        for d in reversed(defs):
-            reaching.append(d)
-            if not d.ctx.guards and not d.ctx.in_handler and d.op in {"=", "unpack"} \
-                    and d.ctx.loops == (defs[-1].ctx.loops):
-                break
-        for d in reaching:
-            if d.op in {"/=", "*=", "//="}:
-                facts.scaled = True
-                if d.op == "/=" and d.value is not None:
-                    facts.divisions.append((d.node, d.value))
-            elif d.op == "for":
-                facts.known = False
-            elif d.value is not None:
-                if d.op == "unpack" and isinstance(d.value, (cst.Tuple, cst.List)) and d.index is not None:
-                    self._trace(d.value.elements[d.index].value, scope, d.order, facts, depth + 1)
-                else:
-                    self._trace(d.value, scope, d.order, facts, depth + 1)
-
-    def _masked_labels(self, outputs: cst.BaseExpression, scope: ev.Scope, before: int) -> bool:
-        """`outputs = model(..., labels=y)` where `y[...] = -100` masks items out in this scope."""
-        calls = [d.value for d in scope.defs_of(dotted(outputs) or "", before) if isinstance(d.value, cst.Call)]
-        if isinstance(outputs, cst.Call):
-            calls.append(outputs)
-        for call in calls:
-            labels = dotted(keyword(call, "labels"))
-            if labels and any(d.op == "item" and _is_ignore_label(d.value) for d in scope.defs_of(labels)):
-                return True
-        return False
-
-    def _kinds_of(self, name: str | None, scope: ev.Scope) -> frozenset[str]:
-        if not name:
-            return b.NONE
-        kinds: frozenset[str] = b.NONE
-        for d in scope.defs_of(name):
-            if isinstance(d.value, cst.Call):
-                kinds |= b.constructor_kinds(d.value, self.imports, lambda _: b.NONE)
-        for s in self.scopes:
-            if s.node is self.module or name.startswith("self."):
-                for d in s.defs_of(name):
-                    if isinstance(d.value, cst.Call):
-                        kinds |= b.constructor_kinds(d.value, self.imports, lambda _: b.NONE)
-        return kinds
+                if d.value is not None and d.op is DefOp.ASSIGN:
+                    self.collect(d.value, scope, depth + 1)
 
 
-_MODEL_WORDS = re.compile(r"model|net|module|engine|encoder|decoder|transformer|gpt|bert|unet|policy", re.I)
-
-
-_CRITERION_NAMES = re.compile(r"^(criterion\w*|loss_fn|loss_func|loss_fct|lossfn|loss_function)$")
-
-
-def _is_model_like(callee: str | None, scope: ev.Scope) -> bool:
-    """A forward pass or a criterion called by its conventional name: both return a mean loss."""
-    if not callee:
-        return False
-    last = callee.split(".")[-1]
-    return last in {"forward", "__call__"} or bool(_MODEL_WORDS.search(last) or _CRITERION_NAMES.match(last))
-
-
-def _is_ignore_label(value: cst.BaseExpression | None) -> bool:
-    """The literal -100, the ignore_index of torch's and Hugging Face's cross-entropy."""
-    return isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) and \
-        isinstance(value.expression, cst.Integer) and value.expression.value == "100"
-
-
-def _is_count_of_items(node: cst.BaseExpression) -> bool:
-    """`mask.sum()`, `(labels != -100).sum()`, `num_valid`: a per-micro-batch item count."""
-    if isinstance(node, cst.Call):
-        receiver, method = call_receiver(node)
-        if method in {"sum", "count_nonzero"} and receiver is not None:
+def _has_division(node: cst.CSTNode) -> bool:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.BinaryOperation) and isinstance(current.operator, (cst.Divide, cst.FloorDivide)):
             return True
-        if method == "clamp" and receiver is not None:
-            return _is_count_of_items(receiver)
+        stack.extend(children(current))
     return False
 
 
@@ -326,4 +299,3 @@ def _bases(cls: cst.ClassDef | None) -> tuple[str, ...]:
     if cls is None:
         return ()
     return tuple(dotted(base.value) or "" for base in cls.bases)
-

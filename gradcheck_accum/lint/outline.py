@@ -15,7 +15,9 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-BACKWARDS = frozenset({"backward", "manual_backward"})
+from gradcheck_accum.lint.evidence import backward_names
+
+BACKWARDS = backward_names()  # from the catalogue: the calls that backpropagate
 
 
 @dataclass

@@ -4,22 +4,42 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gradcheck_accum.lint.lazy import cst
-
 from gradcheck_accum.lint.bindings import is_accumulation_name
-from gradcheck_accum.lint.events import Scope
+from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_calls, last_part
+from gradcheck_accum.lint.vocabulary import DefOp, Scope, Tag
+
+
+class BoundaryKind(Tag):
+    """The families of boundary tests; `evidence` is text every test of the family contains."""
+
+    MODULO = "modulo"  # `(i + 1) % N == 0`, `i % N == N - 1`, `step % N == 0`
+    DISTANCE = "distance"  # `ni - last_opt_step >= accumulate`, `count >= accum_steps`
+    SYNC_FLAG = "sync flag"  # accelerate's `accelerator.sync_gradients`
+
+    @property
+    def evidence(self) -> str:
+        return {BoundaryKind.MODULO: "%", BoundaryKind.DISTANCE: ">", BoundaryKind.SYNC_FLAG: "sync_gradients"}[self]
+
+    @property
+    def counts_micro_batches(self) -> bool:
+        """The loop's own count decides (not a framework's flag)."""
+        return self is not BoundaryKind.SYNC_FLAG
+
+
+SYNC_FLAG_ATTRIBUTE = "sync_gradients"
 
 
 @dataclass(frozen=True)
-class Predicate:
+class Boundary:
     """A periodic test such as `(i + 1) % N == 0`, normalised.
 
-    `key` identifies the family (two tests with the same key split micro-batches the same way);
-    `positive` is True when the test is true on the boundary micro-batch.
+    Two tests with the same `family` split micro-batches the same way; `positive` is True when the
+    test is true on the boundary micro-batch.
     """
 
-    key: str
+    kind: BoundaryKind
+    period: str | None  # the canonical text of N (aliases followed once); None for the sync flag
     positive: bool
     flush: bool = False  # an `or` clause that also fires at the end of the data
     n: cst.BaseExpression | None = None
@@ -27,11 +47,15 @@ class Predicate:
     offset: int | None = None  # 1 for `(i + 1) % N == 0` and `i % N == N - 1`; 0 for `i % N == 0`
     comparison: cst.Comparison | None = None
 
-    def flipped(self) -> "Predicate":
+    @property
+    def family(self) -> tuple[BoundaryKind, str | None]:
+        return self.kind, self.period
+
+    def flipped(self) -> "Boundary":
         return replace(self, positive=not self.positive)
 
 
-def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Predicate | None:
+def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Boundary | None:
     if depth > 4:
         return None
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
@@ -53,12 +77,12 @@ def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Predicate
         return _comparison(test, scope)
     name = dotted(test)
     if name is not None:
-        if last_part(name) == "sync_gradients":
-            return Predicate("sync", True)
+        if last_part(name) == SYNC_FLAG_ATTRIBUTE:
+            return Boundary(BoundaryKind.SYNC_FLAG, None, True)
         defs = scope.defs_of(name)
-        values = {code(d.value) for d in defs if d.op == "=" and d.value is not None}
-        if len(values) == 1 and len(defs) == len([d for d in defs if d.op == "="]):
-            value = next(d.value for d in defs if d.op == "=")
+        values = {code(d.value) for d in defs if d.op is DefOp.ASSIGN and d.value is not None}
+        if len(values) == 1 and len(defs) == len([d for d in defs if d.op is DefOp.ASSIGN]):
+            value = next(d.value for d in defs if d.op is DefOp.ASSIGN)
             return analyze(value, scope, depth + 1)
     return None
 
@@ -74,7 +98,7 @@ def _only_short_epochs(test: cst.BaseExpression) -> bool:
     return False
 
 
-def _comparison(test: cst.Comparison, scope: Scope) -> Predicate | None:
+def _comparison(test: cst.Comparison, scope: Scope) -> Boundary | None:
     target = test.comparisons[0]
     op, right, left = target.operator, target.comparator, test.left
     if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo) \
@@ -91,12 +115,12 @@ def _comparison(test: cst.Comparison, scope: Scope) -> Predicate | None:
             offset = 1 if _plus_one(counter) == 0 else None
         else:
             return None
-        return Predicate(f"mod:{resolve_n(n, scope)}", isinstance(op, cst.Equal), n=n, counter=counter,
-                         offset=offset, comparison=test)
+        return Boundary(BoundaryKind.MODULO, resolve_n(n, scope), isinstance(op, cst.Equal), n=n, counter=counter,
+                        offset=offset, comparison=test)
     if isinstance(op, (cst.GreaterThanEqual, cst.GreaterThan)) and dotted(right) is not None and (
             is_accumulation_name(right) or (isinstance(left, cst.BinaryOperation)
                                             and isinstance(left.operator, cst.Subtract))):
-        return Predicate(f"ge:{resolve_n(right, scope)}", True, n=right, comparison=test)
+        return Boundary(BoundaryKind.DISTANCE, resolve_n(right, scope), True, n=right, comparison=test)
     return None
 
 
@@ -111,8 +135,21 @@ def resolve_n(node: cst.BaseExpression, scope: Scope) -> str:
     """Canonical text of N, following one level of plain aliasing (`n = cfg.accum`)."""
     name = dotted(node)
     if name is not None:
-        defs = [d for d in scope.defs_of(name) if d.op == "=" and d.value is not None]
+        defs = [d for d in scope.defs_of(name) if d.op is DefOp.ASSIGN and d.value is not None]
         if len(defs) == 1 and dotted(defs[0].value) is not None:
             return code(defs[0].value)
     return code(node)
 
+
+def is_accumulation_count(node: cst.BaseExpression, n: cst.BaseExpression | None, scope: Scope) -> bool:
+    """Is this expression N: a name that says accumulation (or an alias of one), or the same N as `n`?"""
+    if is_accumulation_name(node):
+        return True
+    name = dotted(node)
+    if name is not None:
+        for d in scope.defs_of(name):
+            if d.op is DefOp.ASSIGN and d.value is not None and is_accumulation_name(d.value):
+                return True
+    if n is not None:
+        return resolve_n(node, scope) == resolve_n(n, scope)
+    return False

@@ -1,42 +1,56 @@
 """Skip what cannot match, before libcst ever sees a file.
 
-Stage 1 is textual: each rule declares substrings it `needs` (all) and `tokens` (any); a rule whose
-condition fails on the file's text cannot report anything there. Stage 2 is for the rules that
-only report inside a training loop (their needs include "backward("): the calls a rule needs must
-appear in code, not only in comments or docstrings, and CPython's own parser (several times faster
-than libcst) checks that some loop reaches a backward call, directly or through a function of the
-same file. Both stages are necessary conditions of the analysis, never heuristics:
-tests lint a large corpus with and without them and compare. A file that passes may still have
-definitions no training loop reaches; hollow.py leaves those out of what libcst parses.
+Stage 1 is textual: each rule requires model facts (`Rule.requires`), and evidence.py says, from
+the call catalogue, what text each needs; a rule whose needs are missing from the file's text
+cannot report anything there. Stage 2 is for the rules that only report inside a training loop
+(they require Fact.TRAINING_LOOP): the calls a rule needs must appear in code, not only in comments
+or docstrings, and CPython's own parser (several times faster than libcst) checks that some loop
+reaches a backward call, directly or through a function of the same file. Both stages are
+necessary conditions of the analysis, never heuristics: tests lint a large corpus with and without
+them and compare. A file that passes may still have definitions no training loop reaches; hollow.py
+leaves those out of what libcst parses.
 """
 
 from __future__ import annotations
 
-import re
-
+from gradcheck_accum.lint.evidence import Need, any_present, backward_call_pattern, calls_only
 from gradcheck_accum.lint.hollow import hollow
 from gradcheck_accum.lint.outline import Outline, blank_strings_and_comments, one_newline
 from gradcheck_accum.lint.rule import Rule
-
-LOOP_MARK = "backward("
 
 
 def screen(text: str, rules: list[type[Rule]], hollowing: bool = True) -> tuple[list[type[Rule]], str | None]:
     """The rules that could fire on `text`, and what libcst needs to parse for them: None for the file
     as it is, or (with `hollowing`) the file with the definitions that cannot matter left out (hollow.py)."""
-    candidates = [rule for rule in rules if rule.could_fire(text)]
-    if not any(LOOP_MARK in rule.needs for rule in candidates):
+    present = _Presence(text)
+    candidates = [rule for rule in rules if rule.could_fire(text, present)]
+    if not any(rule.needs_training_loop() for rule in candidates):
         return candidates, None
     # The few files that get this far are worth a closer look before libcst parses them.
     text = one_newline(text)
     code = blank_strings_and_comments(text)
-    candidates = [rule for rule in candidates if rule.could_fire_in_code(code)]
-    if not any(LOOP_MARK in rule.needs for rule in candidates):
+    in_code = _Presence(code)
+    candidates = [rule for rule in candidates if all(in_code(need) for need in rule.requires if calls_only(need))]
+    if not any(rule.needs_training_loop() for rule in candidates):
         return candidates, None
     reached, outline = _loops_reach_backward(text, code)
     if not reached:
-        candidates = [rule for rule in candidates if LOOP_MARK not in rule.needs]
+        candidates = [rule for rule in candidates if not rule.needs_training_loop()]
     return candidates, hollow(outline, candidates) if hollowing and outline is not None and candidates else None
+
+
+class _Presence:
+    """Whether each need's evidence is in one text, each need looked up once."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.known: dict[Need, bool] = {}
+
+    def __call__(self, need: Need) -> bool:
+        found = self.known.get(need)
+        if found is None:
+            found = self.known[need] = any_present(need, self.text)
+        return found
 
 
 def loop_reaches_backward(text: str) -> bool:
@@ -55,5 +69,5 @@ def _loops_reach_backward(text: str, code: str) -> tuple[bool, Outline | None]:
     return outline is None or any(outline.holds_training_loop(top) for top in outline.tops), outline
 
 
-# A call of backward or manual_backward in blanked code (not `has_backward(`, not `def backward(`)
-_BACKWARD_CALL = re.compile(r"(?<!def )\b(?:manual_)?backward(?:\s|\\)*\(")
+# A call of a backward (`loss.backward(`, `self.manual_backward(`) in blanked code, from the catalogue
+_BACKWARD_CALL = backward_call_pattern()

@@ -10,85 +10,138 @@ A loop whose step runs unconditionally is shape "unguarded" (no accumulation, or
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from gradcheck_accum.lint.lazy import cst
-
-from gradcheck_accum.lint import bindings as b
-from gradcheck_accum.lint import events as ev
 from gradcheck_accum.lint.bindings import is_accumulation_name
-from gradcheck_accum.lint.names import call_receiver, dotted, iter_calls, iter_names, last_part, positional
-from gradcheck_accum.lint.predicates import Predicate, analyze
+from gradcheck_accum.lint.lazy import cst
+from gradcheck_accum.lint.names import call_receiver, dotted, iter_calls, iter_names, keyword, last_part, positional
+from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze
+from gradcheck_accum.lint.vocabulary import DefOp, Event, EventKind, Framework, Guard, Role, Scope, Tag
 
-# Placements of an event relative to its window
-EVERY = "every"  # runs on every micro-batch
-BOUNDARY = "boundary"  # runs once per window, on its last micro-batch (or once around a nested loop)
-OFF_BOUNDARY = "off-boundary"  # runs on every micro-batch except the boundary one
-AFTER = "after"  # runs after the micro-batch loop has finished
-UNKNOWN = "unknown"
+if TYPE_CHECKING:
+    from gradcheck_accum.lint.vocabulary import Loop
 
-GUARDED, NESTED, FRAMEWORK, UNGUARDED = "guarded", "nested", "framework", "unguarded"
+
+class Placement(Tag):
+    """Where an event runs relative to its window."""
+
+    EVERY = "every"  # on every micro-batch
+    BOUNDARY = "boundary"  # once per window, on its last micro-batch (or once around a nested loop)
+    OFF_BOUNDARY = "off-boundary"  # on every micro-batch except the boundary one
+    AFTER = "after"  # after the micro-batch loop has finished
+    UNKNOWN = "unknown"  # under a condition the model cannot read
+
+
+class WindowShape(Tag):
+    GUARDED = "guarded"  # the step sits in the micro-batch loop under a boundary predicate
+    NESTED = "nested"  # an inner loop does the backwards; the step follows it
+    FRAMEWORK = "framework"  # accelerate's accumulate() or a DeepSpeed engine owns the window
+    UNGUARDED = "unguarded"  # the step runs on every micro-batch: no accumulation (or ACC104)
+
+
+EVERY, BOUNDARY, OFF_BOUNDARY, AFTER, UNKNOWN = Placement
+GUARDED, NESTED, FRAMEWORK, UNGUARDED = WindowShape
 
 _PURE_CALLS = {"len", "isinstance", "hasattr", "getattr", "bool", "int", "float", "str", "is_available"}
 
 
 @dataclass
 class Window:
-    scope: ev.Scope
-    loop: ev.Loop  # the micro-batch loop (the loop whose body reaches backward)
-    shape: str
-    framework: str | None = None  # "accelerate" | "deepspeed"
-    predicate: Predicate | None = None  # guarded: the boundary test of the step
-    framework_kinds: frozenset[str] = frozenset()  # kinds of the Accelerator owning the window
-    outer: tuple[ev.Loop, ...] = ()  # the loops around the micro-batch loop
+    scope: Scope
+    loop: Loop  # the micro-batch loop (the loop whose body reaches backward)
+    shape: WindowShape
+    framework: Framework | None = None  # accelerate or DeepSpeed, when it owns the window
+    boundary: Boundary | None = None  # guarded: the boundary test of the step
+    framework_roles: frozenset[Role] = frozenset()  # roles of the Accelerator owning the window
+    outer: tuple[Loop, ...] = ()  # the loops around the micro-batch loop
     n: cst.BaseExpression | None = None
-    events: list[ev.Event] = field(default_factory=list)  # events inside the loop and after it
-    placements: dict[int, str] = field(default_factory=dict)  # id(event) -> placement
+    events: list[Event] = field(default_factory=list)  # events inside the loop and after it
+    placements: dict[int, Placement] = field(default_factory=dict)  # id(event) -> placement
 
-    def placement(self, event: ev.Event) -> str:
+    def placement(self, event: Event) -> Placement:
         return self.placements.get(id(event), UNKNOWN)
 
-    def of(self, *kinds: str, direct: bool = False) -> list[ev.Event]:
+    def of(self, *kinds: EventKind, direct: bool = False) -> list[Event]:
+        """The window's events of these kinds; `direct`: not those standing for a helper's effects."""
         return [e for e in self.events if e.kind in kinds and not (direct and e.via_helper)]
 
     @property
-    def backwards(self) -> list[ev.Event]:
-        return [e for e in self.events if e.kind == ev.BACKWARD and self.placement(e) != AFTER]
+    def backwards(self) -> list[Event]:
+        return [e for e in self.events if e.kind is EventKind.BACKWARD and self.placement(e) is not AFTER]
 
     @property
-    def steps(self) -> list[ev.Event]:
-        return self.of(ev.STEP)
+    def steps(self) -> list[Event]:
+        return self.of(EventKind.STEP)
 
-    def inside(self, event: ev.Event) -> bool:
+    def inside(self, event: Event) -> bool:
         return self.loop in event.ctx.loops
 
     @property
-    def boundary_steps(self) -> list[ev.Event]:
-        return [s for s in self.steps if self.placement(s) == BOUNDARY]
+    def boundary_steps(self) -> list[Event]:
+        return [s for s in self.steps if self.placement(s) is BOUNDARY]
 
     @property
-    def loop_nest(self) -> tuple[ev.Loop, ...]:
+    def loop_nest(self) -> tuple[Loop, ...]:
         """The micro-batch loop and the loops around it."""
         return self.outer + (self.loop,)
 
     @property
-    def nest_events(self) -> list[ev.Event]:
+    def nest_events(self) -> list[Event]:
         """Every event inside the outermost loop around the window (where clearing or syncing may sit)."""
         outermost = self.loop_nest[0]
         return [e for e in self.scope.events if outermost in e.ctx.loops]
 
-    def clears_before_step(self, zero: ev.Event) -> ev.Event | None:
+    def assigned_in_nest(self, name: str) -> bool:
+        """Is `name` bound inside the window's loops (an optimizer built anew every iteration)?"""
+        return any(loop in d.ctx.loops for d in self.scope.defs_of(name) for loop in self.loop_nest)
+
+    def runs_every_iteration(self, event: Event, loop: Loop) -> bool:
+        """No guard opened inside `loop` (one of the window's nest) depends on the iteration."""
+        return invariant_guards(event.ctx.guards, self.scope, self.loop_nest[: self.loop_nest.index(loop) + 1])
+
+    @property
+    def steps_after_backward(self) -> bool:
+        """The boundary step follows the first backward of the micro-batch."""
+        steps = self.boundary_steps
+        backwards = [e.order for e in self.backwards if self.inside(e)]
+        return bool(steps and backwards) and min(s.order for s in steps) > min(backwards)
+
+    @property
+    def counter_start(self) -> int | None:
+        """0 or 1: the value of the boundary test's counter on the first micro-batch, when the code
+        makes it certain (`enumerate(x, start=1)`, `step = 0` then `step += 1` before the test)."""
+        name = dotted(self.boundary.counter) if self.boundary is not None else None
+        if name is None:
+            return None
+        loop, scope = self.loop, self.scope
+        defs = scope.defs_of(name)
+        loop_target = [d for d in defs if d.op is DefOp.LOOP_TARGET and d.node is loop]
+        if loop_target:
+            return _enumerate_start(loop, loop_target[0].index, scope)
+        inside = [d for d in defs if loop in d.ctx.loops]
+        before = [d for d in defs if loop not in d.ctx.loops and d.order < scope.loop_start.get(id(loop), 0)]
+        if len(inside) != 1 or inside[0].op is not DefOp.ADD or not before:
+            return None
+        init, step = before[-1].value, inside[0]
+        if not (isinstance(init, cst.Integer) and init.value == "0" and isinstance(step.value, cst.Integer)
+                and step.value.value == "1" and not step.ctx.guards):
+            return None
+        first_step = min(s.order for s in self.boundary_steps)
+        return 1 if step.order < first_step else 0
+
+    def clears_before_step(self, zero: Event) -> Event | None:
         """The step that `zero` wipes the gradients of: zero_grad runs after a backward and before a
         step of the same iteration, with no backward in between, whenever that step runs."""
         # every backward counts as a "backward in between", also those of a later loop in the same body
-        backward_orders = [e.order for e in self.events if e.kind == ev.BACKWARD]
+        backward_orders = [e.order for e in self.events if e.kind is EventKind.BACKWARD]
         own = [e.order for e in self.backwards]
         if not own or zero.order < min(own):
             return None
         zero_guards = {(id(g.owner), g.positive) for g in zero.ctx.guards}
-        if self.placement(zero) == AFTER:
+        if self.placement(zero) is AFTER:
             return None
         for step in self.steps:
-            if step.via_helper or self.placement(step) == AFTER or step.order < zero.order \
+            if step.via_helper or self.placement(step) is AFTER or step.order < zero.order \
                     or not same_target(zero, step):
                 continue
             if any(zero.order < order < step.order for order in backward_orders):
@@ -100,9 +153,9 @@ class Window:
     @property
     def accumulates(self) -> bool:
         """The optimizer steps once per window of several micro-batches."""
-        if self.shape == FRAMEWORK:
-            return self.framework == "deepspeed" or b.ACCELERATOR_ACCUMULATES in self.framework_kinds
-        return any(self.placement(s) == BOUNDARY for s in self.steps)
+        if self.shape is FRAMEWORK:
+            return self.framework is Framework.DEEPSPEED or Role.ACCELERATOR_ACCUMULATES in self.framework_roles
+        return any(self.placement(s) is BOUNDARY for s in self.steps)
 
     def iterates_sized_data(self) -> bool:
         """True when the loop walks a finite data source with a length (so an epoch can end mid-window)."""
@@ -124,24 +177,24 @@ _ENDLESS_WORDS = ("cycle", "iter", "infinite", "repeat", "stream", "endless")
 _MICRO_WORDS = {"micro", "microbatch", "microbatches", "mb", "chunk", "chunks", "accum", "accumulation"}
 
 
-def same_target(zero: ev.Event, step: ev.Event) -> bool:
+def same_target(zero: Event, step: Event) -> bool:
     """Does clearing `zero` affect the gradients `step` uses? Unknown or model-wide clears do."""
-    if zero.extra.get("model") or zero.target is None or step.target is None:
+    if zero.model_wide or zero.target is None or step.target is None:
         return True
     return zero.target == step.target
 
 
-def build_windows(scope: ev.Scope) -> list[Window]:
+def build_windows(scope: Scope) -> list[Window]:
     events = scope.events
-    backward_loops: dict[int, ev.Loop] = {}
+    backward_loops: dict[int, Loop] = {}
     for event in events:
-        if event.kind == ev.BACKWARD and event.ctx.loops:
+        if event.kind is EventKind.BACKWARD and event.ctx.loops:
             loop = event.ctx.loops[-1]
             backward_loops[id(loop)] = loop
     return [_build(scope, loop) for loop in backward_loops.values()]
 
 
-def _loop_stack(scope: ev.Scope, loop: ev.Loop) -> tuple[ev.Loop, ...]:
+def _loop_stack(scope: Scope, loop: Loop) -> tuple[Loop, ...]:
     """The loops enclosing `loop` (not including it)."""
     for event in scope.events:
         if loop in event.ctx.loops:
@@ -149,7 +202,7 @@ def _loop_stack(scope: ev.Scope, loop: ev.Loop) -> tuple[ev.Loop, ...]:
     return ()
 
 
-def _build(scope: ev.Scope, loop: ev.Loop) -> Window:
+def _build(scope: Scope, loop: Loop) -> Window:
     end = scope.loop_end.get(id(loop), 0)
     start = scope.loop_start.get(id(loop), 0)
     outer = _loop_stack(scope, loop)
@@ -159,35 +212,35 @@ def _build(scope: ev.Scope, loop: ev.Loop) -> Window:
     window = Window(scope, loop, UNGUARDED, events=inside + after, outer=outer)
     for event in after:
         window.placements[id(event)] = AFTER
-    backwards = [e for e in inside if e.kind == ev.BACKWARD]
+    backwards = [e for e in inside if e.kind is EventKind.BACKWARD]
 
-    if any(e.api == "deepspeed" for e in backwards):
-        window.shape, window.framework = FRAMEWORK, "deepspeed"
+    if any(e.framework is Framework.DEEPSPEED for e in backwards):
+        window.shape, window.framework = FRAMEWORK, Framework.DEEPSPEED
     elif any(_accumulate_call(e) for e in backwards):
-        window.shape, window.framework = FRAMEWORK, "accelerate"
+        window.shape, window.framework = FRAMEWORK, Framework.ACCELERATE
         calls = {id(_accumulate_call(e)) for e in backwards}
         for event in scope.events:
-            if event.kind == ev.SYNC_CONTROL and id(event.node) in calls:
-                window.framework_kinds |= event.kinds
+            if event.kind is EventKind.SYNC_CONTROL and id(event.node) in calls:
+                window.framework_roles |= event.roles
 
-    steps = [e for e in inside if e.kind == ev.STEP]
+    steps = [e for e in inside if e.kind is EventKind.STEP]
     variant = _assigned_in(scope, loop)
-    if window.shape != FRAMEWORK and steps:
+    if window.shape is not FRAMEWORK and steps:
         for step in steps:
-            found = _step_predicate(step, loop, scope)
+            found = _step_boundary(step, loop, scope)
             if found is not None and not _self_contained(step, found[1], inside):
-                window.shape, window.predicate, window.n = GUARDED, found[0], found[0].n
+                window.shape, window.boundary, window.n = GUARDED, found[0], found[0].n
                 break
-    elif window.shape != FRAMEWORK:
+    elif window.shape is not FRAMEWORK:
         # nested: the step follows the inner loop, in the same enclosing loop (or function body)
-        later = [e for e in after if e.kind == ev.STEP and e.ctx.loops == outer]
+        later = [e for e in after if e.kind is EventKind.STEP and e.ctx.loops == outer]
         if later:
             window.shape = NESTED
             window.n = _inner_count(loop)
 
     for event in inside:
         window.placements[id(event)] = _place_inside(window, event, variant)
-    if window.shape == NESTED:
+    if window.shape is NESTED:
         for event in after:
             if event.ctx.loops == outer and invariant_guards(event.ctx.guards, scope, outer):
                 window.placements[id(event)] = BOUNDARY
@@ -202,7 +255,7 @@ def _build(scope: ev.Scope, loop: ev.Loop) -> Window:
     return window
 
 
-def _sized(source: cst.BaseExpression | None, scope: ev.Scope, depth: int) -> bool:
+def _sized(source: cst.BaseExpression | None, scope: Scope, depth: int) -> bool:
     """`loader`, `enumerate(loader)`, `tqdm(loader)`, or a name bound to one of those; never an endless
     iterator (`cycle`, `CycleIterator`, `iter(...)`)."""
     if isinstance(source, cst.Call) and call_receiver(source)[1] in {"enumerate", "tqdm"}:
@@ -210,7 +263,7 @@ def _sized(source: cst.BaseExpression | None, scope: ev.Scope, depth: int) -> bo
     name = dotted(source)
     if name is None or depth > 3:
         return False
-    defs = [d for d in scope.defs_of(name) if d.value is not None and d.op in ("=", "unpack")]
+    defs = [d for d in scope.defs_of(name) if d.value is not None and d.op.rebinds]
     for d in defs:
         if isinstance(d.value, cst.Call):
             callee = (call_receiver(d.value)[1] or "").lower()
@@ -227,7 +280,7 @@ def _is_chunking(source: cst.BaseExpression) -> bool:
     return isinstance(source, cst.Call) and call_receiver(source)[1] in {"chunk", "split", "tensor_split"}
 
 
-def _accumulate_call(event: ev.Event) -> cst.Call | None:
+def _accumulate_call(event: Event) -> cst.Call | None:
     """The `accelerator.accumulate(...)` call of a `with` around the event, if any."""
     for call in event.ctx.withs:
         receiver, method = call_receiver(call)
@@ -236,7 +289,7 @@ def _accumulate_call(event: ev.Event) -> cst.Call | None:
     return None
 
 
-def _inner_count(loop: ev.Loop) -> cst.BaseExpression | None:
+def _inner_count(loop: Loop) -> cst.BaseExpression | None:
     if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call):
         return None
     _, name = call_receiver(loop.iter)
@@ -251,7 +304,7 @@ def _inner_count(loop: ev.Loop) -> cst.BaseExpression | None:
     return None
 
 
-def _assigned_in(scope: ev.Scope, loop: ev.Loop) -> set[str]:
+def _assigned_in(scope: Scope, loop: Loop) -> set[str]:
     names = set()
     for name, defs in scope.defs.items():
         if any(loop in d.ctx.loops for d in defs):
@@ -268,58 +321,100 @@ def invariant(test: cst.BaseExpression, variant: set[str]) -> bool:
     return not any(name in variant or name.split(".")[0] in variant for name in iter_names(test))
 
 
-def _guards_below(event: ev.Event, loop: ev.Loop) -> list[ev.Guard]:
+def _guards_below(event: Event, loop: Loop) -> list[Guard]:
     """Guards of the event that sit inside `loop`."""
     level = event.ctx.loops.index(loop)
     return [g for g in event.ctx.guards if g.depth > level]
 
 
-def _step_predicate(step: ev.Event, loop: ev.Loop, scope: ev.Scope) -> tuple[Predicate, ev.Guard] | None:
+def _step_boundary(step: Event, loop: Loop, scope: Scope) -> tuple[Boundary, Guard] | None:
     for guard in _guards_below(step, loop):
-        predicate = analyze(guard.test, scope)
-        if predicate is not None:
-            effective = predicate if guard.positive else predicate.flipped()
+        boundary = analyze(guard.test, scope)
+        if boundary is not None:
+            effective = boundary if guard.positive else boundary.flipped()
             # The step must run when the test says "boundary"; a step under "not boundary" is no window.
             return (effective, guard) if effective.positive else None
     return None
 
 
-def _self_contained(step: ev.Event, guard: ev.Guard, inside: list[ev.Event]) -> bool:
+def _self_contained(step: Event, guard: Guard, inside: list[Event]) -> bool:
     """A periodic update that makes its own gradients under the test (a GAN generator every
     n_critic iterations, a DQN update every train_freq steps): backward before the step under the
     same test, and either gradients cleared there first or no backward outside it. No window."""
     under = [e for e in inside if guard in e.ctx.guards and e.order < step.order]
-    backwards = [e for e in under if e.kind == ev.BACKWARD]
+    backwards = [e for e in under if e.kind is EventKind.BACKWARD]
     if not backwards:
         return False
-    cleared = any(e.kind == ev.ZERO_GRAD and e.order < backwards[0].order and same_target(e, step) for e in under)
-    outside = any(e.kind == ev.BACKWARD and guard not in e.ctx.guards for e in inside)
+    cleared = any(e.kind is EventKind.ZERO_GRAD and e.order < backwards[0].order and same_target(e, step)
+                  for e in under)
+    outside = any(e.kind is EventKind.BACKWARD and guard not in e.ctx.guards for e in inside)
     return cleared or not outside
 
 
-def _place_inside(window: Window, event: ev.Event, variant: set[str]) -> str:
+def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
     if event.ctx.in_handler:
         return UNKNOWN
     guards = _guards_below(event, window.loop)
     placement = EVERY
     for guard in guards:
-        predicate = analyze(guard.test, window.scope)
-        if predicate is not None and window.predicate is not None and predicate.key == window.predicate.key:
-            effective = predicate.positive == guard.positive
-            same = effective == window.predicate.positive
+        boundary = analyze(guard.test, window.scope)
+        if boundary is not None and window.boundary is not None and boundary.family == window.boundary.family:
+            effective = boundary.positive == guard.positive
+            same = effective == window.boundary.positive
             placement = BOUNDARY if same else OFF_BOUNDARY
-            if placement == BOUNDARY:
+            if placement is BOUNDARY:
                 return BOUNDARY
-        elif predicate is not None and predicate.key == "sync":
-            return BOUNDARY if predicate.positive == guard.positive else OFF_BOUNDARY
+        elif boundary is not None and boundary.kind is BoundaryKind.SYNC_FLAG:
+            return BOUNDARY if boundary.positive == guard.positive else OFF_BOUNDARY
         elif not invariant(guard.test, variant):
             return UNKNOWN
     return placement
 
 
-def invariant_guards(guards: tuple[ev.Guard, ...], scope: ev.Scope, outer: tuple[ev.Loop, ...]) -> bool:
+def invariant_guards(guards: tuple[Guard, ...], scope: Scope, outer: tuple[Loop, ...]) -> bool:
     # Guards of an event that follows the inner loop: those opened inside the enclosing loop body
     # must not depend on the iteration (a `if grad_clip:` is fine, `if it % 10 == 0:` is not).
     relevant = [g for g in guards if g.depth >= len(outer)]
     outer_variant = _assigned_in(scope, outer[-1]) if outer else set()
     return all(invariant(g.test, outer_variant) for g in relevant)
+
+
+def _enumerate_start(loop: Loop, index: int | None, scope: Scope) -> int | None:
+    """The first value of the loop's index target, following `it = tqdm(enumerate(x)) if a else enumerate(x)`."""
+    if not isinstance(loop, cst.For) or index != 0:
+        return None
+    starts = {_start_of(source) for source in _iterated(loop.iter, scope, 0)}
+    return starts.pop() if len(starts) == 1 else None
+
+
+def _iterated(node: cst.BaseExpression, scope: Scope, depth: int) -> list[cst.BaseExpression]:
+    """What a loop may iterate over: both arms of a conditional, through tqdm and plain aliases."""
+    if depth > 3:
+        return [node]
+    if isinstance(node, cst.IfExp):
+        return _iterated(node.body, scope, depth + 1) + _iterated(node.orelse, scope, depth + 1)
+    if isinstance(node, cst.Call) and call_receiver(node)[1] == "tqdm" and node.args:
+        return _iterated(node.args[0].value, scope, depth + 1)
+    if isinstance(node, cst.Name):
+        defs = [d for d in scope.defs_of(node.value) if d.value is not None]
+        if len(defs) == 1 and defs[0].op is DefOp.ASSIGN:
+            return _iterated(defs[0].value, scope, depth + 1)
+    return [node]
+
+
+def _start_of(source: cst.BaseExpression) -> int | None:
+    if not isinstance(source, cst.Call):
+        return None
+    _, name = call_receiver(source)
+    if name == "enumerate":
+        start = keyword(source, "start") or positional(source, 1)
+        if start is None:
+            return 0
+        return int(start.value) if isinstance(start, cst.Integer) and start.value in ("0", "1") else None
+    if name == "range":
+        args = [a.value for a in source.args]
+        if len(args) == 1:
+            return 0
+        if isinstance(args[0], cst.Integer) and args[0].value in ("0", "1"):
+            return int(args[0].value)
+    return None

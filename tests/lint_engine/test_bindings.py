@@ -3,14 +3,13 @@
 import libcst as cst
 import pytest
 
-from gradcheck_accum.lint import bindings as b
-from gradcheck_accum.lint import events as ev
-from gradcheck_accum.lint.model import FileModel
+from gradcheck_accum.lint.model import EventKind, FileModel, Role
 
 
-def kinds_at(source: str, kind: str) -> list[frozenset[str]]:
+def roles_at(source: str, kind: EventKind) -> list[frozenset[Role]]:
+    """The roles of the object each event of this kind acts on."""
     model = FileModel(cst.parse_module(source))
-    return [event.kinds for _, event in model.events(kind)]
+    return [event.roles for _, event in model.events(kind)]
 
 
 @pytest.mark.parametrize("source", [
@@ -23,7 +22,7 @@ def kinds_at(source: str, kind: str) -> list[frozenset[str]]:
     "    def fit(self):\n        self.thing.step()\n",
 ])
 def test_optimizer_bindings(source):
-    assert any(b.OPTIMIZER in k for k in kinds_at(source, ev.STEP))
+    assert any(Role.OPTIMIZER in k for k in roles_at(source, EventKind.STEP))
 
 
 @pytest.mark.parametrize("source", [
@@ -33,12 +32,12 @@ def test_optimizer_bindings(source):
     "import torch\nsched = torch.optim.lr_scheduler.StepLR(opt, 1)\nsched.step()\n",
 ])
 def test_non_optimizer_steps_are_not_steps(source):
-    assert kinds_at(source, ev.STEP) == []
+    assert roles_at(source, EventKind.STEP) == []
 
 
 def test_scheduler_known_by_constructor_and_name():
     source = "from transformers import get_linear_schedule_with_warmup as g\ns = g(o, 1, 2)\ns.step()\nlr_scheduler.step()\n"
-    assert [b.SCHEDULER in k for k in kinds_at(source, ev.SCHED_STEP)] == [True, True]
+    assert [Role.SCHEDULER in k for k in roles_at(source, EventKind.SCHEDULER_STEP)] == [True, True]
 
 
 def test_compiled_binding_is_flow_sensitive():
@@ -50,7 +49,7 @@ def test_compiled_binding_is_flow_sensitive():
         "model = model._orig_mod\n"
         "model.load_state_dict(sd)\n"
     )
-    assert [b.COMPILED in k for k in kinds_at(source, ev.LOAD_STATE)] == [False, True, False]
+    assert [Role.COMPILED in k for k in roles_at(source, EventKind.LOAD_STATE)] == [False, True, False]
 
 
 def test_compiled_binding_on_some_path_and_through_ddp_module():
@@ -65,7 +64,7 @@ def test_compiled_binding_on_some_path_and_through_ddp_module():
         "raw.state_dict()\n"
         "getattr(model, '_orig_mod', model).state_dict()\n"
     )
-    flags = [b.COMPILED in k for k in kinds_at(source, ev.STATE_DICT)]
+    flags = [Role.COMPILED in k for k in roles_at(source, EventKind.STATE_DICT)]
     assert flags == [True, False]
 
 
@@ -79,6 +78,6 @@ def test_prepare_and_initialize_results():
         "engine, dopt, _, _ = deepspeed.initialize(model=model)\n"
         "engine.step()\n"
     )
-    steps = kinds_at(source, ev.STEP)
-    assert b.PREPARED in steps[0] and b.OPTIMIZER in steps[0]
-    assert b.DEEPSPEED in steps[1]
+    steps = roles_at(source, EventKind.STEP)
+    assert Role.PREPARED in steps[0] and Role.OPTIMIZER in steps[0]
+    assert Role.DEEPSPEED in steps[1]

@@ -178,7 +178,7 @@ def test_a_rule_that_reads_the_whole_file_keeps_everything(monkeypatch):
     source = textwrap.dedent(TRAIN) + "\ndef unrelated():\n    return 1\n"
     assert hollowed(source) is not None
     rule = ALL_RULES[0]
-    monkeypatch.setattr(rule, "outside_windows", None)
+    monkeypatch.setattr(rule, "reads_outside_windows", None)
     assert hollowed(source) is None
 
 
@@ -192,4 +192,4 @@ def test_fixtures_lint_the_same_hollowed(path):
 
 def test_every_rule_states_what_it_reads_outside_windows():
     # The default (None) is safe but turns hollowing off for every file the rule could fire on.
-    assert [rule.code for rule in ALL_RULES if "outside_windows" not in vars(rule)] == []
+    assert [rule.code for rule in ALL_RULES if "reads_outside_windows" not in vars(rule)] == []

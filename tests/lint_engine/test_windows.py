@@ -3,9 +3,10 @@
 import libcst as cst
 import pytest
 
-from gradcheck_accum.lint import events as ev
-from gradcheck_accum.lint.model import FileModel
-from gradcheck_accum.lint.windows import AFTER, BOUNDARY, EVERY, FRAMEWORK, GUARDED, NESTED, UNGUARDED
+from gradcheck_accum.lint.model import EventKind, FileModel, Framework, Placement, WindowShape
+
+EVERY, BOUNDARY, AFTER, UNKNOWN = Placement.EVERY, Placement.BOUNDARY, Placement.AFTER, Placement.UNKNOWN
+GUARDED, NESTED, FRAMEWORK, UNGUARDED = WindowShape
 
 
 def only_window(source: str):
@@ -44,9 +45,9 @@ def test_guarded_window_shapes(test):
     )
     window = only_window(source)
     assert window.shape == GUARDED
-    assert placements(window, ev.STEP) == [BOUNDARY]
-    assert placements(window, ev.ZERO_GRAD) == [BOUNDARY]
-    assert placements(window, ev.BACKWARD) == [EVERY]
+    assert placements(window, EventKind.STEP) == [BOUNDARY]
+    assert placements(window, EventKind.ZERO_GRAD) == [BOUNDARY]
+    assert placements(window, EventKind.BACKWARD) == [EVERY]
 
 
 def test_early_continue_guards_the_rest_of_the_body():
@@ -62,7 +63,7 @@ def test_early_continue_guards_the_rest_of_the_body():
     )
     window = only_window(source)
     assert window.shape == GUARDED
-    assert placements(window, ev.ZERO_GRAD) == [BOUNDARY]
+    assert placements(window, EventKind.ZERO_GRAD) == [BOUNDARY]
 
 
 def test_nested_window_places_outer_calls_once_per_window():
@@ -80,9 +81,9 @@ def test_nested_window_places_outer_calls_once_per_window():
     window = only_window(source)
     assert window.shape == NESTED
     assert cst.Module([]).code_for_node(window.n) == "grad_accum"
-    assert placements(window, ev.ZERO_GRAD) == [BOUNDARY, EVERY]
-    assert placements(window, ev.CLIP) == [BOUNDARY]
-    assert placements(window, ev.STEP) == [BOUNDARY]
+    assert placements(window, EventKind.ZERO_GRAD) == [BOUNDARY, EVERY]
+    assert placements(window, EventKind.CLIP) == [BOUNDARY]
+    assert placements(window, EventKind.STEP) == [BOUNDARY]
 
 
 def test_framework_window_and_unguarded_loop():
@@ -94,7 +95,7 @@ def test_framework_window_and_unguarded_loop():
         "        optimizer.step()\n"
     )
     window = only_window(accelerate)
-    assert (window.shape, window.framework, window.accumulates) == (FRAMEWORK, "accelerate", True)
+    assert (window.shape, window.framework, window.accumulates) == (FRAMEWORK, Framework.ACCELERATE, True)
     plain = "for batch in loader:\n    model(batch).backward()\n    optimizer.step()\n    optimizer.zero_grad()\n"
     assert only_window(plain).shape == UNGUARDED
 
@@ -108,7 +109,7 @@ def test_step_after_the_loop_is_placed_after():
         "optimizer.step()\n"
     )
     window = only_window(source)
-    assert placements(window, ev.STEP) == [BOUNDARY, AFTER]
+    assert placements(window, EventKind.STEP) == [BOUNDARY, AFTER]
 
 
 def test_helper_function_effects_appear_at_the_call_site():
@@ -122,7 +123,7 @@ def test_helper_function_effects_appear_at_the_call_site():
     window = only_window(source)
     assert window.shape == GUARDED
     helper_events = [e for e in window.events if e.via_helper == "update"]
-    assert {e.kind for e in helper_events} == {ev.STEP, ev.ZERO_GRAD}
+    assert {e.kind for e in helper_events} == {EventKind.STEP, EventKind.ZERO_GRAD}
     assert {window.placement(e) for e in helper_events} == {BOUNDARY}
 
 
@@ -138,4 +139,4 @@ def test_loop_invariant_conditions_do_not_hide_every_micro_batch_calls():
         "        optimizer.step()\n"
     )
     window = only_window(source)
-    assert placements(window, ev.CLIP) == [EVERY, "unknown"]
+    assert placements(window, EventKind.CLIP) == [EVERY, UNKNOWN]

@@ -4,28 +4,25 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from gradcheck_accum.lint import bindings as b
-from gradcheck_accum.lint import events as ev
-from gradcheck_accum.lint.model import FileModel
+from gradcheck_accum.lint.model import DDP_NO_SYNC, Event, EventKind, Fact, FileModel, Role, WindowShape
 from gradcheck_accum.lint.rule import Report, Rule
-from gradcheck_accum.lint.windows import GUARDED, NESTED
 
 
 class DdpSyncEveryMicroBatch(Rule):
     code = "ACC501"
     name = "ddp-sync-every-micro-batch"
     summary = "A DistributedDataParallel model all-reduces gradients on every micro-batch of a window."
-    tokens = ("DataParallel", "DDP", "FSDP")
-    outside_windows = ()
-    needs = ("backward(", "step(")
+    requires = (Fact.TRAINING_LOOP, EventKind.STEP, Role.DDP)
+    reads_outside_windows = ()
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
-            if window.shape not in (GUARDED, NESTED) or not window.boundary_steps:
+            if window.shape not in (WindowShape.GUARDED, WindowShape.NESTED) or not window.boundary_steps:
                 continue
             in_nest = window.nest_events
-            forwards = [e for e in in_nest if e.kind == ev.MODEL_CALL and b.DDP in e.kinds and window.inside(e)]
-            if not forwards or any(e.kind == ev.SYNC_CONTROL for e in in_nest):
+            forwards = [e for e in in_nest if e.kind is EventKind.MODEL_CALL and Role.DDP in e.roles
+                        and window.inside(e)]
+            if not forwards or any(e.kind is EventKind.SYNC_CONTROL for e in in_nest):
                 continue
             backwards = [e for e in window.backwards if not e.via_helper]
             if backwards:
@@ -38,17 +35,14 @@ class NoSyncMissesForward(Rule):
     code = "ACC502"
     name = "no-sync-misses-forward"
     summary = "model.no_sync() wraps the backward but not the forward call, so it has no effect."
-    tokens = ("no_sync",)
-    outside_windows = ("no_sync",)  # every no_sync() of the file
+    requires = (Fact.TRAINING_LOOP, DDP_NO_SYNC)
+    reads_outside_windows = (DDP_NO_SYNC,)  # every no_sync() of the file
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        for scope, sync in model.events(ev.SYNC_CONTROL):
-            if sync.api != "no_sync" or sync.extra.get("framework") != "ddp" or sync.target is None:
+        for scope, sync, inside in model.ddp_no_sync_contexts():
+            if not any(e.kind is EventKind.BACKWARD for e in inside):
                 continue
-            body = [e for e in scope.events if any(call is sync.node for call in e.ctx.withs)]
-            if not any(e.kind == ev.BACKWARD for e in body):
-                continue
-            if any(_calls_model(e, sync.target) for e in body):
+            if any(_calls_model(e, sync.target) for e in inside):
                 continue
             loops = sync.ctx.loops
             earlier = [e for e in scope.events if e.order < sync.order and e.ctx.loops == loops
@@ -59,7 +53,5 @@ class NoSyncMissesForward(Rule):
                                         "forward inside the `with` block")
 
 
-def _calls_model(event: ev.Event, model_name: str) -> bool:
-    if event.kind != ev.MODEL_CALL:
-        return False
-    return event.target == model_name or model_name in event.extra.get("args", set())
+def _calls_model(event: Event, model_name: str) -> bool:
+    return event.kind is EventKind.MODEL_CALL and (event.target == model_name or model_name in event.argument_names)

@@ -18,12 +18,11 @@ class UnusedSuppression(Rule):
     code = "ACC900"
     name = "unused-suppression"
     summary = "A noqa or accumcheck: ignore comment names an accumcheck code that suppresses nothing."
-    tokens = ("#",)
-    outside_windows = ()  # judges the other rules' findings only
-    needs = ()
+    requires = ()
+    reads_outside_windows = ()  # judges the other rules' findings only
 
     @classmethod
-    def could_fire(cls, text: str) -> bool:
+    def could_fire(cls, text: str, present=None) -> bool:
         # Sharper than tokens can say (and "ACC" is in every "ACCURACY"): a comment with noqa or
         # accumcheck followed on its line by a code, in any case, as the suppressions read codes.
         return _NAMES_A_CODE.search(text) is not None

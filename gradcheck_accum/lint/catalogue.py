@@ -1,0 +1,326 @@
+"""The call catalogue: every API the analysis knows, as data.
+
+Each entry says how the API is spelled (a method or function name, a name resolved through imports,
+an attribute), the event it produces in the file model, the role its receiver must have, the
+framework that owns it, and what that framework does (a backward that already divides the loss by
+N, a step that also clears gradients, a clip that unscales first). The walker classifies calls
+from it (walker.py), names get their roles from its constructors (bindings.py), the loss tracer
+reads its loss operations (losses.py), and the prefilter and hollowing derive the words a file must
+contain from it (evidence.py). Adding what an API does means adding an entry here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gradcheck_accum.lint.vocabulary import NO_ROLES, EventKind, Framework, Role, Tag
+
+
+class Operand(Tag):
+    """Where, in a call, the object an entry talks about sits."""
+
+    RECEIVER = "receiver"  # `x` in `x.name(...)`
+    FIRST_ARGUMENT = "first argument"  # `opt` in `scaler.step(opt)`
+    GRAD_OWNER = "grad owner"  # `p` in `p.grad.zero_()`
+    NOTHING = "nothing"
+
+
+class Form(Tag):
+    CALL = "call"  # `name(...)`, `x.name(...)`
+    ATTRIBUTE_SET = "attribute set"  # `x.name = value`
+    ATTRIBUTE_READ = "attribute read"  # `ctx = x.name` (the bound method, entered later)
+
+
+class LossScaling(Tag):
+    """Whether a backward divides the loss by the accumulation count N before differentiating it."""
+
+    NEVER = "never"
+    # accelerate: `accelerator.backward` divides by the Accelerator's gradient_accumulation_steps
+    WITH_ACCUMULATION_STEPS = "with accumulation steps"
+    # DeepSpeed: `engine.backward` divides by the engine's gradient_accumulation_steps, which is N when the
+    # engine owns the window (engine.step() on every micro-batch) and 1 when the loop steps it by hand
+    WHEN_ENGINE_OWNS_WINDOW = "when the engine owns the window"
+    # Lightning automatic optimisation: the loss `training_step` returns is divided by accumulate_grad_batches
+    AUTOMATIC_OPTIMIZATION = "automatic optimisation"
+
+
+@dataclass(frozen=True)
+class Api:
+    name: str  # the method, function or attribute name as written
+    event: EventKind | None  # None: known, and changes nothing the rules look at (`env.step()`)
+    framework: Framework | None = Framework.TORCH  # None: plain Python (`list.append`)
+    receiver: Role | None = None  # the role the receiver must have
+    receiver_lacks: frozenset[Role] = NO_ROLES  # roles the receiver must not have
+    has_receiver: bool | None = True  # `x.name(...)`: True; `name(...)`: False; either: None
+    qualname: str | None = None  # the name resolved through imports must be this (`torch.autograd.backward`)
+    qualname_prefix: str | None = None  # ... or start with this
+    follows_aliases: bool = False  # also matched when imported under another name (`from torch import save as S`)
+    on_grad: bool = False  # the receiver is a `.grad` chain (`p.grad.zero_()`)
+    arguments: bool | None = None  # must have arguments (True), none (False), or either
+    form: Form = Form.CALL
+    target: Operand = Operand.RECEIVER  # what the event acts on
+    loss: Operand | None = None  # backward: where the loss is; append: where the added value is
+    roles_of: Operand = Operand.RECEIVER  # whose roles the event records
+    scaler: Operand | None = None  # where the GradScaler is (`scaler.step(opt)`, `scaler.unscale_(opt)`)
+    # A scheduler known only by its name must look like one: no positional arguments
+    # (`lr_scheduler.step()`, not diffusers' `noise_scheduler.step(pred, t, x)`).
+    guessed_receiver_takes_no_arguments: bool = False
+    grants: Role | None = None  # attribute set: the owner gains this role
+    # framework semantics
+    divides_loss: LossScaling = LossScaling.NEVER
+    clears_gradients: bool = False  # the step also clears the gradients (DeepSpeed's engine.step())
+    unscales_first: bool = False  # the clip unscales AMP gradients itself before clipping
+    model_wide: bool = False  # zero_grad: clears a model's or parameters' gradients, not an optimizer's
+
+    @property
+    def token(self) -> str:
+        """Text every use of this API contains. A call is `name(` (the prefilter reads that as a call,
+        not a definition); an aliased import leaves only the name (`from torch import save as S`
+        still says `save`); a call on a gradient says `.grad`; an attribute `.name`."""
+        if self.form is not Form.CALL or self.on_grad:
+            return "." + ("grad" if self.on_grad else self.name)
+        return self.name if self.follows_aliases else self.name + "("
+
+
+_CLIPS = ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_gradients")
+_SYNC_SWITCHES = ("no_sync", "accumulate", "no_backward_sync", "skip_synchronize", "disable_allreduce",
+                  "enable_allreduce", "disable_need_reduction", "enable_need_reduction",
+                  "set_gradient_accumulation_boundary")
+_TORCH, _DDP, _ACCELERATE, _FABRIC, _DEEPSPEED = (Framework.TORCH, Framework.DDP, Framework.ACCELERATE,
+                                                   Framework.FABRIC, Framework.DEEPSPEED)
+_E = EventKind
+_FIRST, _NOTHING = Operand.FIRST_ARGUMENT, Operand.NOTHING
+
+# `with model.no_sync():` on a DistributedDataParallel model
+DDP_NO_SYNC = Api("no_sync", _E.SYNC_CONTROL, _DDP, receiver_lacks=frozenset({Role.ACCELERATOR, Role.FABRIC}),
+                  has_receiver=None)
+
+# In order: for one call, the first entry whose conditions hold decides.
+APIS: tuple[Api, ...] = (
+    # backward variants
+    # distributed autograd keeps its gradients in its own context, not in .grad
+    Api("backward", None, qualname_prefix="torch.distributed", follows_aliases=True, has_receiver=None),
+    Api("backward", _E.BACKWARD, Framework.APEX, receiver=Role.OPTIMIZER, loss=_FIRST),  # applies the loss scale only
+    Api("backward", _E.BACKWARD, _ACCELERATE, receiver=Role.ACCELERATOR, loss=_FIRST,
+        divides_loss=LossScaling.WITH_ACCUMULATION_STEPS),
+    Api("backward", _E.BACKWARD, _FABRIC, receiver=Role.FABRIC, loss=_FIRST),  # Fabric never scales the loss
+    Api("backward", _E.BACKWARD, _DEEPSPEED, receiver=Role.DEEPSPEED, loss=_FIRST,
+        divides_loss=LossScaling.WHEN_ENGINE_OWNS_WINDOW),
+    Api("backward", _E.BACKWARD, qualname="torch.autograd.backward", has_receiver=None, loss=_FIRST, target=_NOTHING),
+    Api("backward", _E.BACKWARD, loss=Operand.RECEIVER),  # `loss.backward()`, `scaler.scale(loss).backward()`
+    Api("backward", None, has_receiver=False),
+    Api("manual_backward", _E.BACKWARD, Framework.LIGHTNING, has_receiver=None, loss=_FIRST, target=_NOTHING),
+    # clearing gradients
+    Api("zero_grad", _E.ZERO_GRAD, receiver=Role.OPTIMIZER),
+    Api("zero_grad", _E.ZERO_GRAD, has_receiver=None, model_wide=True),  # model.zero_grad(), a module's own
+    Api("grad", _E.ZERO_GRAD, form=Form.ATTRIBUTE_SET, target=Operand.GRAD_OWNER, model_wide=True),  # p.grad = None
+    Api("div_", _E.GRAD_SCALE, on_grad=True),
+    Api("mul_", _E.GRAD_SCALE, on_grad=True),
+    Api("zero_", _E.ZERO_GRAD, on_grad=True, target=Operand.GRAD_OWNER, model_wide=True),
+    # updates
+    Api("step", _E.STEP, receiver=Role.SCALER, target=_FIRST, roles_of=_FIRST, scaler=Operand.RECEIVER),  # scaler.step(opt)
+    Api("step", _E.SCHEDULER_STEP, receiver=Role.SCHEDULER, receiver_lacks=frozenset({Role.OPTIMIZER}),
+        guessed_receiver_takes_no_arguments=True),
+    Api("step", _E.STEP, _DEEPSPEED, receiver=Role.DEEPSPEED, clears_gradients=True),
+    Api("step", _E.STEP, receiver=Role.OPTIMIZER),
+    Api("step", None),  # env.step(action), sampler.step(): not an update
+    Api("update", _E.SCALER_UPDATE, receiver=Role.SCALER),
+    Api("unscale_", _E.UNSCALE, has_receiver=None, target=_FIRST, scaler=Operand.RECEIVER),
+    # clipping
+    *(Api(name, _E.CLIP, _ACCELERATE, receiver=Role.ACCELERATOR, has_receiver=None, unscales_first=True)
+      for name in _CLIPS),
+    *(Api(name, _E.CLIP, _FABRIC, receiver=Role.FABRIC, has_receiver=None, unscales_first=True) for name in _CLIPS),
+    *(Api(name, _E.CLIP, has_receiver=None) for name in _CLIPS),
+    # torch.compile
+    Api("compile", _E.COMPILE, qualname="torch.compile", follows_aliases=True, has_receiver=None, target=_NOTHING),
+    # gradient synchronisation
+    Api("no_sync", _E.SYNC_CONTROL, _ACCELERATE, receiver=Role.ACCELERATOR, has_receiver=None, target=_FIRST),
+    Api("accumulate", _E.SYNC_CONTROL, _ACCELERATE, receiver=Role.ACCELERATOR, has_receiver=None, target=_FIRST),
+    Api("no_backward_sync", _E.SYNC_CONTROL, _FABRIC, receiver=Role.FABRIC, has_receiver=None, target=_FIRST),
+    DDP_NO_SYNC,
+    Api("set_gradient_accumulation_boundary", _E.SYNC_CONTROL, _DEEPSPEED, has_receiver=None, target=_FIRST),
+    Api("skip_synchronize", _E.SYNC_CONTROL, Framework.HOROVOD, has_receiver=None, target=_FIRST),
+    *(Api(name, _E.SYNC_CONTROL, Framework.OTHER, has_receiver=None, target=_FIRST) for name in _SYNC_SWITCHES),
+    Api("require_backward_grad_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_SET),
+    Api("no_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_READ),  # `ctx = model.no_sync if ... else nullcontext`
+    Api("gradient_accumulation_steps", None, _ACCELERATE, form=Form.ATTRIBUTE_SET,
+        grants=Role.ACCELERATOR_ACCUMULATES),  # `accelerator.gradient_accumulation_steps = n`
+    # checkpoints
+    Api("load_state_dict", _E.LOAD_STATE),
+    Api("state_dict", _E.STATE_DICT, arguments=False),
+    Api("save", _E.SAVE, qualname="torch.save", follows_aliases=True, has_receiver=None),
+    *(Api(name, _E.SAVE, Framework.SAFETENSORS, qualname=f"safetensors.torch.{name}", follows_aliases=True,
+          has_receiver=None) for name in ("save_file", "save_model", "save")),
+    Api("save", _E.SAVE, _ACCELERATE, receiver=Role.ACCELERATOR),
+    Api("save_file", _E.SAVE, _ACCELERATE, receiver=Role.ACCELERATOR),
+    Api("save", _E.SAVE, _FABRIC, receiver=Role.FABRIC),
+    Api("save_file", _E.SAVE, _FABRIC, receiver=Role.FABRIC),
+    # running totals
+    Api("append", _E.LOSS_TOTAL, None, arguments=True, loss=_FIRST),
+)
+
+
+@dataclass(frozen=True)
+class Constructor:
+    """Calls whose result has a role, matched on the called name: the last part of the name resolved
+    through imports (or the method name), the whole resolved name, or a part of it."""
+
+    role: Role
+    framework: Framework
+    names: frozenset[str] = frozenset()  # last names: `AdamW`, `get_scheduler`
+    qualname: str | None = None  # the whole resolved name: `torch.compile`
+    module_word: str | None = None  # any call whose resolved name contains this (`torch.optim.lr_scheduler.X`)
+    capitalised: bool = False  # ... and only classes (or `factory_prefix` functions) from there
+    factory_prefix: str | None = None
+    pattern: re.Pattern[str] | None = None  # names matched by shape (`get_cosine_schedule_with_warmup`)
+    pattern_word: str | None = None  # a word every name the pattern matches contains
+    suffix: str | None = None  # `...Loss` classes
+
+    @property
+    def words(self) -> frozenset[str]:
+        """Text a file that calls this constructor contains, whatever the import aliases."""
+        words = set(self.names)
+        if self.qualname:
+            words.add(self.qualname.rsplit(".", 1)[-1])
+        words.update(w.strip(".") for w in (self.module_word, self.pattern_word, self.suffix, self.factory_prefix) if w)
+        return frozenset(words)
+
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# In order: the first that matches decides.
+COMPILE = Constructor(Role.COMPILED, _TORCH, qualname="torch.compile")
+WRAPPERS = Constructor(Role.DDP, _DDP, _names("DistributedDataParallel DDP FullyShardedDataParallel FSDP"))
+SCALERS = Constructor(Role.SCALER, _TORCH, _names("GradScaler ShardedGradScaler"))
+SCHEDULERS = Constructor(
+    Role.SCHEDULER, _TORCH,
+    _names("LambdaLR MultiplicativeLR StepLR MultiStepLR ConstantLR LinearLR ExponentialLR SequentialLR "
+           "CosineAnnealingLR ChainedScheduler ReduceLROnPlateau CyclicLR CosineAnnealingWarmRestarts OneCycleLR "
+           "PolynomialLR get_scheduler create_scheduler create_scheduler_v2 CosineLRScheduler StepLRScheduler "
+           "PlateauLRScheduler"),
+    module_word="lr_scheduler",
+    pattern=re.compile(r"get_\w*schedule"), pattern_word="schedule")  # transformers' get_*_schedule_with_warmup
+OPTIMIZERS = Constructor(
+    Role.OPTIMIZER, _TORCH,
+    _names("SGD Adam AdamW Adagrad Adadelta Adamax ASGD LBFGS NAdam RAdam RMSprop Rprop SparseAdam Adafactor Lion "
+           "LAMB Lamb FusedAdam FusedLAMB FusedSGD AdamW8bit Adam8bit PagedAdamW PagedAdamW8bit DeepSpeedCPUAdam Muon "
+           "Shampoo create_optimizer create_optimizer_v2 ZeroRedundancyOptimizer"),
+    module_word=".optim.", capitalised=True, factory_prefix="create_optimizer")  # bitsandbytes.optim.AdamW8bit
+ACCELERATOR = Constructor(Role.ACCELERATOR, _ACCELERATE, _names("Accelerator"))
+FABRIC = Constructor(Role.FABRIC, _FABRIC, _names("Fabric"))
+LOSSES = Constructor(
+    Role.CRITERION, _TORCH,
+    _names("cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss binary_cross_entropy "
+           "binary_cross_entropy_with_logits kl_div ctc_loss"),
+    suffix="Loss")
+CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS, OPTIMIZERS, ACCELERATOR, FABRIC, LOSSES)
+
+# Keywords of constructors that change what the result does.
+ACCUMULATION_STEPS_KEYWORD = "gradient_accumulation_steps"  # Accelerator(gradient_accumulation_steps=N)
+REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
+IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid items only
+DROP_LAST_KEYWORD = "drop_last"  # DataLoader(drop_last=True): an epoch has no incomplete last batch
+
+# Calls whose results are the prepared objects, element by element.
+DEEPSPEED_INITIALIZE = "deepspeed.initialize"  # -> engine, optimizer, dataloader, scheduler
+PREPARE_METHODS = frozenset({"prepare", "setup"})  # accelerator.prepare(...), fabric.setup(...)
+
+
+@dataclass(frozen=True)
+class NameGuess:
+    """A role read from a name when nothing in the file binds it (a parameter called `optimizer`)."""
+
+    role: Role
+    pattern: re.Pattern[str]
+    words: tuple[str, ...]  # text every matching name contains
+
+
+# In order; a name containing "noise" is never guessed a scheduler (diffusers' noise_scheduler).
+NAME_GUESSES: tuple[NameGuess, ...] = (
+    NameGuess(Role.SCALER, re.compile(r"(^|_)scaler$"), ("scaler",)),
+    NameGuess(Role.SCHEDULER, re.compile(r"(^|_)(lr_)?sched(uler)?(_\w+)?$|^scheduler"), ("sched",)),
+    NameGuess(Role.OPTIMIZER, re.compile(r"^(opt|optim|optimizer|optimiser)(_?\w+)?$|_(opt|optim|optimizer|optimiser)\d*$"),
+              ("opt",)),
+    NameGuess(Role.ACCELERATOR, re.compile(r"^accelerator$"), ("accelerator",)),
+    NameGuess(Role.FABRIC, re.compile(r"^fabric$"), ("fabric",)),
+)
+NOT_A_SCHEDULER_WORD = "noise"
+
+
+class LossOp(Tag):
+    """What a method called on a loss does to it (losses.py)."""
+
+    DIVIDES = "divides"
+    MULTIPLIES = "multiplies"
+    AMP_SCALES = "amp-scales"  # scaler.scale(loss), amp.scale_loss(loss, opt): the loss scale, not accumulation
+    DETACHES = "detaches"  # the result carries no graph
+    KEEPS = "keeps"  # the same loss, reshaped or reduced
+
+
+LOSS_OPERATIONS: dict[str, LossOp] = {
+    "div": LossOp.DIVIDES, "div_": LossOp.DIVIDES, "true_divide": LossOp.DIVIDES,
+    "mul": LossOp.MULTIPLIES, "mul_": LossOp.MULTIPLIES,
+    "scale": LossOp.AMP_SCALES, "scale_loss": LossOp.AMP_SCALES,
+    "item": LossOp.DETACHES, "detach": LossOp.DETACHES, "tolist": LossOp.DETACHES, "cpu": LossOp.DETACHES,
+    "mean": LossOp.KEEPS, "sum": LossOp.KEEPS, "squeeze": LossOp.KEEPS, "float": LossOp.KEEPS, "to": LossOp.KEEPS,
+    "view": LossOp.KEEPS, "reshape": LossOp.KEEPS, "contiguous": LossOp.KEEPS,
+}
+DETACHING_FUNCTIONS = frozenset({"float"})  # float(loss): a Python number
+ITEM_COUNTS = frozenset({"sum", "count_nonzero"})  # `mask.sum()`: a per-micro-batch count of valid items
+# The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value.
+IGNORED_LABEL = -100
+
+
+@dataclass(frozen=True)
+class Hook:
+    """A method a framework calls for the user: the framework's loop runs around it."""
+
+    name: str
+    framework: Framework
+    base: str  # the class the method's class derives from
+    divides_loss: LossScaling
+    switch: str  # the attribute that turns the framework's optimisation off (manual optimisation)
+
+
+LIGHTNING_TRAINING_STEP = Hook("training_step", Framework.LIGHTNING, "LightningModule",
+                               LossScaling.AUTOMATIC_OPTIMIZATION, "automatic_optimization")
+HOOKS: tuple[Hook, ...] = (LIGHTNING_TRAINING_STEP,)
+# The key of the loss in a dict a hook returns (`return {"loss": loss, "log": ...}`).
+RETURNED_LOSS_KEY = "loss"
+
+# What the schedule length is given as (ACC402): keywords of scheduler constructors, or the third
+# positional argument of transformers' get_*_schedule*(optimizer, warmup, total).
+SCHEDULE_LENGTH_KEYWORDS = ("T_max", "num_training_steps", "total_steps", "total_iters", "steps_per_epoch")
+SCHEDULE_LENGTH_POSITION = 2
+LENGTH_FUNCTION = "len"  # len(loader): a length counted in micro-batches
+
+
+def apis_named(name: str) -> tuple[Api, ...]:
+    return _BY_NAME.get(name, ())
+
+
+def apis_resolved(qualname: str) -> tuple[Api, ...]:
+    """Entries matched through imports that `qualname` (an aliased call resolved) names."""
+    last = qualname.rsplit(".", 1)[-1]
+    return tuple(api for api in _FOLLOWING_ALIASES if api.name == last and matches_qualname(api, qualname))
+
+
+def matches_qualname(api: Api, qualname: str) -> bool:
+    return qualname == api.qualname or (api.qualname_prefix is not None and qualname.startswith(api.qualname_prefix))
+
+
+def _by_name() -> dict[str, tuple[Api, ...]]:
+    table: dict[str, list[Api]] = {}
+    for api in APIS:
+        if api.form is Form.CALL:
+            table.setdefault(api.name, []).append(api)
+    return {name: tuple(apis) for name, apis in table.items()}
+
+
+_BY_NAME = _by_name()
+_FOLLOWING_ALIASES = tuple(api for api in APIS if api.follows_aliases)
+ATTRIBUTES_SET: dict[str, Api] = {api.name: api for api in APIS if api.form is Form.ATTRIBUTE_SET}
+ATTRIBUTES_READ: dict[str, Api] = {api.name: api for api in APIS if api.form is Form.ATTRIBUTE_READ}

@@ -1,0 +1,215 @@
+"""The loss-fact tracer: what the dataflow says about a loss expression before it is backpropagated.
+
+Starting from the expression handed to backward (or summed into a total, or returned by a hook), it
+follows the definitions that reach it in the same scope: divisions and multiplications (scaling),
+detaching calls, the criterion or model call that produced it (its reduction, whether it averages
+over a varying number of valid items). What it cannot follow makes the facts unknown, and rules
+that need them stay silent.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from gradcheck_accum.lint import catalogue as cat
+from gradcheck_accum.lint.bindings import constructor_roles, no_roles
+from gradcheck_accum.lint.catalogue import LossOp
+from gradcheck_accum.lint.lazy import cst
+from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, keyword
+from gradcheck_accum.lint.predicates import is_accumulation_count
+from gradcheck_accum.lint.vocabulary import NO_ROLES, DefOp, Role, Scope
+
+
+@dataclass
+class LossFacts:
+    """What the dataflow says about a backpropagated loss expression."""
+
+    known: bool = True  # every definition was traced to something we understand
+    scaled: bool = False  # divided or multiplied after it was computed
+    divisions: list[tuple[cst.CSTNode, cst.BaseExpression]] = field(default_factory=list)  # (node, divisor)
+    token_level: bool = False  # a mean over a variable number of valid items
+    sum_reduced: bool = False
+    detached: bool = False
+    names: set[str] = field(default_factory=set)  # every name the expression was traced through
+
+
+class LossTracer:
+    def __init__(self, module: cst.Module, imports: ImportMap, scopes: list[Scope]) -> None:
+        self.module, self.imports, self.scopes = module, imports, scopes
+
+    def facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
+        """The facts of `expr` as evaluated just before program point `before` in `scope`."""
+        facts = LossFacts()
+        if expr is None:
+            facts.known = False
+            return facts
+        self._trace(expr, scope, before, facts, 0)
+        return facts
+
+    def _trace(self, node: cst.BaseExpression, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
+        if depth > 8:
+            facts.known = False
+            return
+        if isinstance(node, cst.BinaryOperation):
+            if isinstance(node.operator, (cst.Divide, cst.Multiply, cst.FloorDivide)):
+                facts.scaled = True
+                if isinstance(node.operator, cst.Divide):
+                    facts.divisions.append((node, node.right))
+                    if _is_count_of_items(node.right):
+                        facts.token_level = True
+                self._trace(node.left, scope, before, facts, depth + 1)
+                return
+            self._trace(node.left, scope, before, facts, depth + 1)
+            self._trace(node.right, scope, before, facts, depth + 1)
+            return
+        if isinstance(node, cst.Call):
+            self._trace_call(node, scope, before, facts, depth)
+            return
+        if isinstance(node, (cst.Subscript, cst.Attribute)) and dotted(node) is None or (
+                isinstance(node, cst.Attribute) and node.attr.value == "data"):
+            if isinstance(node, cst.Attribute) and node.attr.value == "data":
+                facts.detached = True
+            self._trace(node.value, scope, before, facts, depth + 1)
+            return
+        name = dotted(node)
+        if name is None:
+            return
+        facts.names.add(name)
+        if isinstance(node, cst.Attribute) and node.attr.value == "loss" and not scope.defs_of(name, before):
+            # `outputs.loss`: a model's mean loss, over valid tokens only when labels carry -100
+            if self._masked_labels(node.value, scope, before):
+                facts.token_level = True
+            return
+        defs = scope.defs_of(name, before)
+        if not defs:
+            if isinstance(node, cst.Attribute):
+                self._trace(node.value, scope, before, facts, depth + 1)
+            else:
+                facts.known = False  # a parameter or global we cannot follow
+            return
+        # The definitions that can reach `before`: the last unconditional one and any later ones.
+        reaching = []
+        for d in reversed(defs):
+            reaching.append(d)
+            if not d.ctx.guards and not d.ctx.in_handler and d.op.rebinds and d.ctx.loops == defs[-1].ctx.loops:
+                break
+        for d in reaching:
+            if d.op.scales:
+                facts.scaled = True
+                if d.op is DefOp.DIVIDE and d.value is not None:
+                    facts.divisions.append((d.node, d.value))
+            elif d.op is DefOp.LOOP_TARGET:
+                facts.known = False
+            elif d.value is not None:
+                if d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)) and d.index is not None:
+                    self._trace(d.value.elements[d.index].value, scope, d.order, facts, depth + 1)
+                else:
+                    self._trace(d.value, scope, d.order, facts, depth + 1)
+
+    def _trace_call(self, node: cst.Call, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
+        receiver, method = call_receiver(node)
+        operation = cat.LOSS_OPERATIONS.get(method or "")
+        if operation in (LossOp.DIVIDES, LossOp.MULTIPLIES) and receiver is not None:
+            facts.scaled = True
+            if operation is LossOp.DIVIDES and node.args:
+                facts.divisions.append((node, node.args[0].value))
+            self._trace(receiver, scope, before, facts, depth + 1)
+            return
+        if operation is LossOp.AMP_SCALES and node.args:
+            # scaler.scale(loss) / amp.scale_loss(loss, opt): the loss scale, not accumulation
+            self._trace(node.args[0].value, scope, before, facts, depth + 1)
+            return
+        if operation is LossOp.DETACHES or (receiver is None and method in cat.DETACHING_FUNCTIONS):
+            facts.detached = True
+            return
+        if operation is LossOp.KEEPS and receiver is not None:
+            self._trace(receiver, scope, before, facts, depth + 1)
+            return
+        callee = dotted(node.func)
+        roles = constructor_roles(node, self.imports, no_roles) | self._roles_of(callee, scope)
+        if Role.SUM_LOSS in roles:
+            facts.sum_reduced = True
+        if Role.TOKEN_LOSS in roles:
+            facts.token_level = True
+        # Only producers whose reduction we know count: torch losses and criteria, and model
+        # forwards (HF-style `.loss`). Anything else (`compute_loss(...)`) may sum or scale inside.
+        if any(is_accumulation_count(a.value, None, scope) for a in node.args) or any(
+                a.keyword is not None and "num_items" in a.keyword.value for a in node.args):
+            facts.known = False  # N, or the window's item count, is handed to the producer
+        elif not (Role.CRITERION in roles or (self.imports.qualify(node.func) or "").startswith("torch")
+                  or _is_model_like(callee)):
+            facts.known = False
+
+    def _masked_labels(self, outputs: cst.BaseExpression, scope: Scope, before: int) -> bool:
+        """`outputs = model(..., labels=y)` where `y[...] = -100` masks items out in this scope."""
+        calls = [d.value for d in scope.defs_of(dotted(outputs) or "", before) if isinstance(d.value, cst.Call)]
+        if isinstance(outputs, cst.Call):
+            calls.append(outputs)
+        for call in calls:
+            labels = dotted(keyword(call, "labels"))
+            if labels and any(d.op is DefOp.ITEM and _is_ignored_label(d.value) for d in scope.defs_of(labels)):
+                return True
+        return False
+
+    def _roles_of(self, name: str | None, scope: Scope) -> frozenset[Role]:
+        """Roles of the constructors a name is bound to here, at module level, or (for `self.x`) in any method."""
+        if not name:
+            return NO_ROLES
+        roles: frozenset[Role] = NO_ROLES
+        for d in scope.defs_of(name):
+            if isinstance(d.value, cst.Call):
+                roles |= constructor_roles(d.value, self.imports, no_roles)
+        for s in self.scopes:
+            if s.node is self.module or name.startswith("self."):
+                for d in s.defs_of(name):
+                    if isinstance(d.value, cst.Call):
+                        roles |= constructor_roles(d.value, self.imports, no_roles)
+        return roles
+
+
+def summed_loss_name(expr: cst.BaseExpression | None) -> str | None:
+    """`loss`, or `loss * inputs.size(0)` / `loss / n`: arithmetic keeps the graph just the same."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Divide)):
+        return summed_loss_name(expr.left) or summed_loss_name(expr.right)
+    return dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+
+
+def returned_loss(expr: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """`return loss` or `return {"loss": loss, ...}` (what a Lightning training_step hands back)."""
+    if isinstance(expr, cst.Dict):
+        for element in expr.elements:
+            if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) \
+                    and element.key.evaluated_value == cat.RETURNED_LOSS_KEY:
+                return element.value
+        return None
+    return expr
+
+
+_MODEL_WORDS = re.compile(r"model|net|module|engine|encoder|decoder|transformer|gpt|bert|unet|policy", re.I)
+_CRITERION_NAMES = re.compile(r"^(criterion\w*|loss_fn|loss_func|loss_fct|lossfn|loss_function)$")
+
+
+def _is_model_like(callee: str | None) -> bool:
+    """A forward pass or a criterion called by its conventional name: both return a mean loss."""
+    if not callee:
+        return False
+    last = callee.split(".")[-1]
+    return last in {"forward", "__call__"} or bool(_MODEL_WORDS.search(last) or _CRITERION_NAMES.match(last))
+
+
+def _is_ignored_label(value: cst.BaseExpression | None) -> bool:
+    """The literal -100, the ignore_index of torch's and Hugging Face's cross-entropy."""
+    return isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) and \
+        isinstance(value.expression, cst.Integer) and value.expression.value == str(-cat.IGNORED_LABEL)
+
+
+def _is_count_of_items(node: cst.BaseExpression) -> bool:
+    """`mask.sum()`, `(labels != -100).sum()`, `num_valid`: a per-micro-batch item count."""
+    if isinstance(node, cst.Call):
+        receiver, method = call_receiver(node)
+        if method in cat.ITEM_COUNTS and receiver is not None:
+            return True
+        if method == "clamp" and receiver is not None:
+            return _is_count_of_items(receiver)
+    return False

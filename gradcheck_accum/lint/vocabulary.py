@@ -1,0 +1,229 @@
+"""The words of the file model: what a call does, what a name is, which framework owns it, and the
+records that one ordered walk over a scope produces (walker.py). Windows (windows.py) and boundary
+predicates (predicates.py) are built from these records; rules read them through model.py.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gradcheck_accum.lint.lazy import cst
+from gradcheck_accum.lint.names import dotted
+
+if TYPE_CHECKING:  # annotations only: libcst is loaded lazily (see lazy.py)
+    from gradcheck_accum.lint.catalogue import Api
+
+    Loop = cst.For | cst.While
+
+
+class Tag(enum.Enum):
+    """An enum whose members hash by identity: sets of them are built and tested on every call the
+    walker meets, and Enum's own hash (of the member's name) is a Python-level call."""
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+
+class EventKind(Tag):
+    """What a call (or assignment) does to the training state."""
+
+    BACKWARD = "backward"
+    ZERO_GRAD = "zero_grad"  # gradients cleared: zero_grad(), `p.grad = None`, `p.grad.zero_()`
+    STEP = "step"  # an optimizer update: optimizer.step(), scaler.step(opt), engine.step()
+    SCALER_UPDATE = "scaler_update"
+    UNSCALE = "unscale"
+    SCHEDULER_STEP = "scheduler_step"
+    CLIP = "clip"
+    COMPILE = "compile"
+    SYNC_CONTROL = "sync_control"  # no_sync(), require_backward_grad_sync =, accumulate(), no_backward_sync()
+    MODEL_CALL = "model_call"  # `m(...)` / `m.forward(...)` on a local object
+    LOAD_STATE = "load_state"
+    STATE_DICT = "state_dict"
+    SAVE = "save"
+    LOSS_TOTAL = "loss_total"  # `total += x` / `xs.append(x)`: what may keep a loss graph alive
+    HELPER_CALL = "helper_call"  # a call to a function defined in this file
+    SCHEDULER_BUILT = "scheduler_built"  # `name = <scheduler constructor>(...)`
+    RETURN = "return"
+    GRAD_SCALE = "grad_scale"  # `p.grad.div_(n)`, `p.grad /= n`: the accumulated gradient is rescaled
+
+
+# What a call to a same-file helper brings into its caller's window.
+HELPER_EFFECTS = frozenset({EventKind.BACKWARD, EventKind.ZERO_GRAD, EventKind.STEP, EventKind.SCALER_UPDATE,
+                            EventKind.UNSCALE, EventKind.SCHEDULER_STEP, EventKind.CLIP, EventKind.SYNC_CONTROL,
+                            EventKind.GRAD_SCALE})
+
+
+class Role(Tag):
+    """What a name holds, from what bound it (bindings.py) or, for a few roles, from the name itself."""
+
+    OPTIMIZER = "optimizer"
+    SCHEDULER = "scheduler"
+    SCALER = "scaler"  # torch.amp.GradScaler and its sharded variant
+    COMPILED = "compiled"  # a torch.compile wrapper
+    DDP = "ddp"  # DistributedDataParallel / FSDP wrapper
+    WRAPS_COMPILED = "wraps-compiled"  # a DDP/FSDP wrapper around a compiled module: `.module` is compiled
+    ACCELERATOR = "accelerator"
+    ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)
+    FABRIC = "fabric"
+    DEEPSPEED = "deepspeed"  # an engine (or its optimizer/scheduler) from deepspeed.initialize
+    PREPARED = "prepared"  # returned by accelerator.prepare: steps and zero_grads skip non-sync steps
+    SUM_LOSS = "sum-loss"  # a criterion with reduction="sum"
+    TOKEN_LOSS = "token-loss"  # a criterion with an explicit ignore_index
+    CRITERION = "criterion"  # a loss function or its result
+
+
+Roles = frozenset  # frozenset[Role]
+NO_ROLES: frozenset[Role] = frozenset()
+
+
+class Framework(Tag):
+    """Who owns an API: what it does is the framework's semantics (catalogue.py)."""
+
+    TORCH = "torch"
+    DDP = "ddp"  # torch.nn.parallel.DistributedDataParallel and FSDP
+    ACCELERATE = "accelerate"
+    FABRIC = "fabric"
+    DEEPSPEED = "deepspeed"
+    LIGHTNING = "lightning"
+    APEX = "apex"  # and other FP16 optimizers whose `optimizer.backward(loss)` applies the loss scale
+    HOROVOD = "horovod"
+    SAFETENSORS = "safetensors"
+    OTHER = "other"  # a sync switch some distributed engines expose; what owns it does not matter here
+
+    @property
+    def display(self) -> str:
+        return _DISPLAY.get(self, self.value)
+
+
+_DISPLAY = {Framework.DEEPSPEED: "DeepSpeed", Framework.LIGHTNING: "Lightning", Framework.DDP: "DDP"}
+
+
+class Fact(Tag):
+    """What a rule may need from a file besides events and roles; evidence.py says what text each
+    needs, from the catalogue."""
+
+    TRAINING_LOOP = "training loop"  # a for/while loop that reaches a backward call: where windows are
+    LOSS_DIVIDED = "loss divided"  # `/`, `.div(...)` on a loss
+    DATA_LENGTH = "data length"  # `len(loader)`
+    DROP_LAST = "drop last"  # a DataLoader's drop_last
+    FRAMEWORK_DIVIDES_LOSS = "framework divides the loss"  # a backward or hook that already divides by N
+    HOOKS = "hooks"  # methods a framework's own loop calls (Lightning's training_step)
+    AMP_SCALED_LOSS = "AMP-scaled loss"  # `scaler.scale(loss)`
+
+
+class DefOp(Tag):
+    """How a Def binds its name."""
+
+    ASSIGN = "="
+    ADD = "+="
+    SUBTRACT = "-="
+    MULTIPLY = "*="
+    DIVIDE = "/="
+    FLOOR_DIVIDE = "//="
+    OTHER_AUGMENTED = "op="
+    LOOP_TARGET = "for"
+    UNPACK = "unpack"  # one target of `a, b = value`; Def.index says which
+    ITEM = "item"  # `name[...] = value` fills the container `name`
+
+    @property
+    def rebinds(self) -> bool:
+        """A plain assignment or unpacking: the name's old value is gone."""
+        return self in (DefOp.ASSIGN, DefOp.UNPACK)
+
+    @property
+    def scales(self) -> bool:
+        return self in (DefOp.DIVIDE, DefOp.MULTIPLY, DefOp.FLOOR_DIVIDE)
+
+
+@dataclass(frozen=True)
+class Guard:
+    test: cst.BaseExpression
+    positive: bool  # True in the `if` body, False in `else`/`elif`
+    owner: cst.CSTNode  # the If statement
+    depth: int  # how many loops enclose the If: the guard sits inside loops[:depth]
+
+
+@dataclass(frozen=True)
+class Context:
+    guards: tuple[Guard, ...] = ()
+    loops: tuple[Loop, ...] = ()
+    withs: tuple[cst.Call, ...] = ()  # calls in enclosing `with` items
+    in_handler: bool = False  # inside except/finally/match: conditions we cannot read
+
+    def push_guard(self, guard: Guard) -> "Context":
+        return Context(self.guards + (guard,), self.loops, self.withs, self.in_handler)
+
+    def push_loop(self, loop: Loop) -> "Context":
+        return Context(self.guards, self.loops + (loop,), self.withs, self.in_handler)
+
+    def push_withs(self, calls: tuple[cst.Call, ...]) -> "Context":
+        return Context(self.guards, self.loops, self.withs + calls, self.in_handler)
+
+    def handler(self) -> "Context":
+        return Context(self.guards, self.loops, self.withs, True)
+
+    @property
+    def conditional(self) -> bool:
+        return bool(self.guards or self.loops or self.in_handler)
+
+
+@dataclass
+class Event:
+    kind: EventKind
+    node: cst.CSTNode
+    ctx: Context
+    order: int  # place in program order, file-wide
+    api: Api | None = None  # the catalogue entry the call matched (None for assignments, returns, local calls)
+    target: str | None = None  # dotted name of the object acted on (optimizer, scaler, model...)
+    roles: frozenset[Role] = NO_ROLES  # what that object is at this point
+    expr: cst.BaseExpression | None = None  # backward: the loss; loss_total: the added value; return: the value
+    scaler: str | None = None  # the GradScaler involved: `scaler.scale(loss).backward()`, `scaler.step(opt)`
+    model_wide: bool = False  # zero_grad: clears a model's or parameters' gradients, not one optimizer's
+    passed_names: frozenset[str] = frozenset()  # save: the names passed whole as arguments
+    argument_names: frozenset[str] = frozenset()  # model_call: every name read in the arguments
+    via_helper: str | None = None  # the helper function's name when this event stands for a call to it
+    stmt: cst.CSTNode | None = None  # the statement the event belongs to (what a fix moves)
+
+    @property
+    def framework(self) -> Framework | None:
+        return self.api.framework if self.api is not None else None
+
+    @property
+    def expr_name(self) -> str | None:
+        """The dotted name of `expr` when it is a plain name (`loss`, `out.loss`)."""
+        return dotted(self.expr) if self.expr is not None else None
+
+
+@dataclass
+class Def:
+    """An assignment `name = value` (or `name op= value`, a loop target, ...) seen in a scope."""
+
+    name: str
+    value: cst.BaseExpression | None
+    order: int
+    ctx: Context
+    op: DefOp = DefOp.ASSIGN
+    index: int | None = None  # element index for tuple unpacking and loop targets
+    node: cst.CSTNode | None = None
+
+
+@dataclass
+class Scope:
+    node: cst.Module | cst.FunctionDef
+    name: str
+    class_bases: tuple[str, ...] = ()  # bases of the enclosing class, for methods
+    events: list[Event] = field(default_factory=list)
+    defs: dict[str, list[Def]] = field(default_factory=dict)
+    loops: list[Loop] = field(default_factory=list)
+    loop_end: dict[int, int] = field(default_factory=dict)  # id(loop) -> last order inside it
+    loop_start: dict[int, int] = field(default_factory=dict)
+    env: dict[str, frozenset[Role]] = field(default_factory=dict)  # name -> roles, while walking
+    drop_last: bool = False  # a DataLoader here drops its incomplete last batch
+
+    def defs_of(self, name: str, before: int | None = None) -> list[Def]:
+        found = self.defs.get(name, [])
+        return [d for d in found if before is None or d.order < before]

@@ -1,0 +1,346 @@
+"""One ordered walk over each scope that records the calls the catalogue knows as events.
+
+Every event carries its context: the `if` guards, loops and `with` items around it, and its place
+in program order. Calls are classified from the catalogue (catalogue.py), names get their roles
+from bindings.py; the window model (windows.py) is built from the events.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gradcheck_accum.lint import catalogue as cat
+from gradcheck_accum.lint.bindings import constructor_roles, roles_from_name, unpacked_roles
+from gradcheck_accum.lint.catalogue import Api, Operand
+from gradcheck_accum.lint.lazy import cst
+from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, iter_calls, iter_names, keyword, positional
+from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Guard, Role, Scope
+
+if TYPE_CHECKING:
+    from gradcheck_accum.lint.vocabulary import Loop
+
+_AUGMENTED = {"AddAssign": DefOp.ADD, "DivideAssign": DefOp.DIVIDE, "MultiplyAssign": DefOp.MULTIPLY,
+              "SubtractAssign": DefOp.SUBTRACT, "FloorDivideAssign": DefOp.FLOOR_DIVIDE}
+_ORIG_MOD = "_orig_mod"  # the module a torch.compile wrapper wraps
+
+
+class ScopeWalker:
+    """Walks the statements of one scope in order. Nested defs are separate scopes."""
+
+    def __init__(self, scope: Scope, imports: ImportMap, seed: dict[str, frozenset[Role]],
+                 local_functions: set[str], counter: list[int]) -> None:
+        self.scope = scope
+        self.imports = imports
+        self.env = scope.env  # the scope keeps the final bindings (module globals, self attributes)
+        self.env.update(seed)
+        self.local_functions = local_functions
+        self.counter = counter  # shared across scopes so orders are file-wide
+        self.statement: cst.CSTNode | None = None
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def tick(self) -> int:
+        self.counter[0] += 1
+        return self.counter[0]
+
+    def roles(self, node: cst.CSTNode | None) -> frozenset[Role]:
+        """Roles of an expression at the current point of the walk."""
+        if node is None:
+            return NO_ROLES
+        if isinstance(node, cst.Call):
+            receiver, method = call_receiver(node)
+            if method == "getattr" and receiver is None:
+                return NO_ROLES  # getattr(m, "_orig_mod", m): the unwrapped module
+            return constructor_roles(node, self.imports, self.roles)
+        if isinstance(node, cst.IfExp):
+            if _tests_orig_mod(node.test):
+                return NO_ROLES  # `m._orig_mod if hasattr(m, "_orig_mod") else m`: never the wrapper
+            return self.roles(node.body) | self.roles(node.orelse)
+        if isinstance(node, cst.BooleanOperation):
+            return self.roles(node.left) | self.roles(node.right)
+        if isinstance(node, cst.Attribute) and node.attr.value == _ORIG_MOD:
+            return NO_ROLES
+        if isinstance(node, cst.Attribute) and node.attr.value == "module":
+            # ddp_model.module is what DDP wrapped: compiled if it wrapped a compiled module.
+            if Role.WRAPS_COMPILED in self.roles(node.value):
+                return frozenset({Role.COMPILED})
+        name = dotted(node)
+        if name is None:
+            return NO_ROLES
+        if name in self.env:
+            return self.env[name] | (roles_from_name(name) if not self.env[name] else NO_ROLES)
+        return roles_from_name(name)
+
+    def bind(self, name: str, roles: frozenset[Role], ctx: Context) -> None:
+        # A binding outside any branch replaces what the name was; inside one it may or may not run.
+        if ctx.conditional:
+            self.env[name] = self.env.get(name, NO_ROLES) | roles
+        else:
+            self.env[name] = roles
+
+    def add_def(self, d: Def) -> None:
+        self.scope.defs.setdefault(d.name, []).append(d)
+
+    def emit(self, kind: EventKind, node: cst.CSTNode, ctx: Context, **fields) -> Event:
+        event = Event(kind, node, ctx, self.tick(), stmt=self.statement, **fields)
+        self.scope.events.append(event)
+        return event
+
+    # -- statements ---------------------------------------------------------------------------
+    def walk_block(self, body, ctx: Context) -> None:
+        for stmt in body:
+            self.walk_stmt(stmt, ctx)
+            if isinstance(stmt, cst.If) and stmt.orelse is None and _exits(stmt.body):
+                # `if not need_update: continue` guards everything after it in this block
+                ctx = ctx.push_guard(Guard(stmt.test, False, stmt, len(ctx.loops)))
+
+    def walk_stmt(self, stmt: cst.CSTNode, ctx: Context) -> None:
+        self.statement = stmt
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                self.walk_small(small, ctx)
+        elif isinstance(stmt, cst.If):
+            self.walk_if(stmt, ctx)
+        elif isinstance(stmt, (cst.For, cst.While)):
+            self.walk_loop(stmt, ctx)
+        elif isinstance(stmt, cst.With):
+            calls = tuple(call for item in stmt.items for call in iter_calls(item.item))
+            for item in stmt.items:
+                self.scan_expression(item.item, ctx)
+                if item.asname is not None and isinstance(item.asname.name, cst.Name):
+                    self.add_def(Def(item.asname.name.value, item.item, self.tick(), ctx, node=stmt))
+            self.walk_block(stmt.body.body, ctx.push_withs(calls))
+        elif isinstance(stmt, cst.Try) or type(stmt).__name__ == "TryStar":
+            self.walk_block(stmt.body.body, ctx)
+            for handler in stmt.handlers:
+                self.walk_block(handler.body.body, ctx.handler())
+            if stmt.orelse is not None:
+                self.walk_block(stmt.orelse.body.body, ctx)
+            if stmt.finalbody is not None:
+                self.walk_block(stmt.finalbody.body.body, ctx.handler())
+        elif isinstance(stmt, cst.Match):
+            self.scan_expression(stmt.subject, ctx)
+            for case in stmt.cases:
+                self.walk_block(case.body.body, ctx.handler())
+        elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            pass  # separate scopes
+        elif isinstance(stmt, cst.SimpleStatementSuite):
+            for small in stmt.body:
+                self.walk_small(small, ctx)
+
+    def walk_if(self, stmt: cst.If, ctx: Context) -> None:
+        self.scan_expression(stmt.test, ctx)
+        self.walk_block(stmt.body.body, ctx.push_guard(Guard(stmt.test, True, stmt, len(ctx.loops))))
+        orelse = stmt.orelse
+        negated = ctx.push_guard(Guard(stmt.test, False, stmt, len(ctx.loops)))
+        if isinstance(orelse, cst.If):
+            self.walk_if(orelse, negated)
+        elif isinstance(orelse, cst.Else):
+            self.walk_block(orelse.body.body, negated)
+
+    def walk_loop(self, loop: Loop, ctx: Context) -> None:
+        self.scope.loops.append(loop)
+        inner = ctx.push_loop(loop)
+        self.scope.loop_start[id(loop)] = self.counter[0] + 1
+        if isinstance(loop, cst.For):
+            self.scan_expression(loop.iter, ctx)
+            for i, target in enumerate(_targets(loop.target)):
+                self.add_def(Def(target, loop.iter, self.tick(), inner, op=DefOp.LOOP_TARGET, index=i, node=loop))
+                self.bind(target, NO_ROLES, inner)
+        else:
+            self.scan_expression(loop.test, inner)
+        self.walk_block(loop.body.body, inner)
+        self.scope.loop_end[id(loop)] = self.counter[0]
+        if loop.orelse is not None:
+            self.walk_block(loop.orelse.body.body, ctx)
+
+    def walk_small(self, small: cst.BaseSmallStatement, ctx: Context) -> None:
+        if isinstance(small, (cst.Import, cst.ImportFrom)):
+            self.imports.add(small)
+            return
+        if isinstance(small, cst.Assign):
+            self.scan_expression(small.value, ctx)
+            for target in small.targets:
+                self.assign(target.target, small.value, ctx, small)
+            return
+        if isinstance(small, cst.AnnAssign):
+            if small.value is not None:
+                self.scan_expression(small.value, ctx)
+                self.assign(small.target, small.value, ctx, small)
+            return
+        if isinstance(small, cst.AugAssign):
+            self.scan_expression(small.value, ctx)
+            name = dotted(small.target)
+            if name:
+                op = _AUGMENTED.get(type(small.operator).__name__, DefOp.OTHER_AUGMENTED)
+                self.add_def(Def(name, small.value, self.tick(), ctx, op=op, node=small))
+                if op is DefOp.ADD:
+                    self.emit(EventKind.LOSS_TOTAL, small, ctx, target=name, expr=small.value)
+                if op in (DefOp.DIVIDE, DefOp.MULTIPLY) and _on_grad(name):
+                    self.emit(EventKind.GRAD_SCALE, small, ctx, target=name)
+            return
+        if isinstance(small, cst.Expr):
+            self.scan_expression(small.value, ctx)
+            return
+        if isinstance(small, cst.Return):
+            if small.value is not None:
+                self.scan_expression(small.value, ctx)
+                self.emit(EventKind.RETURN, small, ctx, expr=small.value)
+            return
+
+    def assign(self, target: cst.BaseExpression, value: cst.BaseExpression, ctx: Context, node) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            names = [dotted(el.value) for el in target.elements]
+            unpacked = None
+            if isinstance(value, cst.Call):
+                unpacked = unpacked_roles(value, self.imports, self.roles, len(names))
+            elif isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(names):
+                unpacked = [self.roles(el.value) for el in value.elements]
+            for i, name in enumerate(names):
+                if not name:
+                    continue
+                self.add_def(Def(name, value, self.tick(), ctx, op=DefOp.UNPACK, index=i, node=node))
+                self.bind(name, unpacked[i] if unpacked else NO_ROLES, ctx)
+            return
+        if isinstance(target, cst.Subscript):
+            # `ckpt["model"] = m.state_dict()` fills the container `ckpt`
+            base = dotted(target.value)
+            if base:
+                self.add_def(Def(base, value, self.tick(), ctx, op=DefOp.ITEM, node=node))
+            return
+        name = dotted(target)
+        if not name:
+            return
+        self.add_def(Def(name, value, self.tick(), ctx, node=node))
+        for read in iter_names(value):
+            api = cat.ATTRIBUTES_READ.get(read.rpartition(".")[2]) if "." in read else None
+            if api is not None:  # `ctx = model.no_sync`: the bound method, entered later
+                self.emit(api.event, node, ctx, api=api, target=name)
+                break
+        roles = self.roles(value)
+        if isinstance(target, cst.Attribute):
+            api = cat.ATTRIBUTES_SET.get(target.attr.value)
+            if api is not None:
+                self._attribute_set(api, target, value, node, ctx)
+        self.bind(name, roles, ctx)
+        if isinstance(value, cst.Call) and Role.SCHEDULER in roles:
+            self.emit(EventKind.SCHEDULER_BUILT, value, ctx, target=name)
+
+    def _attribute_set(self, api: Api, target: cst.Attribute, value: cst.BaseExpression, node, ctx: Context) -> None:
+        owner = dotted(target.value)
+        if api.grants is not None:
+            if owner:  # `accelerator.gradient_accumulation_steps = n` turns accumulation on
+                self.env[owner] = self.roles(target.value) | {api.grants}
+        elif api.event is EventKind.ZERO_GRAD:
+            if isinstance(value, cst.Name) and value.value == "None":  # `p.grad = None`
+                self.emit(api.event, node, ctx, api=api, target=owner, model_wide=api.model_wide)
+        elif api.event is not None:
+            self.emit(api.event, node, ctx, api=api, target=owner)
+
+    # -- calls --------------------------------------------------------------------------------
+    def scan_expression(self, expr: cst.CSTNode, ctx: Context) -> None:
+        for call in iter_calls(expr):
+            self.classify_call(call, ctx)
+
+    def classify_call(self, call: cst.Call, ctx: Context) -> None:
+        receiver, method = call_receiver(call)
+        target = dotted(receiver)
+        owner = self.roles(receiver) if receiver is not None else NO_ROLES
+        resolved = self.imports.qualify(call.func)
+        qual = resolved or dotted(call.func) or ""
+        drop_last = keyword(call, cat.DROP_LAST_KEYWORD)
+        if isinstance(drop_last, cst.Name) and drop_last.value == "True":
+            self.scope.drop_last = True
+        candidates = cat.apis_named(method) if method else ()
+        if qual and qual.rpartition(".")[2] != method:
+            candidates += cat.apis_resolved(qual)  # an aliased import: `from torch import compile as c`
+        for api in candidates:
+            if self._matches(api, call, receiver, target, owner, qual):
+                if api.event is not None:
+                    self._emit_call(api, call, receiver, target, owner, ctx)
+                return
+        callee = dotted(call.func)
+        if callee and (callee in self.local_functions or (callee.startswith("self.") and
+                                                          callee[5:] in self.local_functions)):
+            self.emit(EventKind.HELPER_CALL, call, ctx, target=callee.removeprefix("self."))
+            return
+        if callee and not resolved:
+            # Any other call on a local object: forward passes (`model(x)`, `self.net(x)`) are among them.
+            forward = method == "forward"
+            self.emit(EventKind.MODEL_CALL, call, ctx, target=target if forward else callee,
+                      roles=self.roles(receiver if forward else call.func),
+                      argument_names=frozenset(name for a in call.args for name in iter_names(a.value)))
+
+    def _matches(self, api: Api, call: cst.Call, receiver, target: str | None, owner: frozenset[Role],
+                 qual: str) -> bool:
+        if api.has_receiver is not None and api.has_receiver != (receiver is not None):
+            return False
+        if (api.qualname is not None or api.qualname_prefix is not None) and not cat.matches_qualname(api, qual):
+            return False
+        if api.receiver is not None and api.receiver not in owner:
+            return False
+        if api.receiver_lacks & owner:
+            return False
+        if api.on_grad and not _on_grad(target):
+            return False
+        if api.arguments is not None and api.arguments != bool(call.args):
+            return False
+        if api.guessed_receiver_takes_no_arguments and target not in self.env and \
+                any(a.keyword is None for a in call.args):
+            return False  # a name that only looks like a scheduler, called like something else
+        return True
+
+    def _emit_call(self, api: Api, call: cst.Call, receiver, target: str | None, owner: frozenset[Role],
+                   ctx: Context) -> None:
+        first = positional(call, 0)
+        scaler = target if api.scaler is Operand.RECEIVER else None
+        expr = None
+        if api.loss is Operand.FIRST_ARGUMENT:
+            expr = first
+        elif api.loss is Operand.RECEIVER:
+            expr = receiver
+            if isinstance(receiver, cst.Call):
+                inner_receiver, inner_method = call_receiver(receiver)
+                if inner_method == "scale" and inner_receiver is not None:
+                    expr = positional(receiver, 0) or receiver  # `scaler.scale(loss).backward()`
+                    scaler = dotted(inner_receiver)
+        acted_on = {Operand.RECEIVER: target, Operand.FIRST_ARGUMENT: dotted(first),
+                    Operand.GRAD_OWNER: target.split(".grad")[0] if target else None,
+                    Operand.NOTHING: None}[api.target]
+        roles = self.roles(first) if api.roles_of is Operand.FIRST_ARGUMENT else owner
+        fields: dict = {}
+        if api.event is EventKind.SAVE:
+            fields["passed_names"] = frozenset(name for a in call.args if (name := dotted(a.value)))
+        self.emit(api.event, call, ctx, api=api, target=acted_on, roles=roles, expr=expr, scaler=scaler,
+                  model_wide=api.model_wide, **fields)
+
+
+def _on_grad(name: str | None) -> bool:
+    """`p.grad`, `p.grad.data`: the name reaches a parameter's gradient."""
+    return name is not None and ".grad" in f"{name}."
+
+
+def _tests_orig_mod(test: cst.BaseExpression) -> bool:
+    """`hasattr(m, "_orig_mod")`: the attribute name is part of the code, not prose."""
+    if isinstance(test, cst.Call) and call_receiver(test)[1] == "hasattr" and len(test.args) == 2:
+        name = test.args[1].value
+        return isinstance(name, cst.SimpleString) and name.evaluated_value == _ORIG_MOD
+    return False
+
+
+def _exits(block: cst.BaseSuite) -> bool:
+    """Does the block always leave the enclosing block (continue, break, return, raise)?"""
+    body = block.body
+    last = body[-1] if body else None
+    if isinstance(last, cst.SimpleStatementLine):
+        last = last.body[-1]
+    return isinstance(last, (cst.Continue, cst.Break, cst.Return, cst.Raise))
+
+
+def _targets(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        out = []
+        for el in target.elements:
+            out.extend(_targets(el.value))
+        return out
+    name = dotted(target)
+    return [name] if name else []
