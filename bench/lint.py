@@ -97,9 +97,9 @@ def training_script(target: Path, lines: int = 300) -> Path:
 
 PARSE_BASELINE = """
 import sys, time, libcst
-from gradcheck_accum.lint.rules import ALL_RULES
+from gradcheck_accum.lint.registry import rules
 texts = [open(p, encoding="utf-8", errors="replace").read() for p in sys.argv[1:]]
-chosen = [t for t in texts if any(rule.could_fire(t) for rule in ALL_RULES)]
+chosen = [t for t in texts if any(rule.could_fire(t) for rule in rules())]
 start = time.perf_counter()
 for text in chosen:
     libcst.parse_module(text)

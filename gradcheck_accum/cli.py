@@ -83,7 +83,7 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, fix, 
             settings.select = _codes(select)
         settings.extend_select += _codes(extend_select)
         settings.ignore += _codes(ignore)
-        settings.rules()  # validates the selectors
+        settings.selected()  # validates the selectors
     except config_mod.ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     if show_settings:
@@ -231,14 +231,14 @@ def _files(count: int) -> str:
 def rule(code: str | None, show_all: bool) -> None:
     """Print the documentation page of a rule (by code or name), or list all rules."""
     from gradcheck_accum.lint.pages import page_text
-    from gradcheck_accum.lint.rules import ALL_RULES
+    from gradcheck_accum.lint.registry import rules
 
     if show_all or not code:
-        for item in ALL_RULES:
+        for item in rules():
             click.echo(f"{item.code}  {item.name:<38} {item.summary}")
         return
     wanted = code.strip()
-    matches = [r for r in ALL_RULES if wanted.upper() == r.code or wanted.lower() == r.name]
+    matches = [r for r in rules() if wanted.upper() == r.code or wanted.lower() == r.name]
     if not matches:
         raise click.UsageError(f"unknown rule {code!r}; `accumcheck rule --all` lists them")
     text = page_text(matches[0].code)

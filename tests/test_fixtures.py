@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gradcheck_accum.lint.engine import lint_source
-from gradcheck_accum.lint.rules import ALL_RULES, RULES_BY_CODE
+from gradcheck_accum.lint import registry
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 # verify*.py are targets of the dynamic checker; pending/ holds scripts the engine disagrees with.
@@ -32,7 +32,7 @@ def expected_findings(text: str) -> set[tuple[int, str]]:
         if match is None:
             continue
         for code in filter(None, (c.strip() for c in match["codes"].split(","))):
-            assert code in RULES_BY_CODE, f"line {token.start[0]}: unknown code {code} in marker"
+            assert code in registry.codes(), f"line {token.start[0]}: unknown code {code} in marker"
             expected.add((token.start[0], code))
     return expected
 
@@ -44,7 +44,7 @@ def test_there_are_buggy_and_correct_fixtures():
 
 def test_every_rule_has_a_buggy_fixture():
     # ACC9xx are housekeeping rules about suppression comments, not training-code bugs.
-    wanted = {code for code in RULES_BY_CODE if not code.startswith("ACC9")}
+    wanted = {code for code in registry.codes() if not code.startswith("ACC9")}
     covered = {code for path in SCRIPTS for _, code in expected_findings(path.read_text())}
     assert wanted <= covered, f"rules without a fixture: {sorted(wanted - covered)}"
 
@@ -56,7 +56,7 @@ def test_marker_parser_ignores_strings():
 
 def mismatches(text: str, path: str) -> list[str]:
     """Readable differences between the linter's findings and the markers; empty when they agree."""
-    findings = lint_source(text, path, ALL_RULES)
+    findings = lint_source(text, path, registry.rules())
     actual = {(f.line, f.code) for f in findings}
     expected = expected_findings(text)
     lines = text.splitlines()

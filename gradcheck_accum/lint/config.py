@@ -7,8 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from gradcheck_accum.lint.rule import Rule
-from gradcheck_accum.lint.rules import ALL_RULES
+from gradcheck_accum.lint.registry import codes as known_codes
 
 
 class ConfigError(Exception):
@@ -29,10 +28,11 @@ class Settings:
     root: Path | None = None  # directory of the config file; globs are relative to it
     source: Path | None = None  # the pyproject.toml read, if any
 
-    def rules(self) -> list[type[Rule]]:
+    def selected(self) -> list[str]:
+        """The codes of the checks these settings enable, in code order."""
         chosen = expand(self.select) | expand(self.extend_select)
         dropped = expand(self.ignore)
-        return [rule for rule in ALL_RULES if rule.code in chosen - dropped]
+        return [code for code in known_codes() if code in chosen - dropped]
 
     def key(self) -> str:
         """A digest of everything that changes results (for the cache)."""
@@ -46,7 +46,7 @@ class Settings:
 
     def show(self) -> str:
         lines = [f"config file: {self.source or '(none)'}",
-                 f"enabled rules: {', '.join(r.code for r in self.rules()) or '(none)'}"]
+                 f"enabled rules: {', '.join(self.selected()) or '(none)'}"]
         for name in ("select", "extend_select", "ignore", "exclude"):
             lines.append(f"{name.replace('_', '-')}: {getattr(self, name)}")
         lines.append(f"per-file-ignores: {self.per_file_ignores}")
@@ -61,9 +61,9 @@ def expand(selectors: Iterable[str]) -> set[str]:
         if not selector:
             continue
         if selector == "ALL":
-            codes |= {rule.code for rule in ALL_RULES}
+            codes |= set(known_codes())
             continue
-        matched = {rule.code for rule in ALL_RULES if rule.code.startswith(selector)}
+        matched = {code for code in known_codes() if code.startswith(selector)}
         if not matched:
             raise ConfigError(f"unknown rule selector {selector!r} (expected ALL, a code like ACC101 or a "
                               f"prefix like ACC4)")

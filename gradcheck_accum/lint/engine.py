@@ -14,7 +14,7 @@ from gradcheck_accum.lint.fixes import Fix
 from gradcheck_accum.lint.model import FileModel
 from gradcheck_accum.lint.positions import node_positions
 from gradcheck_accum.lint.rule import Rule
-from gradcheck_accum.lint.rules import ALL_RULES
+from gradcheck_accum.lint import registry
 from gradcheck_accum.lint.rules.housekeeping import UnusedSuppression
 from gradcheck_accum.lint.suppressions import parse as parse_suppressions
 
@@ -102,7 +102,7 @@ def analyze(source: str, path: str, rules: Rules, enabled: set[str] | None = Non
         return Analysis(module, [])
     if UnusedSuppression in rules:
         enabled = enabled if enabled is not None else {rule.code for rule in rules}
-        known = {rule.code for rule in ALL_RULES}
+        known = set(registry.codes())
         for finding, fix in UnusedSuppression.stale(path, suppressions, list(entries), enabled, known):
             entries.setdefault(finding, fix)
     findings = sorted(f for f in entries if not suppressions.hides(f))

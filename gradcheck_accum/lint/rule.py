@@ -40,6 +40,15 @@ class Rule(abc.ABC):
     # Hollowing (hollow.py) keeps every top-level definition that may hold one of these.
     reads_outside_windows: ClassVar[tuple[Need, ...] | None] = None
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        """A class that defines a code is a rule: it registers itself (registry.py lists them)."""
+        super().__init_subclass__(**kwargs)
+        if "code" in vars(cls):
+            other = _REGISTERED.get(cls.code)
+            if other is not None and other.__qualname__ != cls.__qualname__:
+                raise TypeError(f"{cls.code} is defined twice: {other.__qualname__} and {cls.__qualname__}")
+            _REGISTERED[cls.code] = cls
+
     @abc.abstractmethod
     def check(self, model: FileModel) -> Iterator[Report]:
         """The rule's findings on one file."""
@@ -60,3 +69,11 @@ class Rule(abc.ABC):
         a call in a docstring or a message is no call. Other tokens may live in strings on purpose
         (`{"gradient_accumulation_steps": 4}`), so only needs made of calls are checked again."""
         return all(any_present(need, code) for need in cls.requires if calls_only(need))
+
+
+_REGISTERED: dict[str, type[Rule]] = {}
+
+
+def registered() -> list[type[Rule]]:
+    """The rules defined so far (registry.rules() imports every rule module first)."""
+    return list(_REGISTERED.values())

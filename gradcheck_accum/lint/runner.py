@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from gradcheck_accum.lint import lazy, notebooks
+from gradcheck_accum.lint import lazy, notebooks, registry
 from gradcheck_accum.lint.config import Settings, expand
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source
@@ -51,7 +51,7 @@ class FileResult:
 def lint_targets(targets: list[Target], settings: Settings, options: Options = Options(),
                  jobs: int | None = None, cache: Cache | None = None,
                  progress: Callable[[int], None] = lambda done: None) -> list[FileResult]:
-    rules = settings.rules()
+    rules = registry.selected(set(settings.selected()))
     results: dict[Target, FileResult] = {}
     work = []
     for target in targets:

@@ -13,13 +13,13 @@ import pytest
 
 from gradcheck_accum.lint.engine import analyze
 from gradcheck_accum.lint.prefilter import screen
-from gradcheck_accum.lint.rules import ALL_RULES
+from gradcheck_accum.lint import registry
 
 ROOT = Path(__file__).parents[2]
 
 
 def findings(source: str, hollowed: str | None = None) -> list[tuple[int, str]]:
-    rules, _ = screen(source, list(ALL_RULES))
+    rules, _ = screen(source, list(registry.rules()))
     return [(f.line, f.code) for f in analyze(source, "t.py", rules, hollowed=hollowed).findings]
 
 
@@ -35,7 +35,7 @@ def by_hand(source: str, name: str) -> str:
 
 
 def hollowed(source: str) -> str | None:
-    return screen(source, list(ALL_RULES))[1]
+    return screen(source, list(registry.rules()))[1]
 
 
 TRAIN = """
@@ -177,7 +177,7 @@ def test_unrelated_definitions_are_left_out_and_lines_stay():
 def test_a_rule_that_reads_the_whole_file_keeps_everything(monkeypatch):
     source = textwrap.dedent(TRAIN) + "\ndef unrelated():\n    return 1\n"
     assert hollowed(source) is not None
-    rule = ALL_RULES[0]
+    rule = registry.rules()[0]
     monkeypatch.setattr(rule, "reads_outside_windows", None)
     assert hollowed(source) is None
 
@@ -192,4 +192,4 @@ def test_fixtures_lint_the_same_hollowed(path):
 
 def test_every_rule_states_what_it_reads_outside_windows():
     # The default (None) is safe but turns hollowing off for every file the rule could fire on.
-    assert [rule.code for rule in ALL_RULES if "reads_outside_windows" not in vars(rule)] == []
+    assert [rule.code for rule in registry.rules() if "reads_outside_windows" not in vars(rule)] == []

@@ -4,7 +4,7 @@ import json
 
 from gradcheck_accum.lint import notebooks
 from gradcheck_accum.lint.engine import fix_source, lint_source
-from gradcheck_accum.lint.rules import ALL_RULES
+from gradcheck_accum.lint import registry
 
 
 def make_notebook(*cells):
@@ -34,7 +34,7 @@ NOTEBOOK = make_notebook(
 
 def test_cells_form_one_program_and_positions_map_to_cells():
     nb = notebooks.load(NOTEBOOK)
-    findings = [nb.locate(f) for f in lint_source(nb.program, "train.ipynb", ALL_RULES)]
+    findings = [nb.locate(f) for f in lint_source(nb.program, "train.ipynb", registry.rules())]
     assert [(f.cell, f.line, f.column, f.code) for f in findings] == [
         (5, 2, 5, "ACC101"),
         (5, 6, 12, "ACC302"),
@@ -43,7 +43,7 @@ def test_cells_form_one_program_and_positions_map_to_cells():
 
 def test_fix_rewrites_only_changed_cells_and_keeps_outputs_and_magics():
     nb = notebooks.load(NOTEBOOK)
-    result = fix_source(nb.program, "train.ipynb", ALL_RULES, unsafe=True)
+    result = fix_source(nb.program, "train.ipynb", registry.rules(), unsafe=True)
     written = json.loads(notebooks.write_back(nb, result.source))
     original = json.loads(NOTEBOOK)
     assert written["cells"][:4] == original["cells"][:4]  # magics and untouched cells kept byte for byte
@@ -57,7 +57,7 @@ def test_fix_rewrites_only_changed_cells_and_keeps_outputs_and_magics():
         "torch.save(getattr(model, \"_orig_mod\", model).state_dict(), 'm.pt')\n"
     )
     again = notebooks.load(json.dumps(written))
-    assert lint_source(again.program, "train.ipynb", ALL_RULES) == []
+    assert lint_source(again.program, "train.ipynb", registry.rules()) == []
 
 
 def test_not_a_notebook_is_a_clear_error():

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source, lint_source
 from gradcheck_accum.lint.prefilter import screen
-from gradcheck_accum.lint.rules import ALL_RULES
+from gradcheck_accum.lint import registry
 
 EXAMPLES = int(os.environ.get("ACCUMCHECK_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize="ACCUMCHECK_FUZZ_EXAMPLES" not in os.environ,
@@ -32,14 +32,14 @@ TRAINING_LINES = st.sampled_from([
 
 def check(source: str) -> None:
     try:
-        lint_source(source, "fuzz.py", ALL_RULES)
+        lint_source(source, "fuzz.py", registry.rules())
     except ParseFailure:
         return
-    rules, hollowed = screen(source, list(ALL_RULES))
+    rules, hollowed = screen(source, list(registry.rules()))
     if hollowed is not None:
         assert analyze(source, "fuzz.py", rules, hollowed=hollowed).findings == \
             analyze(source, "fuzz.py", rules).findings
-    fixed = fix_source(source, "fuzz.py", ALL_RULES, unsafe=True).source
+    fixed = fix_source(source, "fuzz.py", registry.rules(), unsafe=True).source
     libcst.parse_module(fixed)
 
 

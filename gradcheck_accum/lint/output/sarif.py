@@ -5,7 +5,7 @@ from __future__ import annotations
 from gradcheck_accum import __version__
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.pages import page_text, page_url, section
-from gradcheck_accum.lint.rules import ALL_RULES
+from gradcheck_accum.lint.registry import rules
 
 SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 
@@ -54,14 +54,14 @@ def _result(finding: Finding, index: int, edits: dict[Finding, tuple[int, int, s
 
 
 def render(findings: list[Finding], sources: dict[str, str]) -> str:
-    index = {rule.code: i for i, rule in enumerate(ALL_RULES)}
+    index = {rule.code: i for i, rule in enumerate(rules())}
     edits = fix_edits(findings, sources)
     log = {
         "$schema": SCHEMA,
         "version": "2.1.0",
         "runs": [{
             "tool": {"driver": {"name": "accumcheck", "version": __version__, "semanticVersion": __version__,
-                                "rules": [_rule(rule) for rule in ALL_RULES]}},
+                                "rules": [_rule(rule) for rule in rules()]}},
             "results": [_result(f, index[f.code], edits) for f in findings],
         }],
     }
@@ -79,11 +79,11 @@ def fix_edits(findings: list[Finding], sources: dict[str, str]) -> dict[Finding,
     for f in findings:
         if f.fix_safety and f.cell is None and f.path in sources:
             by_path.setdefault(f.path, []).append(f)
-    rules = [rule for rule in ALL_RULES if any(f.code == rule.code for f in findings)]
+    wanted_rules = [rule for rule in rules() if any(f.code == rule.code for f in findings)]
     for path, wanted in by_path.items():
         old = sources[path]
         try:
-            analysis = analyze(old, path, rules)
+            analysis = analyze(old, path, wanted_rules)
         except ParseFailure:
             continue
         for finding, fix in analysis.fixes.items():
