@@ -91,12 +91,12 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, fix, 
         return
 
     targets, errors = discover(paths, settings.exclude, settings.root, stdin_filename)
-    options = Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff)
+    options = Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, fix_edits=output_format == "sarif")
     cache = None
     if not (no_cache or fix or diff):
         from gradcheck_accum.lint.cache import Cache
 
-        cache = Cache(Path(cache_dir) if cache_dir else None, settings)
+        cache = Cache(Path(cache_dir) if cache_dir else None, settings, fix_edits=options.fix_edits)
     if _interactive() and not quiet and len(targets) >= 200:
         with click.progressbar(length=len(targets), label="Linting", file=sys.stderr) as bar:
             results = lint_targets(targets, settings, options, jobs=jobs, cache=cache, progress=bar.update)
@@ -112,7 +112,6 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, fix, 
         if result.new_text is not None:
             sys.stdout.write(result.new_text)
     findings = [f for r in results for f in r.findings]
-    sources = _sources(results) if output_format in ("full", "sarif") else {}
 
     if diff:
         text = "".join(r.diff for r in results)
@@ -121,9 +120,9 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, fix, 
     elif output_format == "full":
         from gradcheck_accum.lint.output.full import render
 
-        text = render(findings, sources, color=output_file is None and sys.stdout.isatty())
+        text = render(findings, color=output_file is None and sys.stdout.isatty())
     else:
-        text = RENDERERS[output_format](findings, sources)
+        text = RENDERERS[output_format](findings)
     if output_file:
         Path(output_file).write_text(text, encoding="utf-8")
     else:
@@ -171,28 +170,6 @@ def _add_noqa(results) -> None:
     click.echo(f"Added noqa comments to {total} line{'s' * (total != 1)}.", err=True)
 
 
-def _sources(results) -> dict[str, str]:
-    from gradcheck_accum.lint.files import UnreadableFile, read_text
-    from gradcheck_accum.lint.notebooks import NotebookError, load
-
-    sources = {}
-    for result in results:
-        if not result.findings or result.target.path is None:
-            continue
-        try:
-            text = read_text(result.target)
-            if result.target.is_notebook:
-                notebook = load(text)
-                for index in notebook.code_cells:
-                    cell = notebook.data["cells"][index].get("source", "")
-                    sources[f"{result.target.display}#cell{index + 1}"] = "".join(cell)
-            else:
-                sources[result.target.display] = text
-        except (UnreadableFile, NotebookError):
-            continue
-    return sources
-
-
 def _statistics(findings) -> str:
     counts = Counter((f.code, f.name) for f in findings)
     fixable = {f.code for f in findings if f.fix_safety == "safe"}
@@ -231,14 +208,14 @@ def _files(count: int) -> str:
 def rule(code: str | None, show_all: bool) -> None:
     """Print the documentation page of a rule (by code or name), or list all rules."""
     from gradcheck_accum.lint.pages import page_text
-    from gradcheck_accum.lint.registry import rules
+    from gradcheck_accum.lint.registry import checks
 
     if show_all or not code:
-        for item in rules():
+        for item in checks():
             click.echo(f"{item.code}  {item.name:<38} {item.summary}")
         return
     wanted = code.strip()
-    matches = [r for r in rules() if wanted.upper() == r.code or wanted.lower() == r.name]
+    matches = [r for r in checks() if wanted.upper() == r.code or wanted.lower() == r.name]
     if not matches:
         raise click.UsageError(f"unknown rule {code!r}; `accumcheck rule --all` lists them")
     text = page_text(matches[0].code)

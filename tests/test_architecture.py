@@ -22,4 +22,4 @@ def test_settings_read_the_light_table_of_codes_not_the_rules():
 
 def test_the_light_table_and_the_rule_classes_agree():
     assert {code: name for code, name in registry.codes().items()} == \
-        {rule.code: rule.name for rule in registry.rules()}
+        {check.code: check.name for check in registry.checks()}

@@ -35,7 +35,7 @@ class Entry:
     error: str | None
 
     def restore(self, display: str) -> tuple[list[Finding], str | None]:
-        return [Finding(**{**f, "path": display}) for f in self.findings], self.error
+        return [Finding.from_dict({**f, "path": display}) for f in self.findings], self.error
 
 
 _ENTRY_FIELDS = {f.name for f in fields(Entry)}
@@ -67,9 +67,10 @@ def _restorable(record: object) -> bool:
 
 
 class Cache:
-    def __init__(self, directory: Path | None, settings: Settings) -> None:
+    def __init__(self, directory: Path | None, settings: Settings, fix_edits: bool = False) -> None:
         self.directory = directory or DEFAULT_DIR
-        self.file = self.directory / f"v{__version__}" / f"{settings.key()}.json"
+        # Findings with their fixes as edits (SARIF runs) are kept apart: other runs store none.
+        self.file = self.directory / f"v{__version__}" / f"{settings.key()}{'-edits' * fix_edits}.json"
         self.entries: dict[str, Entry] = {}
         self.dirty = False
         try:

@@ -133,7 +133,7 @@ APIS: tuple[Api, ...] = (
     *(Api(name, _E.CLIP, _FABRIC, receiver=Role.FABRIC, has_receiver=None, unscales_first=True) for name in _CLIPS),
     *(Api(name, _E.CLIP, has_receiver=None) for name in _CLIPS),
     # torch.compile
-    Api("compile", _E.COMPILE, qualname="torch.compile", follows_aliases=True, has_receiver=None, target=_NOTHING),
+    Api("compile", _E.COMPILE, qualname="torch.compile", has_receiver=None, target=_NOTHING),
     # gradient synchronisation
     Api("no_sync", _E.SYNC_CONTROL, _ACCELERATE, receiver=Role.ACCELERATOR, has_receiver=None, target=_FIRST),
     Api("accumulate", _E.SYNC_CONTROL, _ACCELERATE, receiver=Role.ACCELERATOR, has_receiver=None, target=_FIRST),

@@ -6,8 +6,22 @@ from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True, order=True)
+class Edit:
+    """A fix as one replacement in the file's text: `length` characters at `offset` become `text`."""
+
+    offset: int
+    length: int
+    text: str
+
+
+@dataclass(frozen=True, order=True)
 class Finding:
-    """One reported problem. Lines and columns are 1-based; the end is exclusive (ruff's convention)."""
+    """One reported problem. Lines and columns are 1-based; the end is exclusive (ruff's convention).
+
+    A finding carries what every output needs, so none reads the file again or re-runs the analysis:
+    the text of its first line (`snippet`), and its fix: safety and description always, the edit when
+    the run asked for edits (SARIF).
+    """
 
     path: str
     line: int
@@ -20,9 +34,16 @@ class Finding:
     fix_safety: str | None = None  # "safe" or "unsafe" when the rule can fix this finding
     fix_description: str | None = None
     cell: int | None = None  # notebooks: 1-based cell number; line and end_line then count inside the cell
+    snippet: str | None = None  # the source text of `line`
+    fix_edit: Edit | None = None  # the fix as a text replacement (computed on request: runner.Options.fix_edits)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Finding":
+        edit = data.get("fix_edit")
+        return cls(**{**data, "fix_edit": Edit(**edit) if edit else None})
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,21 @@
-"""Parse once, build the file model, run the rules, turn reports into findings, apply suppressions."""
+"""Parse once, build the file model, run the rules, turn reports into findings, then the suppression
+stage (suppressions.py)."""
 
 from __future__ import annotations
 
 import ast
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
-from gradcheck_accum.lint.lazy import cst
-
-from gradcheck_accum.lint.diagnostics import Finding
+from gradcheck_accum.lint import registry, suppressions
+from gradcheck_accum.lint.diagnostics import Edit, Finding
 from gradcheck_accum.lint.fixes import Fix
+from gradcheck_accum.lint.lazy import cst
+from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.model import FileModel
 from gradcheck_accum.lint.positions import node_positions
 from gradcheck_accum.lint.rule import Rule
-from gradcheck_accum.lint import registry
-from gradcheck_accum.lint.rules.housekeeping import UnusedSuppression
-from gradcheck_accum.lint.suppressions import parse as parse_suppressions
 
 Rules = Iterable[type[Rule]]
 
@@ -71,45 +70,65 @@ def _syntax_message(source: str) -> str | None:
     return None
 
 
-def analyze(source: str, path: str, rules: Rules, enabled: set[str] | None = None,
-            hollowed: str | None = None) -> Analysis:
-    """Lint one file's text with the given rule classes. Raises ParseFailure on unparseable source.
+def analyze(source: str, path: str, rules: Rules | None = None, enabled: set[str] | None = None,
+            hollowed: str | None = None, fix_edits: bool = False) -> Analysis:
+    """Lint one file's text. Raises ParseFailure on unparseable source.
 
-    `enabled` are the codes selected for this file (default: those of `rules`); ACC900 judges a
-    suppression unused only for those, since a prefiltered rule can report nothing here.
+    `rules`: the rule classes to run (default: every rule). `enabled`: the codes selected for this
+    file (default: those of `rules`, and every other check when `rules` is the default); the
+    suppression stage runs ACC900 when it is enabled, judging suppressions for enabled codes only.
     `hollowed`: the same file with the definitions these rules cannot need left out (hollow.py),
     parsed instead of `source`; every line and column the rules can report on is the same in both.
+    `fix_edits`: also give each fixable finding its fix as a text edit (one code generation each).
     """
+    if rules is None:
+        rules, enabled = registry.rules(), set(registry.codes()) if enabled is None else enabled
     rules = list(rules)
+    enabled = {rule.code for rule in rules} if enabled is None else enabled
     parsed = source if hollowed is None else hollowed
     module = parse(parsed)
-    model = FileModel(module)
+    reported = _run_rules(rules, FileModel(module), module, parsed, path)
+    kept = suppressions.apply(source, path, reported, enabled, set(registry.codes()))
+    findings = sorted(kept)
+    fixes = {f: kept[f] for f in findings if kept[f] is not None}
+    if fix_edits and fixes and hollowed is None:  # a hollowed module cannot write the file back
+        with_edits = {f: replace(f, fix_edit=_edit(source, fix.apply(module))) for f, fix in fixes.items()}
+        findings = sorted(with_edits.get(f, f) for f in findings)
+        fixes = {with_edits[f]: fix for f, fix in fixes.items()}
+    return Analysis(module, findings, fixes)
+
+
+def _run_rules(rules: list[type[Rule]], model: FileModel, module: cst.Module, parsed: str,
+               path: str) -> dict[Finding, Fix | None]:
     reports = [(rule, report) for rule in rules for report in rule().check(model)]
-    entries: dict[Finding, Fix | None] = {}
-    if reports:
-        # Positions are computed only for files that have something to report.
-        positions = node_positions(module, parsed, (report.node for _, report in reports))
-        for rule, report in reports:
-            span, fix = positions[report.node], report.fix
-            finding = Finding(path, span.start.line, span.start.column + 1, span.end.line, span.end.column + 1,
-                              rule.code, rule.name, report.message,
-                              fix.safety if fix else None, fix.description if fix else None)
-            entries.setdefault(finding, fix)
-    if not entries and UnusedSuppression not in rules:
-        return Analysis(module, [])  # nothing to hide and no suppression to judge: skip reading comments
-    suppressions = parse_suppressions(source)
-    if suppressions.skip_file:
-        return Analysis(module, [])
-    if UnusedSuppression in rules:
-        enabled = enabled if enabled is not None else {rule.code for rule in rules}
-        known = set(registry.codes())
-        for finding, fix in UnusedSuppression.stale(path, suppressions, list(entries), enabled, known):
-            entries.setdefault(finding, fix)
-    findings = sorted(f for f in entries if not suppressions.hides(f))
-    return Analysis(module, findings, {f: entries[f] for f in findings if entries[f] is not None})
+    if not reports:
+        return {}
+    # Positions (and source lines) only for files that have something to report.
+    positions = node_positions(module, parsed, (report.node for _, report in reports))
+    lines = split_lines(parsed)
+    reported: dict[Finding, Fix | None] = {}
+    for rule, report in reports:
+        span, fix = positions[report.node], report.fix
+        finding = Finding(path, span.start.line, span.start.column + 1, span.end.line, span.end.column + 1,
+                          rule.code, rule.name, report.message, fix.safety if fix else None,
+                          fix.description if fix else None,
+                          snippet=lines[span.start.line - 1] if span.start.line <= len(lines) else None)
+        reported.setdefault(finding, fix)
+    return reported
 
 
-def lint_source(source: str, path: str, rules: Rules) -> list[Finding]:
+def _edit(old: str, new: str) -> Edit:
+    """The smallest single replacement that turns `old` into `new`."""
+    start = 0
+    while start < min(len(old), len(new)) and old[start] == new[start]:
+        start += 1
+    end_old, end_new = len(old), len(new)
+    while end_old > start and end_new > start and old[end_old - 1] == new[end_new - 1]:
+        end_old, end_new = end_old - 1, end_new - 1
+    return Edit(start, end_old - start, new[start:end_new])
+
+
+def lint_source(source: str, path: str, rules: Rules | None = None) -> list[Finding]:
     return analyze(source, path, rules).findings
 
 
@@ -120,12 +139,14 @@ class FixResult:
     remaining: list[Finding]
 
 
-def fix_source(source: str, path: str, rules: Rules, unsafe: bool = False, max_passes: int = 25,
+def fix_source(source: str, path: str, rules: Rules | None = None, unsafe: bool = False, max_passes: int = 25,
                enabled: set[str] | None = None) -> FixResult:
     """Apply fixes one at a time, re-linting after each, until none applies (ruff's fixed-point loop).
 
     A fix whose result does not parse, or changes nothing, is skipped and its finding kept.
     """
+    if rules is None:
+        rules, enabled = registry.rules(), set(registry.codes()) if enabled is None else enabled
     rules = list(rules)
     fixed: list[Finding] = []
     skipped: set[tuple[str, int, int]] = set()

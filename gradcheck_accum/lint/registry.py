@@ -6,6 +6,8 @@
 - `rules()`: the rule classes. Every module of `gradcheck_accum.lint.rules` is imported and each
   Rule subclass registers itself on definition (rule.py), so adding a rule is adding its module (or
   its class to a family module) and its page: nothing else lists rules.
+- `checks()`: the rules and the suppression stage's ACC900 (suppressions.py), which has a code, a
+  name and a page like a rule, and judges the rules' findings after they ran.
 """
 
 from __future__ import annotations
@@ -14,12 +16,20 @@ import functools
 import importlib
 import pkgutil
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gradcheck_accum.lint.pages import pages_dir
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.rule import Rule
+
+
+class Check(Protocol):
+    """What every check has: a rule class, or the suppression stage's ACC900."""
+
+    code: str
+    name: str
+    summary: str
 
 _PAGE_NAME = re.compile(r"^(ACC\d{3})-([a-z0-9-]+)\.md$")
 
@@ -34,8 +44,8 @@ def codes() -> dict[str, str]:
             match = _PAGE_NAME.match(path.name)
             if match:
                 found[match[1]] = match[2]
-    if not found:  # an installation without its pages: ask the rules themselves
-        found = {rule.code: rule.name for rule in rules()}
+    if not found:  # an installation without its pages: ask the checks themselves
+        found = {check.code: check.name for check in checks()}
     return dict(sorted(found.items()))
 
 
@@ -57,3 +67,11 @@ def by_code() -> dict[str, type[Rule]]:
 def selected(selection: set[str]) -> list[type[Rule]]:
     """The rule classes of the selected codes."""
     return [rule for rule in rules() if rule.code in selection]
+
+
+@functools.cache
+def checks() -> tuple[Check, ...]:
+    """Every check, ordered by code: the rules and ACC900."""
+    from gradcheck_accum.lint.suppressions import UNUSED_SUPPRESSION
+
+    return tuple(sorted((*rules(), UNUSED_SUPPRESSION), key=lambda check: check.code))

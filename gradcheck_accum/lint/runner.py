@@ -18,6 +18,7 @@ from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source
 from gradcheck_accum.lint.files import Source, Target, UnreadableFile, UnwritableFile, matches, read_source, write_source
 from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint.rule import Rule
+from gradcheck_accum.lint.suppressions import UNUSED_SUPPRESSION, could_report_unused
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.cache import Cache, Entry
@@ -34,6 +35,7 @@ class Options:
     fix: bool = False
     unsafe_fixes: bool = False
     diff: bool = False  # compute fixes but write nothing; FileResult.diff holds the unified diff
+    fix_edits: bool = False  # give each fixable finding its fix as a text edit (SARIF shows them)
     prefilter: bool = True
 
 
@@ -129,7 +131,7 @@ class Pending:
     text: str
     codec: str  # how the file's bytes were decoded: fixed text is encoded the same way
     rules: list[type[Rule]]  # those that could fire here
-    enabled: set[str]  # every rule selected for the file (ACC900 judges suppressions against them)
+    enabled: set[str]  # every code selected for the file (ACC900 judges suppressions against them)
     hollowed: str | None
     options: Options
 
@@ -159,14 +161,14 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
             result.findings, result.error = cached.restore(target.display)
             return result
     text = source.text
-    rules = _rules_for_file(target, settings, rules)
-    enabled = {rule.code for rule in rules}
+    enabled = _enabled_for_file(target, settings, set(settings.selected()))
+    rules = [rule for rule in rules if rule.code in enabled]
     hollowed = None
     if options.prefilter and not target.is_notebook:
         # Fixes rewrite the whole parsed module, so they parse it whole: no hollowing for them.
-        rules, hollowed = screen(text, rules, hollowing=not (options.fix or options.diff))
-        if not rules:
-            return result  # no enabled rule can fire here: the file is never parsed
+        rules, hollowed = screen(text, rules, hollowing=not (options.fix or options.diff or options.fix_edits))
+        if not rules and not (UNUSED_SUPPRESSION.code in enabled and could_report_unused(text)):
+            return result  # no enabled check can report here: the file is never parsed
     return Pending(result, text, source.codec, rules, enabled, hollowed, options)
 
 
@@ -174,7 +176,7 @@ def analyze_file(item: Pending) -> FileResult:
     result = item.result
     try:
         if result.target.is_notebook:
-            return _lint_notebook(result, item.text, item.codec, item.rules, item.options)
+            return _lint_notebook(result, item.text, item.codec, item.rules, item.enabled, item.options)
         return _lint_python(item)
     except notebooks.NotPython:
         return result  # an R or Julia notebook in the tree: not ours to lint
@@ -185,19 +187,19 @@ def analyze_file(item: Pending) -> FileResult:
     return result
 
 
-def _rules_for_file(target: Target, settings: Settings, rules: list[type[Rule]]) -> list[type[Rule]]:
+def _enabled_for_file(target: Target, settings: Settings, codes: set[str]) -> set[str]:
     ignored: set[str] = set()
-    for glob, codes in settings.per_file_ignores.items():
+    for glob, selectors in settings.per_file_ignores.items():
         if matches(Path(target.display), [glob], settings.root):
-            ignored |= expand(codes)
-    return [rule for rule in rules if rule.code not in ignored]
+            ignored |= expand(selectors)
+    return codes - ignored
 
 
 def _lint_python(item: Pending) -> FileResult:
     result, text, rules, options = item.result, item.text, item.rules, item.options
     display = result.target.display
     if not (options.fix or options.diff):
-        result.findings = analyze(text, display, rules, item.enabled, item.hollowed).findings
+        result.findings = analyze(text, display, rules, item.enabled, item.hollowed, options.fix_edits).findings
         return result
     fixed = fix_source(text, display, rules, unsafe=options.unsafe_fixes, enabled=item.enabled)
     result.findings, result.fixed = fixed.remaining, fixed.fixed
@@ -206,18 +208,20 @@ def _lint_python(item: Pending) -> FileResult:
     return result
 
 
-def _lint_notebook(result: FileResult, text: str, codec: str, rules: list[type[Rule]], options: Options) -> FileResult:
+def _lint_notebook(result: FileResult, text: str, codec: str, rules: list[type[Rule]], enabled: set[str],
+                   options: Options) -> FileResult:
     notebook = notebooks.load(text)
     display = result.target.display
     if options.fix or options.diff:
-        fixed = fix_source(notebook.program, display, rules, unsafe=options.unsafe_fixes)
+        fixed = fix_source(notebook.program, display, rules, unsafe=options.unsafe_fixes, enabled=enabled)
         new_text = notebooks.write_back(notebook, fixed.source) if fixed.fixed else None
         if new_text is not None and new_text != text:
             result.fixed = [notebook.locate(f) for f in fixed.fixed]
             _record_change(result, text, new_text, options, codec)
             if result.error is None:
                 notebook = notebooks.load(new_text)
-    result.findings = [notebook.locate(f) for f in analyze(notebook.program, display, rules).findings]
+    # Edits would count in the program, not in the notebook's JSON: notebooks get none.
+    result.findings = [notebook.locate(f) for f in analyze(notebook.program, display, rules, enabled).findings]
     return result
 
 

@@ -1,5 +1,6 @@
-"""Suppression comments on the reported line: `# noqa`, `# noqa: ACC101,ACC302`,
-`# accumcheck: ignore[ACC101]`, and `# accumcheck: skip-file` anywhere in a file.
+"""The suppression stage, after the rules: comments on the reported line (`# noqa`,
+`# noqa: ACC101,ACC302`, `# accumcheck: ignore[ACC101]`) hide findings, `# accumcheck: skip-file`
+anywhere hides a file's, and ACC900 reports the codes a comment names that hide nothing.
 
 Comments are found with the tokenize module, so text inside strings never counts.
 """
@@ -10,8 +11,66 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator
 
 from gradcheck_accum.lint.diagnostics import Finding
+from gradcheck_accum.lint.fixes import Fix
+
+if TYPE_CHECKING:
+    Reported = dict[Finding, "Fix | None"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check that is not a rule class: its code, name and summary, as a rule has them."""
+
+    code: str
+    name: str
+    summary: str
+
+
+UNUSED_SUPPRESSION = Check("ACC900", "unused-suppression",
+                           "A noqa or accumcheck: ignore comment names an accumcheck code that suppresses nothing.")
+# A comment with noqa or accumcheck followed on its line by a code, in any case, as the comments are
+# read below ("ACC" alone is in every "ACCURACY").
+_NAMES_A_CODE = re.compile(r"#[^\n]*(?:noqa|accumcheck)[^\n]*acc", re.IGNORECASE)
+
+
+def apply(source: str, path: str, reported: Reported, enabled: set[str], known: set[str]) -> Reported:
+    """The findings the file's comments leave, with ACC900's when it is among the `enabled` codes (it
+    judges a suppression unused only for enabled codes: a rule that is off reports nothing)."""
+    judge = UNUSED_SUPPRESSION.code in enabled
+    if not reported and not (judge and could_report_unused(source)):
+        return {}  # nothing to hide and no suppression to judge: the comments are never read
+    suppressions = parse(source)
+    if suppressions.skip_file:
+        return {}
+    kept = dict(reported)
+    if judge:
+        for finding, fix in _unused(path, suppressions, list(reported), enabled, known):
+            kept.setdefault(finding, fix)
+    return {finding: fix for finding, fix in kept.items() if not suppressions.hides(finding)}
+
+
+def could_report_unused(text: str) -> bool:
+    """Cheap necessary condition for ACC900 on a file's text."""
+    return _NAMES_A_CODE.search(text) is not None
+
+
+def _unused(path: str, suppressions: Suppressions, findings: list[Finding], enabled: set[str],
+            known: set[str]) -> Iterator[tuple[Finding, Fix]]:
+    check = UNUSED_SUPPRESSION
+    for comment in suppressions.comments:
+        codes = unused_codes(comment, findings, enabled - {check.code}, known)
+        if not codes:
+            continue
+        fixed = without_codes(comment.text, codes)
+        fix = Fix(True, "Remove the unused suppression" if not fixed else f"Remove {', '.join(codes)}",
+                  line_edit=(comment.line, comment.text, fixed))
+        yield Finding(path, comment.line, comment.column, comment.line, comment.column + len(comment.text),
+                      check.code, check.name, f"the suppression names {', '.join(codes)} but nothing is reported "
+                      "here; remove it so it does not hide a future finding", fix.safety, fix.description,
+                      snippet=comment.source_line), fix
 
 ALL = "*"
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
@@ -27,6 +86,7 @@ class Comment:
     column: int  # 1-based
     text: str
     codes: tuple[str, ...]
+    source_line: str  # the whole line the comment ends
 
 
 @dataclass
@@ -40,13 +100,15 @@ class Suppressions:
         return bool(codes) and (ALL in codes or finding.code in codes)
 
 
-def _comments(source: str) -> list[tuple[int, int, str]]:
+def _comments(source: str) -> list[tuple[int, int, str, str]]:
+    """(line, 1-based column, comment, the line's text) of every comment."""
     try:
         tokens = tokenize.generate_tokens(io.StringIO(source).readline)
-        return [(tok.start[0], tok.start[1] + 1, tok.string) for tok in tokens if tok.type == tokenize.COMMENT]
+        return [(tok.start[0], tok.start[1] + 1, tok.string, tok.line.rstrip("\r\n"))
+                for tok in tokens if tok.type == tokenize.COMMENT]
     except (tokenize.TokenError, SyntaxError):
         # Only reached for sources libcst accepted but tokenize does not; fall back to a line scan.
-        return [(i, line.index("#") + 1, line[line.index("#"):])
+        return [(i, line.index("#") + 1, line[line.index("#"):], line)
                 for i, line in enumerate(source.splitlines(), 1) if "#" in line]
 
 
@@ -54,7 +116,7 @@ def parse(source: str) -> Suppressions:
     result = Suppressions({})
     if "#" not in source:
         return result
-    for line, column, comment in _comments(source):
+    for line, column, comment, text in _comments(source):
         if _SKIP_FILE.search(comment):
             result.skip_file = True
         for pattern in (_NOQA, _IGNORE):
@@ -65,7 +127,7 @@ def parse(source: str) -> Suppressions:
                 else:
                     found = [c.upper() for c in re.split(r"[\s,]+", codes) if c]
                     result.by_line.setdefault(line, set()).update(found)
-                    result.comments.append(Comment(line, column, comment, tuple(found)))
+                    result.comments.append(Comment(line, column, comment, tuple(found), text))
     return result
 
 

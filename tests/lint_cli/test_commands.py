@@ -17,7 +17,7 @@ ROOT = Path(__file__).parents[2]
 
 def test_rule_list_and_unknown_rule(run):
     listed = run("rule", "--all").stdout.splitlines()
-    assert [line.split()[0] for line in listed] == [rule.code for rule in registry.rules()]
+    assert [line.split()[0] for line in listed] == [check.code for check in registry.checks()]
     result = run("rule", "ACC999")
     assert result.exit_code == 2 and "unknown rule 'ACC999'" in result.stderr
 
@@ -55,7 +55,7 @@ def test_sarif_validates_against_the_official_schema(run, tmp_path):
     log = json.loads(result.stdout)
     jsonschema.validate(log, json.loads(SCHEMA.read_text()))
     run_ = log["runs"][0]
-    assert [r["id"] for r in run_["tool"]["driver"]["rules"]] == [rule.code for rule in registry.rules()]
+    assert [r["id"] for r in run_["tool"]["driver"]["rules"]] == [check.code for check in registry.checks()]
     results = {r["ruleId"]: r for r in run_["results"]}
     assert set(results) == {"ACC101", "ACC302"}
     [change] = results["ACC302"]["fixes"][0]["artifactChanges"]

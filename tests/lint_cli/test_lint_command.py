@@ -170,3 +170,25 @@ def test_add_noqa_baselines_every_finding(run, tmp_path):
     assert "optimizer.zero_grad()  # noqa: ACC101\n" in text
     assert "loss.backward()  # noqa: E501, ACC201\n" in text
     assert run("lint", "t.py").exit_code == 0
+
+
+@pytest.mark.parametrize("output_format", ["full", "sarif"])
+def test_outputs_render_from_the_findings_without_reading_files_again(run, project, monkeypatch, output_format):
+    """A warm run reads no file and parses nothing, and still shows source lines and fixes."""
+    from gradcheck_accum.lint import engine, runner
+
+    (project / "ckpt.py").write_text("import torch\nm = torch.compile(m)\ntorch.save(m.state_dict(), 'p')\n")
+    cold = run("lint", "--format", output_format, ".").stdout
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a warm run read or analysed a file")
+
+    monkeypatch.setattr(runner, "read_source", forbidden)
+    monkeypatch.setattr(runner, "analyze", forbidden)
+    monkeypatch.setattr(engine, "analyze", forbidden)
+    warm = run("lint", "--format", output_format, ".").stdout
+    assert warm == cold
+    if output_format == "full":
+        assert "3 | torch.save(m.state_dict(), 'p')" in warm.splitlines()
+    else:
+        assert any("fixes" in result for result in json.loads(warm)["runs"][0]["results"])

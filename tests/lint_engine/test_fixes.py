@@ -141,23 +141,23 @@ def program(body: str) -> str:
 
 
 def codes(source: str) -> set[str]:
-    return {finding.code for finding in lint_source(source, "t.py", registry.rules())}
+    return {finding.code for finding in lint_source(source, "t.py")}
 
 
 @pytest.mark.parametrize("code", sorted(CASES))
 def test_fix_output_and_idempotence(code):
     before, after = (program(body) for body in CASES[code])
     assert code in codes(before)
-    result = fix_source(before, "t.py", registry.rules(), unsafe=True)
+    result = fix_source(before, "t.py", unsafe=True)
     assert result.source == after
     cst.parse_module(result.source)
     assert code not in codes(result.source)
-    assert fix_source(result.source, "t.py", registry.rules(), unsafe=True).source == result.source
+    assert fix_source(result.source, "t.py", unsafe=True).source == result.source
 
 
 def test_unsafe_fixes_need_opt_in():
     before = program(CASES["ACC101"][0])
-    result = fix_source(before, "t.py", registry.rules(), unsafe=False)
+    result = fix_source(before, "t.py", unsafe=False)
     assert result.source == before
     assert [f.code for f in result.remaining] == ["ACC101"]
     assert result.remaining[0].fix_safety == "unsafe"
@@ -165,7 +165,7 @@ def test_unsafe_fixes_need_opt_in():
 
 def test_safe_fix_applies_by_default():
     before = program(CASES["ACC302"][0])
-    assert fix_source(before, "t.py", registry.rules()).source == program(CASES["ACC302"][1])
+    assert fix_source(before, "t.py").source == program(CASES["ACC302"][1])
 
 
 def test_moving_the_only_statement_of_a_block_leaves_pass():
@@ -179,7 +179,7 @@ def test_moving_the_only_statement_of_a_block_leaves_pass():
                 optimizer.step()
         """
     )
-    result = fix_source(source, "t.py", registry.rules(), unsafe=True)
+    result = fix_source(source, "t.py", unsafe=True)
     assert result.source == program(
         """
         for i, batch in enumerate(loader):

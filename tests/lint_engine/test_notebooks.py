@@ -34,7 +34,7 @@ NOTEBOOK = make_notebook(
 
 def test_cells_form_one_program_and_positions_map_to_cells():
     nb = notebooks.load(NOTEBOOK)
-    findings = [nb.locate(f) for f in lint_source(nb.program, "train.ipynb", registry.rules())]
+    findings = [nb.locate(f) for f in lint_source(nb.program, "train.ipynb")]
     assert [(f.cell, f.line, f.column, f.code) for f in findings] == [
         (5, 2, 5, "ACC101"),
         (5, 6, 12, "ACC302"),
@@ -43,7 +43,7 @@ def test_cells_form_one_program_and_positions_map_to_cells():
 
 def test_fix_rewrites_only_changed_cells_and_keeps_outputs_and_magics():
     nb = notebooks.load(NOTEBOOK)
-    result = fix_source(nb.program, "train.ipynb", registry.rules(), unsafe=True)
+    result = fix_source(nb.program, "train.ipynb", unsafe=True)
     written = json.loads(notebooks.write_back(nb, result.source))
     original = json.loads(NOTEBOOK)
     assert written["cells"][:4] == original["cells"][:4]  # magics and untouched cells kept byte for byte
@@ -57,7 +57,7 @@ def test_fix_rewrites_only_changed_cells_and_keeps_outputs_and_magics():
         "torch.save(getattr(model, \"_orig_mod\", model).state_dict(), 'm.pt')\n"
     )
     again = notebooks.load(json.dumps(written))
-    assert lint_source(again.program, "train.ipynb", registry.rules()) == []
+    assert lint_source(again.program, "train.ipynb") == []
 
 
 def test_not_a_notebook_is_a_clear_error():
@@ -79,12 +79,12 @@ LOOP = ("for i, batch in enumerate(loader):\n"
 
 def fixed_notebook(text):
     nb = notebooks.load(text)
-    return notebooks.write_back(nb, fix_source(nb.program, "t.ipynb", ALL_RULES, unsafe=True).source)
+    return notebooks.write_back(nb, fix_source(nb.program, "t.ipynb", unsafe=True).source)
 
 
 def findings(text):
     nb = notebooks.load(text)
-    return [(f.cell, f.line, f.code) for f in map(nb.locate, lint_source(nb.program, "t.ipynb", ALL_RULES))]
+    return [(f.cell, f.line, f.code) for f in map(nb.locate, lint_source(nb.program, "t.ipynb"))]
 
 
 def test_a_comment_like_the_cell_marker_is_only_a_comment():

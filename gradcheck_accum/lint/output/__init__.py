@@ -1,4 +1,5 @@
-"""Output formats. Each module renders the findings of a run as one string."""
+"""Output formats. Each module renders the findings of a run as one string, from the findings alone
+(they carry their source line and fix: nothing is read again)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from typing import Callable
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.output import concise, full, github, json_format, sarif
 
-Renderer = Callable[[list[Finding], dict[str, str]], str]
+Renderer = Callable[[list[Finding]], str]
 
-# name -> render(findings, sources) where sources maps a path to its text (for `full`)
+# name -> render(findings)
 FORMATS: dict[str, Renderer] = {
     "concise": concise.render,
     "full": full.render,

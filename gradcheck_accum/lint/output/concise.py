@@ -5,7 +5,7 @@ from __future__ import annotations
 from gradcheck_accum.lint.diagnostics import Finding
 
 
-def render(findings: list[Finding], sources: dict[str, str]) -> str:
+def render(findings: list[Finding]) -> str:
     from gradcheck_accum.lint.output import location
 
     return "".join(f"{location(f)}: {f.code} {f.message}\n" for f in findings)

@@ -5,16 +5,15 @@ from __future__ import annotations
 from gradcheck_accum.lint.diagnostics import Finding
 
 
-def render(findings: list[Finding], sources: dict[str, str], color: bool = False) -> str:
+def render(findings: list[Finding], color: bool = False) -> str:
     from gradcheck_accum.lint.output import location
 
     red, bold, reset = ("\x1b[31m", "\x1b[1m", "\x1b[0m") if color else ("", "", "")
     out = []
     for f in findings:
         out.append(f"{bold}{location(f)}{reset}: {red}{bold}{f.code}{reset} {f.message}\n")
-        lines = sources.get(_key(f), "").splitlines()
-        if 0 < f.line <= len(lines):
-            text = lines[f.line - 1]
+        if f.snippet is not None:
+            text = f.snippet
             width = (f.end_column - f.column) if f.end_line == f.line else len(text) - f.column + 1
             gutter = f"{f.line} | "
             out.append(f"{gutter}{text}\n{' ' * (len(gutter) + f.column - 1)}{red}{'^' * max(1, width)}{reset}\n")
@@ -22,7 +21,3 @@ def render(findings: list[Finding], sources: dict[str, str], color: bool = False
             out.append(f"  = help: {f.fix_description} ({f.fix_safety} fix)\n")
         out.append("\n")
     return "".join(out)
-
-
-def _key(finding: Finding) -> str:
-    return f"{finding.path}#cell{finding.cell}" if finding.cell is not None else finding.path

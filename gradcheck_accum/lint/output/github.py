@@ -10,7 +10,7 @@ def _escape(value: str, property_: bool = False) -> str:
     return value.replace(":", "%3A").replace(",", "%2C") if property_ else value
 
 
-def render(findings: list[Finding], sources: dict[str, str]) -> str:
+def render(findings: list[Finding]) -> str:
     out = []
     for f in findings:
         where = f" (cell {f.cell})" if f.cell is not None else ""

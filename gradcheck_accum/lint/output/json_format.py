@@ -19,7 +19,7 @@ def record(f: Finding) -> dict:
     }
 
 
-def render(findings: list[Finding], sources: dict[str, str]) -> str:
+def render(findings: list[Finding]) -> str:
     import json
 
     return json.dumps([record(f) for f in findings], indent=2) + "\n"
