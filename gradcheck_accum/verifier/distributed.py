@@ -49,14 +49,19 @@ def _counting_allreduce(calls: list[int], bucket):
     return allreduce_hook(None, bucket)
 
 
-def _loop_rank(rank, world_size, train_fn, module, shards, steps, optimizer, device, find_unused, seed,
-               compile_backend) -> Recording:
+def _rank_copy(rank: int, module: torch.nn.Module, device: str) -> tuple[torch.nn.Module, str]:
+    """This rank's device (one GPU per rank) and its own copy of the module on it. Each rank trains
+    weights of its own: a storage shared with another rank (torch.multiprocessing moves tensors to
+    shared memory when it pickles them) would take every rank's update."""
     if device.startswith("cuda"):
         torch.cuda.set_device(rank)
         device = f"cuda:{rank}"
-    # Each rank trains weights of its own: a storage shared with another rank (torch.multiprocessing
-    # moves tensors to shared memory when it pickles them) would take every rank's update.
-    module = copy.deepcopy(module).to(device)
+    return copy.deepcopy(module).to(device), device
+
+
+def _loop_rank(rank, world_size, train_fn, module, shards, steps, optimizer, device, find_unused, seed,
+               compile_backend) -> Recording:
+    module, device = _rank_copy(rank, module, device)
     ddp = DistributedDataParallel(
         module,
         device_ids=[rank] if device.startswith("cuda") else None,
@@ -78,10 +83,7 @@ def _fsdp_rank(rank, world_size, train_fn, module, shards, steps, optimizer, dev
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
-    if device.startswith("cuda"):
-        torch.cuda.set_device(rank)
-        device = f"cuda:{rank}"
-    module = copy.deepcopy(module).to(device)
+    module, device = _rank_copy(rank, module, device)
     mesh = init_device_mesh(torch.device(device).type, (world_size,))
     # As large models are sharded: each block its own parameter group, then the root.
     for child in module.children():

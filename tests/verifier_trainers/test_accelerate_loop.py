@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 accelerate = pytest.importorskip("accelerate")
+
+from trainer_cases import micro_batches, mse  # noqa: E402
 
 from gradcheck_accum.verifier.trainers.accelerate_loop import verify_accelerate  # noqa: E402
 from gradcheck_accum.verifier.trainers.common import fresh_accelerate_state  # noqa: E402
@@ -19,51 +20,30 @@ def make_model():
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
 
 
-def micro_batches(count=9):
-    g = torch.Generator().manual_seed(1)
-    return [(torch.randn(2, 4, generator=g), torch.randn(2, 2, generator=g)) for _ in range(count)]
-
-
-def mse(model, batch):
-    x, y = batch
-    return F.mse_loss(model(x), y)
-
-
-def accumulate_loop(accelerator, model, optimizer, dataloader):
+def accumulate_loop(accelerator, model, optimizer, dataloader, extra_division=1, prepare=("optimizer", "loader")):
     """The documented idiom: everything prepared, step and zero_grad inside accumulate()."""
-    model, optimizer, dataloader = accelerator.prepare(model, optimizer, dataloader)
+    model = accelerator.prepare(model)
+    if "optimizer" in prepare:
+        optimizer = accelerator.prepare(optimizer)
+    if "loader" in prepare:
+        dataloader = accelerator.prepare(dataloader)
     for batch in dataloader:
         with accelerator.accumulate(model):
-            accelerator.backward(mse(model, batch))
+            accelerator.backward(mse(model, batch) / extra_division)
             optimizer.step()
             optimizer.zero_grad()
 
 
 def divides_again(accelerator, model, optimizer, dataloader):
-    model, optimizer, dataloader = accelerator.prepare(model, optimizer, dataloader)
-    for batch in dataloader:
-        with accelerator.accumulate(model):
-            accelerator.backward(mse(model, batch) / accelerator.gradient_accumulation_steps)
-            optimizer.step()
-            optimizer.zero_grad()
+    accumulate_loop(accelerator, model, optimizer, dataloader, extra_division=accelerator.gradient_accumulation_steps)
 
 
 def loader_not_prepared(accelerator, model, optimizer, dataloader):
-    model, optimizer = accelerator.prepare(model, optimizer)
-    for batch in dataloader:
-        with accelerator.accumulate(model):
-            accelerator.backward(mse(model, batch))
-            optimizer.step()
-            optimizer.zero_grad()
+    accumulate_loop(accelerator, model, optimizer, dataloader, prepare=("optimizer",))
 
 
 def optimizer_not_prepared(accelerator, model, optimizer, dataloader):
-    model, dataloader = accelerator.prepare(model, dataloader)
-    for batch in dataloader:
-        with accelerator.accumulate(model):
-            accelerator.backward(mse(model, batch))
-            optimizer.step()
-            optimizer.zero_grad()
+    accumulate_loop(accelerator, model, optimizer, dataloader, prepare=("loader",))
 
 
 def check(train_fn, **kwargs):

@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 pl = pytest.importorskip("lightning.pytorch")
+
+from trainer_cases import micro_batches, mse  # noqa: E402
 
 from gradcheck_accum import verify_trainer  # noqa: E402
 from gradcheck_accum.verifier.errors import VerifyError  # noqa: E402
 from gradcheck_accum.verifier.trainers.lightning_trainer import verify_lightning  # noqa: E402
 
 N = 4
-
-
-def micro_batches(count=9):
-    g = torch.Generator().manual_seed(1)
-    return [(torch.randn(2, 4, generator=g), torch.randn(2, 2, generator=g)) for _ in range(count)]
-
-
-def mse(model, batch):
-    x, y = batch
-    return F.mse_loss(model(x), y)
 
 
 class Regressor(pl.LightningModule):

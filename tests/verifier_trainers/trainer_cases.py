@@ -7,6 +7,17 @@ import torch
 VOCAB = 64
 
 
+def micro_batches(count: int = 9) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Regression micro-batches of two rows: nine, so N=4 leaves a last window of one."""
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(2, 4, generator=g), torch.randn(2, 2, generator=g)) for _ in range(count)]
+
+
+def mse(model, batch) -> torch.Tensor:
+    x, y = batch
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
 def token_batch(generator: torch.Generator, lengths: list[int], width: int) -> dict[str, torch.Tensor]:
     """Right-padded rows of the given lengths: labels are the tokens, -100 on padding."""
     rows = len(lengths)

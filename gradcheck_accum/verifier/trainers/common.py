@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import sys
+import warnings
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -147,3 +149,20 @@ def framework_report(report: Report, framework: str, notes: Sequence[str]) -> Re
     """verify_loop's report, saying which framework ran the loop and how it scales."""
     return dataclasses.replace(report, notes=(*report.notes, *notes),
                                settings={**report.settings, "framework": framework})
+
+
+@contextmanager
+def quiet(*logger_names: str) -> Iterator[None]:
+    """Frameworks log their set-up (devices, defaults, tips) and warn about settings that do not
+    matter to the check; the report says what does. Their loggers go to ERROR, warnings are off."""
+    loggers = [logging.getLogger(name) for name in logger_names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)

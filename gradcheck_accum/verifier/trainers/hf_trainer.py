@@ -31,13 +31,10 @@ over the window for a causal LM).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import inspect
-import logging
 import tempfile
-import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -51,6 +48,7 @@ from gradcheck_accum.verifier.trainers.common import (
     framework_report,
     fresh_accelerate_state,
     pad_to_common_length,
+    quiet,
 )
 
 
@@ -299,17 +297,6 @@ def _division(trainer: Any, transformers: Any) -> str:
             "gradient_accumulation_steps")
 
 
-@contextlib.contextmanager
 def _quiet():
-    """The Trainer logs its set-up at INFO/WARNING and warns about defaults; the report says what matters."""
-    loggers = [logging.getLogger(name) for name in ("transformers", "accelerate")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+    """The Trainer logs its set-up at INFO/WARNING and warns about defaults."""
+    return quiet("transformers", "accelerate")

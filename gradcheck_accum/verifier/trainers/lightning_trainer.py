@@ -21,10 +21,7 @@ checkpoints, progress bar or sanity validation, and the module's own `configure_
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import tempfile
-import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -36,6 +33,7 @@ from gradcheck_accum.verifier.trainers.common import (
     bind_parameters,
     check_micro_batches,
     framework_report,
+    quiet,
 )
 
 
@@ -180,19 +178,6 @@ def _single_optimizer(config: Any) -> torch.optim.Optimizer:
     return found[0]
 
 
-@contextlib.contextmanager
 def _quiet():
-    """Lightning reports its set-up (devices, TPU/HPU availability, tips) on its loggers and warns
-    about dataloader workers; none of it is about the accumulation under check."""
-    loggers = [logging.getLogger(name) for name in ("lightning", "lightning.pytorch", "lightning.fabric",
-                                                    "pytorch_lightning", "lightning_fabric")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+    """Lightning reports its set-up (devices, accelerators, tips) and warns about dataloader workers."""
+    return quiet("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric")
