@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,8 +92,10 @@ def child(out_dir: str) -> None:
                                     learning_rate=1e-3, max_grad_norm=0.0, report_to="none", use_cpu=True)
         trainer = tf.Trainer(model=tiny(name), args=args)
         report = verify_hf_trainer(trainer, padded_micro_batches(torch), device="cpu")
+        ran = [int(m.group(1)) for n in report.notes for m in [re.search(r"ran the model (\d+) times", n)] if m]
         print(json.dumps({
             "release": tf.__version__, "model": name, "verdict": report.verdict,
+            "read": ran[0] if ran else len(LENGTHS),
             "findings": report.settings["findings"], "steps": report.settings["optimizer_steps"],
             "scales": [round(m.scale, 4) for m in report.modes], "diagnosis": report.diagnosis,
         }), flush=True)
@@ -109,7 +112,7 @@ def main() -> None:
         return
     opts.venvs.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
-    print(f"{'release':<9} {'model':<6} {'verdict':<9} {'steps':<5} {'scale per step':<26} findings")
+    print(f"{'release':<9} {'model':<6} {'verdict':<9} {'steps':<5} {'read':<4} {'scale per step':<26} findings")
     for release in opts.releases:
         python = ensure_venv(opts.venvs, release)
         run = subprocess.run([str(python), __file__, "--child", str(opts.venvs / "out")], env=env,
@@ -119,7 +122,8 @@ def main() -> None:
             print(f"{release:<9} failed: {run.stderr.strip().splitlines()[-1] if run.stderr.strip() else run.returncode}")
         for r in rows:
             cause = ", ".join(r["findings"]) or "-"
-            print(f"{r['release']:<9} {r['model']:<6} {r['verdict']:<9} {r['steps']:<5} {str(r['scales']):<26} {cause}")
+            print(f"{r['release']:<9} {r['model']:<6} {r['verdict']:<9} {r['steps']:<5} {r['read']:<4} "
+                  f"{str(r['scales']):<26} {cause}")
             if r["verdict"] != "match":
                 print(f"{'':<9} {r['diagnosis']}")
 
