@@ -154,6 +154,8 @@ class FileModel:
             if not same_target(zero, step):
                 continue
             for guard in zero.ctx.guards:
+                if guard in window.backward_guards:
+                    continue  # the backward runs under it too: a periodic update, not a window
                 boundary = analyze(guard.test, window.scope)
                 if boundary is not None and boundary.kind is BoundaryKind.MODULO:
                     return True

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from gradcheck_accum.lint.bindings import is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_calls, last_part
+from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_calls, iter_names, last_part
 from gradcheck_accum.lint.vocabulary import DefOp, Scope, Tag
 
 
@@ -30,6 +31,13 @@ class BoundaryKind(Tag):
 SYNC_FLAG_ATTRIBUTE = "sync_gradients"
 
 
+class Count(Tag):
+    """What a configuration decision says about N."""
+
+    ONE = "one"  # N is 1 on this side: every micro-batch is its own window
+    MANY = "many"  # N is more than 1 on this side
+
+
 @dataclass(frozen=True)
 class Boundary:
     """A periodic test such as `(i + 1) % N == 0`, normalised.
@@ -43,9 +51,11 @@ class Boundary:
     positive: bool
     flush: bool = False  # an `or` clause that also fires at the end of the data
     n: cst.BaseExpression | None = None
-    counter: cst.BaseExpression | None = None  # `i` in `(i + 1) % N`
+    counter: cst.BaseExpression | None = None  # `i` in `(i + 1) % N`, `ni` in `ni - last_opt_step >= N`
     offset: int | None = None  # 1 for `(i + 1) % N == 0` and `i % N == N - 1`; 0 for `i % N == 0`
-    comparison: cst.Comparison | None = None
+    comparison: cst.BaseExpression | None = None  # the test itself (`i % N` when it stands alone)
+    # `or (<configuration> and <end of data>)`: the flush exists only where the configuration holds
+    flush_condition: cst.BaseExpression | None = None
 
     @property
     def family(self) -> tuple[BoundaryKind, str | None]:
@@ -68,13 +78,18 @@ def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Boundary 
             return None
         if isinstance(test.operator, cst.Or) and found.positive:
             other = test.right if left is not None else test.left
-            # `or (len(it) <= N and step + 1 == len(it))` flushes only epochs shorter than a window
-            return replace(found, flush=not _only_short_epochs(other))
+            # `or (len(it) <= N and step + 1 == len(it))` flushes only epochs shorter than a window;
+            # `N == 1 or ...` says when every micro-batch is a window, which is no end of data
+            if _only_short_epochs(other) or _compares_count_with_literal(other, found.n, scope):
+                return found
+            return replace(found, flush=True, flush_condition=_condition_of_flush(other, found))
         if isinstance(test.operator, cst.And) and not found.positive:
             return replace(found, flush=True)  # `not a or not b` in De Morgan form
         return found
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         return _comparison(test, scope)
+    if isinstance(test, cst.BinaryOperation) and isinstance(test.operator, cst.Modulo):
+        return _modulo(test, cst.Integer("0"), False, test, scope)  # `if i % N:` is `i % N != 0`
     name = dotted(test)
     if name is not None:
         if last_part(name) == SYNC_FLAG_ATTRIBUTE:
@@ -103,24 +118,108 @@ def _comparison(test: cst.Comparison, scope: Scope) -> Boundary | None:
     op, right, left = target.operator, target.comparator, test.left
     if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo) \
             and isinstance(op, (cst.Equal, cst.NotEqual)):
-        n = left.right
-        counter = left.left
-        offset: int | None = None
-        if isinstance(right, cst.Integer) and right.value == "0":
-            offset = _plus_one(counter)
-            if offset == 1:
-                counter = counter.left  # type: ignore[union-attr]
-        elif isinstance(right, cst.BinaryOperation) and isinstance(right.operator, cst.Subtract) \
-                and code(right.left) == code(n) and isinstance(right.right, cst.Integer) and right.right.value == "1":
-            offset = 1 if _plus_one(counter) == 0 else None
-        else:
-            return None
-        return Boundary(BoundaryKind.MODULO, resolve_n(n, scope), isinstance(op, cst.Equal), n=n, counter=counter,
-                        offset=offset, comparison=test)
-    if isinstance(op, (cst.GreaterThanEqual, cst.GreaterThan)) and dotted(right) is not None and (
+        return _modulo(left, right, isinstance(op, cst.Equal), test, scope)
+    if isinstance(op, (cst.Equal, cst.NotEqual)) and isinstance(right, cst.Integer) and right.value == "0":
+        kept = _kept_modulo(left, scope)
+        if kept is not None:  # `acc = (acc + 1) % N` ... `if acc == 0:`
+            return Boundary(BoundaryKind.MODULO, resolve_n(kept, scope), isinstance(op, cst.Equal), n=kept,
+                            counter=left, offset=0, comparison=test)
+    if isinstance(op, (cst.GreaterThanEqual, cst.GreaterThan)) and dotted(right) is not None \
+            and not isinstance(left, cst.Integer) and (
             is_accumulation_name(right) or (isinstance(left, cst.BinaryOperation)
                                             and isinstance(left.operator, cst.Subtract))):
-        return Boundary(BoundaryKind.DISTANCE, resolve_n(right, scope), True, n=right, comparison=test)
+        counter = left.left if isinstance(left, cst.BinaryOperation) else left
+        return Boundary(BoundaryKind.DISTANCE, resolve_n(right, scope), True, n=right, counter=counter,
+                        comparison=test)
+    return None
+
+
+def _modulo(modulo: cst.BinaryOperation, right: cst.BaseExpression, equal: bool, test: cst.BaseExpression,
+            scope: Scope) -> Boundary | None:
+    """`counter % N` compared (== or !=) with 0 or with N - 1."""
+    n = modulo.right
+    counter = modulo.left
+    offset: int | None = None
+    if isinstance(right, cst.Integer) and right.value == "0":
+        offset = _plus_one(counter)
+        if offset == 1:
+            counter = counter.left  # type: ignore[union-attr]
+    elif isinstance(right, cst.BinaryOperation) and isinstance(right.operator, cst.Subtract) \
+            and code(right.left) == code(n) and isinstance(right.right, cst.Integer) and right.right.value == "1":
+        offset = 1 if _plus_one(counter) == 0 else None
+    else:
+        return None
+    return Boundary(BoundaryKind.MODULO, resolve_n(n, scope), equal, n=n, counter=counter, offset=offset,
+                    comparison=test)
+
+
+def _kept_modulo(counter: cst.BaseExpression, scope: Scope) -> cst.BaseExpression | None:
+    """N, when the counter is only ever advanced as `counter = (counter + 1) % N` (or reset to a
+    constant): a count kept modulo N is 0 exactly on the boundary."""
+    name = dotted(counter)
+    if name is None:
+        return None
+    n = None
+    for d in scope.defs_of(name):
+        value = d.value
+        if d.op is DefOp.ASSIGN and isinstance(value, cst.Integer):
+            continue
+        if not (d.op is DefOp.ASSIGN and isinstance(value, cst.BinaryOperation)
+                and isinstance(value.operator, cst.Modulo) and _advances(value.left, name)):
+            return None
+        n = value.right
+    return n
+
+
+def _advances(value: cst.BaseExpression, name: str) -> bool:
+    """`name + 1` (with parentheses or not)."""
+    return isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add) \
+        and dotted(value.left) == name and isinstance(value.right, cst.Integer)
+
+
+def _compares_count_with_literal(test: cst.BaseExpression, n: cst.BaseExpression | None, scope: Scope) -> bool:
+    """`N == 1`, `N <= 1`, `not accumulate`: a test of the configuration, not of the data."""
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test = test.expression
+    return compares_n_with_one(test, lambda node: is_accumulation_count(node, n, scope)) != (None, None)
+
+
+def compares_n_with_one(test: cst.BaseExpression,
+                         is_n: Callable[[cst.BaseExpression], bool]) -> tuple[Count | None, Count | None]:
+    """What N is when the test is true, and when it is false. `N > 1` and `N != 1`: many, else one;
+    `N == 1`, `N <= 1`, `N < 2`: the reverse; a bare accumulation flag or count (`if accumulate:`):
+    nothing when true (a count of 1 is true), one when false."""
+    if isinstance(test, (cst.Name, cst.Attribute)):
+        return (None, Count.ONE) if is_accumulation_name(test) or is_n(test) else (None, None)
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return None, None
+    operator, right, left = test.comparisons[0].operator, test.comparisons[0].comparator, test.left
+    kind = type(operator)
+    if isinstance(left, cst.Integer) and is_n(right):  # `1 < N` reads as `N > 1`
+        mirrored = {cst.LessThan: cst.GreaterThan, cst.GreaterThan: cst.LessThan,
+                    cst.LessThanEqual: cst.GreaterThanEqual, cst.GreaterThanEqual: cst.LessThanEqual}
+        left, right, kind = right, left, mirrored.get(kind, kind)
+    if not (isinstance(right, cst.Integer) and is_n(left)):
+        return None, None
+    bound = int(right.value, 0)
+    if (kind, bound) in ((cst.GreaterThan, 1), (cst.NotEqual, 1), (cst.GreaterThanEqual, 2)):
+        return Count.MANY, Count.ONE
+    if (kind, bound) in ((cst.Equal, 1), (cst.LessThanEqual, 1), (cst.LessThan, 2)):
+        return Count.ONE, Count.MANY
+    return None, None
+
+
+def _condition_of_flush(clause: cst.BaseExpression, found: Boundary) -> cst.BaseExpression | None:
+    """In `... or (<configuration> and <end of data>)`, the configuration part: the conjunct that
+    reads neither the boundary's counter nor any call (`len(loader)`)."""
+    if not (isinstance(clause, cst.BooleanOperation) and isinstance(clause.operator, cst.And)):
+        return None
+    counter = dotted(found.counter) if found.counter is not None else None
+    for side, other in ((clause.left, clause.right), (clause.right, clause.left)):
+        names = set(iter_names(side))
+        if not any(True for _ in iter_calls(side)) and counter not in names and \
+                (counter in set(iter_names(other)) or any(True for _ in iter_calls(other))):
+            return side
     return None
 
 

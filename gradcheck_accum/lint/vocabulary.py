@@ -139,12 +139,27 @@ class DefOp(Tag):
         return self in (DefOp.DIVIDE, DefOp.MULTIPLY, DefOp.FLOOR_DIVIDE)
 
 
+class Exit(Tag):
+    """How an `if` body without `else` leaves its block (the code after it runs only when it does not)."""
+
+    CONTINUE = "continue"  # skips the rest of this iteration
+    BREAK = "break"  # ends the loop
+    RETURN = "return"
+    RAISE = "raise"
+
+    @property
+    def ends_loop(self) -> bool:
+        """The loop (or the whole run) ends there: the code after the `if` is the only way on."""
+        return self is not Exit.CONTINUE
+
+
 @dataclass(frozen=True)
 class Guard:
     test: cst.BaseExpression
     positive: bool  # True in the `if` body, False in `else`/`elif`
     owner: cst.CSTNode  # the If statement
     depth: int  # how many loops enclose the If: the guard sits inside loops[:depth]
+    exit: Exit | None = None  # set on the code after `if test: <...> continue/break/return/raise`
 
 
 @dataclass(frozen=True)

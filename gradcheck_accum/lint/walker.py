@@ -14,7 +14,7 @@ from gradcheck_accum.lint.bindings import constructor_roles, roles_from_name, un
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, iter_calls, iter_names, keyword, positional
-from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Guard, Role, Scope
+from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
@@ -89,9 +89,10 @@ class ScopeWalker:
     def walk_block(self, body, ctx: Context) -> None:
         for stmt in body:
             self.walk_stmt(stmt, ctx)
-            if isinstance(stmt, cst.If) and stmt.orelse is None and _exits(stmt.body):
+            exit = _exit(stmt.body) if isinstance(stmt, cst.If) and stmt.orelse is None else None
+            if exit is not None:
                 # `if not need_update: continue` guards everything after it in this block
-                ctx = ctx.push_guard(Guard(stmt.test, False, stmt, len(ctx.loops)))
+                ctx = ctx.push_guard(Guard(stmt.test, False, stmt, len(ctx.loops), exit))
 
     def walk_stmt(self, stmt: cst.CSTNode, ctx: Context) -> None:
         self.statement = stmt
@@ -327,13 +328,16 @@ def _tests_orig_mod(test: cst.BaseExpression) -> bool:
     return False
 
 
-def _exits(block: cst.BaseSuite) -> bool:
-    """Does the block always leave the enclosing block (continue, break, return, raise)?"""
+def _exit(block: cst.BaseSuite) -> Exit | None:
+    """How the block always leaves the enclosing block (continue, break, return, raise), if it does."""
     body = block.body
     last = body[-1] if body else None
     if isinstance(last, cst.SimpleStatementLine):
         last = last.body[-1]
-    return isinstance(last, (cst.Continue, cst.Break, cst.Return, cst.Raise))
+    return _EXITS.get(type(last).__name__)
+
+
+_EXITS = {"Continue": Exit.CONTINUE, "Break": Exit.BREAK, "Return": Exit.RETURN, "Raise": Exit.RAISE}
 
 
 def _targets(target: cst.BaseExpression) -> list[str]:

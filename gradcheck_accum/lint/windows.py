@@ -5,6 +5,9 @@ Three window shapes (RULES.md):
 - nested: an inner loop does the backwards and the step follows it;
 - framework: `accelerator.accumulate(...)` or a DeepSpeed engine owns the window.
 A loop whose step runs unconditionally is shape "unguarded" (no accumulation, or ACC104).
+
+Each path through the loop body's configuration tests (paths.py) is its own window; on a path
+where N is 1 the window is "plain": every micro-batch is its own window, nothing accumulates.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from typing import TYPE_CHECKING
 
 from gradcheck_accum.lint.bindings import is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import call_receiver, dotted, iter_calls, iter_names, keyword, last_part, positional
-from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze
+from gradcheck_accum.lint.names import call_receiver, dotted, iter_names, keyword, last_part, positional
+from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
+from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import DefOp, Event, EventKind, Framework, Guard, Role, Scope, Tag
 
 if TYPE_CHECKING:
@@ -37,12 +41,11 @@ class WindowShape(Tag):
     NESTED = "nested"  # an inner loop does the backwards; the step follows it
     FRAMEWORK = "framework"  # accelerate's accumulate() or a DeepSpeed engine owns the window
     UNGUARDED = "unguarded"  # the step runs on every micro-batch: no accumulation (or ACC104)
+    PLAIN = "plain"  # on this path N is 1 (`if accum_steps > 1: ... else: <this>`): nothing accumulates
 
 
 EVERY, BOUNDARY, OFF_BOUNDARY, AFTER, UNKNOWN = Placement
-GUARDED, NESTED, FRAMEWORK, UNGUARDED = WindowShape
-
-_PURE_CALLS = {"len", "isinstance", "hasattr", "getattr", "bool", "int", "float", "str", "is_available"}
+GUARDED, NESTED, FRAMEWORK, UNGUARDED, PLAIN = WindowShape
 
 
 @dataclass
@@ -57,6 +60,10 @@ class Window:
     n: cst.BaseExpression | None = None
     events: list[Event] = field(default_factory=list)  # events inside the loop and after it
     placements: dict[int, Placement] = field(default_factory=dict)  # id(event) -> placement
+    path: Path = NO_PATH  # the configuration this window is built for (paths.py)
+    # Guards every backward of the window runs under: micro-batches they turn away make no gradient,
+    # so they say nothing about where other calls run relative to the window.
+    backward_guards: frozenset[Guard] = frozenset()
 
     def placement(self, event: Event) -> Placement:
         return self.placements.get(id(event), UNKNOWN)
@@ -155,6 +162,8 @@ class Window:
         """The optimizer steps once per window of several micro-batches."""
         if self.shape is FRAMEWORK:
             return self.framework is Framework.DEEPSPEED or Role.ACCELERATOR_ACCUMULATES in self.framework_roles
+        if self.shape is PLAIN:
+            return False
         return any(self.placement(s) is BOUNDARY for s in self.steps)
 
     def iterates_sized_data(self) -> bool:
@@ -185,13 +194,46 @@ def same_target(zero: Event, step: Event) -> bool:
 
 
 def build_windows(scope: Scope) -> list[Window]:
-    events = scope.events
+    """One window per micro-batch loop and path through its configuration tests."""
     backward_loops: dict[int, Loop] = {}
-    for event in events:
+    for event in scope.events:
         if event.kind is EventKind.BACKWARD and event.ctx.loops:
             loop = event.ctx.loops[-1]
             backward_loops[id(loop)] = loop
-    return [_build(scope, loop) for loop in backward_loops.values()]
+    return [window for loop in backward_loops.values() for window in _loop_windows(scope, loop)]
+
+
+def _loop_windows(scope: Scope, loop: Loop) -> list[Window]:
+    outer = _loop_stack(scope, loop)
+    # The block the loop sits in (the enclosing loop body, or the function): what runs once around
+    # the loop (a nested window's step) is there.
+    block_start = scope.loop_start.get(id(outer[-1]), 0) if outer else 0
+    region = [e for e in scope.events if e.order >= block_start and e.ctx.loops[: len(outer)] == outer]
+    deciders = [e for e in region if loop in e.ctx.loops or e.ctx.loops == outer]
+    variant = _assigned_in(scope, outer[-1] if outer else loop)
+    windows = []
+    def periodic(test: cst.BaseExpression) -> bool:
+        return analyze(test, scope) is not None
+
+    for path, events in split(region, deciders, len(outer), variant, periodic):
+        if any(e.kind is EventKind.BACKWARD and e.ctx.loops and e.ctx.loops[-1] is loop for e in events):
+            windows.append(_build(scope, loop, outer, events, path))
+    counts = [w.n for w in windows if w.n is not None]
+    enclosing = [decision(g) for g in _loop_guards(windows[0], loop)] if windows else []
+    for window in windows:
+        def is_n(node: cst.BaseExpression) -> bool:
+            return any(is_accumulation_count(node, n, scope) for n in counts) or is_accumulation_count(node, None, scope)
+        if count_on_path(window.path.decisions + tuple(enclosing), is_n) is Count.ONE:
+            window.shape, window.boundary = PLAIN, None
+    return windows
+
+
+def _loop_guards(window: Window, loop: Loop) -> tuple[Guard, ...]:
+    """The guards around the loop statement itself."""
+    for event in window.events:
+        if loop in event.ctx.loops:
+            return tuple(g for g in event.ctx.guards if g.depth <= event.ctx.loops.index(loop))
+    return ()
 
 
 def _loop_stack(scope: Scope, loop: Loop) -> tuple[Loop, ...]:
@@ -202,17 +244,17 @@ def _loop_stack(scope: Scope, loop: Loop) -> tuple[Loop, ...]:
     return ()
 
 
-def _build(scope: Scope, loop: Loop) -> Window:
+def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event], path: Path) -> Window:
     end = scope.loop_end.get(id(loop), 0)
     start = scope.loop_start.get(id(loop), 0)
-    outer = _loop_stack(scope, loop)
-    inside = [e for e in scope.events if loop in e.ctx.loops]
-    after = [e for e in scope.events if e.order > end and loop not in e.ctx.loops
-             and e.ctx.loops[: len(outer)] == outer]
-    window = Window(scope, loop, UNGUARDED, events=inside + after, outer=outer)
+    inside = [e for e in events if loop in e.ctx.loops]
+    after = [e for e in events if e.order > end and loop not in e.ctx.loops]
+    window = Window(scope, loop, UNGUARDED, events=inside + after, outer=outer, path=path)
     for event in after:
         window.placements[id(event)] = AFTER
     backwards = [e for e in inside if e.kind is EventKind.BACKWARD]
+    own = [set(e.ctx.guards) for e in backwards if e.ctx.loops[-1] is loop]
+    window.backward_guards = frozenset(set.intersection(*own)) if own else frozenset()
 
     if any(e.framework is Framework.DEEPSPEED for e in backwards):
         window.shape, window.framework = FRAMEWORK, Framework.DEEPSPEED
@@ -247,7 +289,7 @@ def _build(scope: Scope, loop: Loop) -> Window:
         # events between the start of the enclosing loop body (or of the function) and the inner loop
         # run once per window too
         head_start = scope.loop_start.get(id(outer[-1]), 0) if outer else 0
-        head = [e for e in scope.events if e.ctx.loops == outer and head_start <= e.order < start]
+        head = [e for e in events if e.ctx.loops == outer and head_start <= e.order < start]
         for event in head:
             window.events.append(event)
             window.placements[id(event)] = BOUNDARY
@@ -312,15 +354,6 @@ def _assigned_in(scope: Scope, loop: Loop) -> set[str]:
     return names
 
 
-def invariant(test: cst.BaseExpression, variant: set[str]) -> bool:
-    """A test whose value cannot change from one micro-batch to the next."""
-    for call in iter_calls(test):
-        _, name = call_receiver(call)
-        if name not in _PURE_CALLS:
-            return False
-    return not any(name in variant or name.split(".")[0] in variant for name in iter_names(test))
-
-
 def _guards_below(event: Event, loop: Loop) -> list[Guard]:
     """Guards of the event that sit inside `loop`."""
     level = event.ctx.loops.index(loop)
@@ -357,6 +390,8 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
     guards = _guards_below(event, window.loop)
     placement = EVERY
     for guard in guards:
+        if guard in window.backward_guards or (guard.exit is not None and guard.exit.ends_loop):
+            continue  # the path every gradient is made on; or the run goes on only this way
         boundary = analyze(guard.test, window.scope)
         if boundary is not None and window.boundary is not None and boundary.family == window.boundary.family:
             effective = boundary.positive == guard.positive

@@ -6,7 +6,7 @@ import pytest
 from gradcheck_accum.lint.model import EventKind, FileModel, Framework, Placement, WindowShape
 
 EVERY, BOUNDARY, AFTER, UNKNOWN = Placement.EVERY, Placement.BOUNDARY, Placement.AFTER, Placement.UNKNOWN
-GUARDED, NESTED, FRAMEWORK, UNGUARDED = WindowShape
+GUARDED, NESTED, FRAMEWORK, UNGUARDED, PLAIN = WindowShape
 
 
 def only_window(source: str):
@@ -140,3 +140,112 @@ def test_loop_invariant_conditions_do_not_hide_every_micro_batch_calls():
     )
     window = only_window(source)
     assert placements(window, EventKind.CLIP) == [EVERY, UNKNOWN]
+
+
+# -- paths: one window per way through the configuration tests ---------------------------------------
+
+def windows_of(source: str):
+    return FileModel(cst.parse_module(source)).windows
+
+
+def test_a_test_comparing_n_with_one_makes_the_other_branch_a_plain_loop():
+    source = (
+        "for i, batch in enumerate(loader):\n"
+        "    loss = model(batch)\n"
+        "    if accum_steps > 1:\n"
+        "        (loss / accum_steps).backward()\n"
+        "        if (i + 1) % accum_steps == 0:\n"
+        "            optimizer.step()\n"
+        "            optimizer.zero_grad()\n"
+        "    else:\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+    )
+    shapes = sorted(w.shape.value for w in windows_of(source))
+    assert shapes == ["guarded", "plain"]
+    guarded = next(w for w in windows_of(source) if w.shape is GUARDED)
+    assert [e.node.func.attr.value for e in guarded.of(EventKind.ZERO_GRAD)] == ["zero_grad"]
+    assert placements(guarded, EventKind.ZERO_GRAD) == [BOUNDARY]
+
+
+@pytest.mark.parametrize("plain_test", ["accum_steps == 1", "accum_steps <= 1", "not accumulate", "1 >= accum_steps"])
+def test_every_spelling_of_n_is_one_gives_a_plain_path(plain_test):
+    source = (
+        "for i, batch in enumerate(loader):\n"
+        "    loss = model(batch) / accum_steps\n"
+        f"    if {plain_test}:\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "    else:\n"
+        "        loss.backward()\n"
+        "        if (i + 1) % accum_steps == 0:\n"
+        "            optimizer.step()\n"
+        "            optimizer.zero_grad()\n"
+    )
+    assert sorted(w.shape.value for w in windows_of(source)) == ["guarded", "plain"]
+
+
+def test_a_configuration_branch_without_accumulation_stays_out_of_the_nested_window():
+    source = (
+        "for batch in loader:\n"
+        "    if use_fused:\n"
+        "        optimizer.zero_grad()\n"
+        "        model(batch).backward()\n"
+        "        optimizer.step()\n"
+        "    else:\n"
+        "        optimizer.zero_grad()\n"
+        "        for micro in batch.chunk(accum_steps):\n"
+        "            model(micro).backward()\n"
+        "        optimizer.step()\n"
+    )
+    windows = windows_of(source)
+    nested = [w for w in windows if w.shape is NESTED]
+    assert len(nested) == 1 and len(nested[0].backwards) == 1
+    assert {w.shape for w in windows} == {NESTED, UNGUARDED}
+
+
+def test_a_test_the_loop_decides_is_not_a_path():
+    source = (
+        "for i, batch in enumerate(loader):\n"
+        "    loss = model(batch) / accum\n"
+        "    if torch.isfinite(loss):\n"
+        "        loss.backward()\n"
+        "    if (i + 1) % accum == 0:\n"
+        "        optimizer.step()\n"
+    )
+    assert len(windows_of(source)) == 1
+
+
+@pytest.mark.parametrize("exit_", ["raise FloatingPointError(loss)", "continue", "break", "return"])
+def test_guards_every_backward_runs_under_do_not_hide_the_boundary(exit_):
+    source = (
+        "def train():\n"
+        "    for i, batch in enumerate(loader):\n"
+        "        loss = model(batch) / accum\n"
+        "        if not torch.isfinite(loss):\n"
+        "            optimizer.zero_grad()\n"
+        f"            {exit_}\n"
+        "        loss.backward()\n"
+        "        if (i + 1) % accum == 0:\n"
+        "            optimizer.step()\n"
+        "            optimizer.zero_grad()\n"
+    )
+    window = only_window(source)
+    assert window.shape == GUARDED
+    assert placements(window, EventKind.STEP) == [BOUNDARY]
+    # the zero_grad of the skip path runs only when the loss is not finite
+    assert placements(window, EventKind.ZERO_GRAD) == [UNKNOWN, BOUNDARY]
+
+
+def test_an_exit_that_ends_the_run_between_backward_and_step_keeps_the_step_on_the_boundary():
+    source = (
+        "for i, batch in enumerate(loader):\n"
+        "    (model(batch) / accum).backward()\n"
+        "    if step >= max_steps:\n"
+        "        break\n"
+        "    if (i + 1) % accum == 0:\n"
+        "        optimizer.step()\n"
+    )
+    assert placements(only_window(source), EventKind.STEP) == [BOUNDARY]

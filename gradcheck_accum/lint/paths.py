@@ -1,0 +1,125 @@
+"""Paths through a loop body: one window per way the configuration can go.
+
+A training loop often holds two loops in one: `if accum_steps > 1: <accumulate, step on the
+boundary> else: <step every batch>`, `if use_amp: scaler.scale(loss).backward() else:
+loss.backward()`, `if use_engine: <engine steps> else: <micro-step loop>`. The tests that choose
+between them are *configuration tests*: nothing the loop assigns changes their value, so one run
+takes the same branch on every micro-batch. Merging the branches into one window makes the plain
+branch look like a broken accumulating one, so the window model builds one window per path: a value
+for each configuration test that decides where a backward or a step runs.
+
+A path may also say what N is: a test that compares the accumulation count with 1 (`N > 1`,
+`N == 1`, `N <= 1`, `if not accumulate`) puts every micro-batch in its own window on the side where
+N is 1 (a plain loop), whatever the rest of the loop does.
+
+A test the loop body itself decides (`if not torch.isfinite(loss): continue`) is no configuration:
+it stays a guard of the events under it (windows.py places them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+from typing import Callable, Iterable, NamedTuple
+
+from gradcheck_accum.lint.lazy import cst
+from gradcheck_accum.lint.names import call_receiver, code, iter_calls, iter_names
+from gradcheck_accum.lint.predicates import Count, compares_n_with_one
+from gradcheck_accum.lint.vocabulary import Event, EventKind, Guard
+
+# Calls whose value a loop cannot change between micro-batches (the rest may read live state).
+_PURE_CALLS = {"len", "isinstance", "hasattr", "getattr", "bool", "int", "float", "str", "is_available"}
+# A loop with more configuration tests than this keeps the later ones merged (as unguarded code).
+MAX_SPLIT_TESTS = 4
+# The events whose branch decides the window: where the gradients are made and applied.
+_DECIDING = (EventKind.BACKWARD, EventKind.STEP)
+
+
+class Decision(NamedTuple):
+    key: str  # the test's canonical text, `not` stripped
+    value: bool
+    test: cst.BaseExpression  # the test without its `not`
+
+
+@dataclass(frozen=True)
+class Path:
+    """One way through the configuration tests of a loop: a value for each test decided."""
+
+    decisions: tuple[Decision, ...] = ()
+
+    def allows(self, event: Event) -> bool:
+        """Does the event run on this path (no guard of it contradicts a decision)?"""
+        if not self.decisions:
+            return True
+        chosen = {d.key: d.value for d in self.decisions}
+        for guard in event.ctx.guards:
+            taken = decision(guard)
+            if chosen.get(taken.key, taken.value) is not taken.value:
+                return False
+        return True
+
+
+NO_PATH = Path()
+
+
+def decision(guard: Guard) -> Decision:
+    """The test a guard decides, canonically (`not x` is `x` decided False), and the value it takes."""
+    test, value = guard.test, guard.positive
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, value = test.expression, not value
+    return Decision(code(test), value, test)
+
+
+def invariant(test: cst.BaseExpression, variant: set[str]) -> bool:
+    """A test whose value cannot change from one micro-batch to the next: it reads no name the loop
+    assigns and calls nothing that may read live state."""
+    for call in iter_calls(test):
+        _, name = call_receiver(call)
+        if name not in _PURE_CALLS:
+            return False
+    return not any(name in variant or name.split(".")[0] in variant for name in iter_names(test))
+
+
+def split(events: list[Event], deciders: list[Event], region_depth: int, variant: set[str],
+          periodic: Callable[[cst.BaseExpression], bool]) -> list[tuple[Path, list[Event]]]:
+    """The paths through `events` (a loop body and the block around it) and the events on each.
+
+    The tests split are those around a backward or a step among `deciders`, opened at loop depth
+    `region_depth` or deeper, that read no `variant` name and are not `periodic` (a boundary
+    predicate); paths that keep the same events are one."""
+    tests: dict[str, cst.BaseExpression] = {}
+    for event in deciders:
+        if event.kind not in _DECIDING:
+            continue
+        for guard in event.ctx.guards:
+            if guard.depth < region_depth or guard.exit is not None or not invariant(guard.test, variant) \
+                    or periodic(guard.test):
+                continue
+            taken = decision(guard)
+            tests.setdefault(taken.key, taken.test)
+    if not tests:
+        return [(NO_PATH, events)]
+    keys = list(tests)[:MAX_SPLIT_TESTS]
+    seen: set[frozenset[int]] = set()
+    paths = []
+    for values in product((True, False), repeat=len(keys)):
+        path = Path(tuple(Decision(key, value, tests[key]) for key, value in zip(keys, values)))
+        on_path = [e for e in events if path.allows(e)]
+        signature = frozenset(id(e) for e in on_path)
+        if signature not in seen:
+            seen.add(signature)
+            paths.append((path, on_path))
+    return paths
+
+
+def count_on_path(decisions: Iterable[Decision], is_n: Callable[[cst.BaseExpression], bool]) -> Count | None:
+    """What these decisions (a path's, and the guards around its loop) say about N; `is_n(expr)`
+    tells whether an expression is the accumulation count."""
+    found = None
+    for taken in decisions:
+        when = compares_n_with_one(taken.test, is_n)
+        said = when[0] if taken.value else when[1]
+        if said is Count.ONE:
+            return Count.ONE
+        found = said or found
+    return found
