@@ -222,7 +222,6 @@ CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS,
 ACCUMULATION_STEPS_KEYWORD = "gradient_accumulation_steps"  # Accelerator(gradient_accumulation_steps=N)
 REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
 IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid items only
-DROP_LAST_KEYWORD = "drop_last"  # DataLoader(drop_last=True): an epoch has no incomplete last batch
 
 # Calls whose results are the prepared objects, element by element.
 DEEPSPEED_INITIALIZE = "deepspeed.initialize"  # -> engine, optimizer, dataloader, scheduler
@@ -295,6 +294,8 @@ RETURNED_LOSS_KEY = "loss"
 # positional argument of transformers' get_*_schedule*(optimizer, warmup, total).
 SCHEDULE_LENGTH_KEYWORDS = ("T_max", "num_training_steps", "total_steps", "total_iters", "steps_per_epoch")
 SCHEDULE_LENGTH_POSITION = 2
+# torch schedulers whose length may be passed positionally: the argument's index
+SCHEDULE_LENGTH_POSITIONS = {"OneCycleLR": 2, "CosineAnnealingLR": 1, "PolynomialLR": 1, "LinearLR": 4}
 LENGTH_FUNCTION = "len"  # len(loader): a length counted in micro-batches
 
 

@@ -101,8 +101,8 @@ def _fact_tokens(fact: Fact) -> frozenset[str]:
         return frozenset(name + "(" for name, op in cat.LOSS_OPERATIONS.items() if op is LossOp.AMP_SCALES)
     if fact is Fact.DATA_LENGTH:
         return frozenset({cat.LENGTH_FUNCTION + "("})
-    if fact is Fact.DROP_LAST:
-        return frozenset({cat.DROP_LAST_KEYWORD})
+    if fact is Fact.CALLERS:
+        return frozenset()  # a structural need: hollowing keeps the callers of kept functions
     if fact is Fact.HOOKS:
         return frozenset(word for hook in cat.HOOKS for word in (hook.name, hook.switch))
     if fact is Fact.FRAMEWORK_DIVIDES_LOSS:

@@ -11,8 +11,10 @@ with comments and plain strings blanked, see outline.py):
 4. kept code names none of the `self.` attributes it mentions (the loss tracer reads every
    assignment to `self.criterion` in the file);
 5. it contains none of the words of what the candidate rules read outside windows
-   (`Rule.reads_outside_windows`, turned into words by evidence.py from the catalogue).
-Kept code is everything else; 3 and 4 are applied again whenever a definition is kept, until
+   (`Rule.reads_outside_windows`, turned into words by evidence.py from the catalogue);
+6. when a candidate rule reads the callers of the functions that hold windows (`Fact.CALLERS`:
+   is an epoch repeated?), it calls no function defined in kept code.
+Kept code is everything else; 3, 4 and 6 are applied again whenever a definition is kept, until
 nothing changes. These follow what the file model reads (model.py, events.py); tests compare
 findings on hollowed and whole files over the fixtures and a corpus of real code.
 """
@@ -25,6 +27,7 @@ import re
 from gradcheck_accum.lint.evidence import tokens
 from gradcheck_accum.lint.outline import Outline, TopLevel
 from gradcheck_accum.lint.rule import Rule
+from gradcheck_accum.lint.vocabulary import Fact
 
 _SELF_ATTRIBUTE = re.compile(r"\bself(?:\s|\\)*\.(?:\s|\\)*(\w+)")
 
@@ -33,11 +36,13 @@ def hollow(outline: Outline, rules: list[type[Rule]]) -> str | None:
     """The outlined text with every definition the rules cannot need reduced to `...`, or None when
     nothing can be left out."""
     words: set[str] = set()
+    callers = False
     for rule in rules:
         if rule.reads_outside_windows is None:
             return None
         for need in rule.reads_outside_windows:
             words.update(token.removesuffix("(") for token in tokens(need))  # calls are names in any form
+            callers = callers or need is Fact.CALLERS
     code = outline.code
     left_out: dict[int, TopLevel] = {}  # id(top) -> top, in file order
     for top in outline.tops:
@@ -48,16 +53,19 @@ def hollow(outline: Outline, rules: list[type[Rule]]) -> str | None:
     kept = [top for top in outline.tops if id(top) not in left_out]
     calls = set().union(*(outline.called_in(top.node) for top in kept))
     attributes = set().union(*(_attributes(outline, top) for top in kept))
+    defined = set().union(*(top.defines for top in kept)) if callers else set()
     mentions = {key: _attributes(outline, top) for key, top in left_out.items()}
     changed = True
     while changed and left_out:
         changed = False
         for key, top in list(left_out.items()):
             mentioned = mentions[key]
-            if top.defines & calls or mentioned & attributes:
+            if top.defines & calls or mentioned & attributes or (callers and outline.called_in(top.node) & defined):
                 del left_out[key]
                 calls |= outline.called_in(top.node)
                 attributes |= mentioned
+                if callers:
+                    defined |= top.defines
                 changed = True
     if not left_out:
         return None

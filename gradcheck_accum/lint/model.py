@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Iterator
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import ACCUM_NAME, constructor_roles, no_roles
 from gradcheck_accum.lint.catalogue import DDP_NO_SYNC, LossScaling
+from gradcheck_accum.lint.counters import Lifetime, PassKind, Repetition, Tail, TailFate, unstepped_tail
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.losses import LossFacts, LossTracer, returned_loss, summed_loss_name
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
 
 __all__ = ["FileModel", "Window", "Event", "Scope", "LossFacts", "ScheduleLength", "EventKind", "Role", "Framework",
-           "Fact", "Placement", "WindowShape", "BoundaryKind", "DDP_NO_SYNC", "same_target"]
+           "Fact", "Placement", "WindowShape", "BoundaryKind", "DDP_NO_SYNC", "same_target", "Tail", "TailFate",
+           "Lifetime", "PassKind", "Repetition"]
 
 
 @dataclass(frozen=True)
@@ -107,10 +109,32 @@ class FileModel:
         """Every event of these kinds in the file, with its scope."""
         return [(s, e) for s in self.scopes for e in s.events if e.kind in kinds]
 
-    @cached_property
-    def drop_last(self) -> bool:
-        """Some DataLoader in the file drops its incomplete last batch."""
-        return any(scope.drop_last for scope in self.scopes)
+    # -- passes over the micro-batch loop -----------------------------------------------------
+    def callers(self, scope: Scope) -> list[Event]:
+        """The calls of this function (or method, through `self.`) in this file."""
+        if scope.node is self.module:
+            return []
+        return [e for s in self.scopes for e in s.events
+                if e.kind is EventKind.HELPER_CALL and e.target == scope.name]
+
+    def repetition(self, window: Window) -> Repetition:
+        """Is one pass over the window's loop followed by another: a loop around it here, or a caller
+        of its function inside a loop in this file?"""
+        if window.outer:
+            return Repetition.REPEATED
+        if window.scope.node is self.module:
+            return Repetition.ONCE
+        callers = self.callers(window.scope)
+        if not callers:
+            return Repetition.UNKNOWN
+        return Repetition.REPEATED if any(call.ctx.loops for call in callers) else Repetition.ONCE
+
+    def unstepped_tail(self, window: Window) -> Tail | None:
+        """The micro-batches after the last boundary of each pass, when they are backpropagated and
+        then lost (counters.py); None when nothing is lost or the code does not say."""
+        if window.shape is not WindowShape.GUARDED:
+            return None
+        return unstepped_tail(window, self.repetition(window))
 
     # -- losses -------------------------------------------------------------------------------------
     def loss_facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
@@ -192,6 +216,21 @@ class FileModel:
         facts.collect(length, scope, 0)
         return ScheduleLength(facts.has_len, facts.divided, facts.mentions_accumulation)
 
+    def schedule_counts_micro_batches(self, scope: Scope, stepped: Event) -> bool:
+        """Is the scheduler this event steps built with a length counted in micro-batches
+        (`len(loader) * epochs`, not divided)? Stepping it every micro-batch is then what it expects."""
+        name = stepped.target
+        if not name:
+            return False
+        for built_scope, built in self.events(EventKind.SCHEDULER_BUILT):
+            if built.target != name or not (built_scope is scope or built_scope.node is self.module
+                                              or name.startswith("self.")):
+                continue
+            length = self.schedule_length(built_scope, built)
+            if length is not None and length.counts_data and not length.divided and not length.mentions_accumulation:
+                return True
+        return False
+
     # -- compile and checkpoints --------------------------------------------------------------------
     def is_saved(self, scope: Scope, state_dict: Event) -> bool:
         """Is this `x.state_dict()` written to disk: inside a save call's arguments, or in a
@@ -233,7 +272,8 @@ def _length_argument(call: cst.Call) -> cst.BaseExpression | None:
     _, method = call_receiver(call)
     if method and method.startswith("get_") and cat.SCHEDULERS.pattern_word in method:
         return positional(call, cat.SCHEDULE_LENGTH_POSITION)
-    return None
+    position = cat.SCHEDULE_LENGTH_POSITIONS.get(method or "")
+    return positional(call, position) if position is not None else None
 
 
 class _LengthFacts:

@@ -109,7 +109,7 @@ class Fact(Tag):
     TRAINING_LOOP = "training loop"  # a for/while loop that reaches a backward call: where windows are
     LOSS_DIVIDED = "loss divided"  # `/`, `.div(...)` on a loss
     DATA_LENGTH = "data length"  # `len(loader)`
-    DROP_LAST = "drop last"  # a DataLoader's drop_last
+    CALLERS = "callers"  # the calls of the functions that hold a window (is an epoch repeated?)
     FRAMEWORK_DIVIDES_LOSS = "framework divides the loss"  # a backward or hook that already divides by N
     HOOKS = "hooks"  # methods a framework's own loop calls (Lightning's training_step)
     AMP_SCALED_LOSS = "AMP-scaled loss"  # `scaler.scale(loss)`
@@ -237,7 +237,6 @@ class Scope:
     loop_end: dict[int, int] = field(default_factory=dict)  # id(loop) -> last order inside it
     loop_start: dict[int, int] = field(default_factory=dict)
     env: dict[str, frozenset[Role]] = field(default_factory=dict)  # name -> roles, while walking
-    drop_last: bool = False  # a DataLoader here drops its incomplete last batch
 
     def defs_of(self, name: str, before: int | None = None) -> list[Def]:
         found = self.defs.get(name, [])

@@ -13,7 +13,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, roles_from_name, unpacked_roles
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, iter_calls, iter_names, keyword, positional
+from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, iter_calls, iter_names, positional
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
 if TYPE_CHECKING:
@@ -248,9 +248,6 @@ class ScopeWalker:
         owner = self.roles(receiver) if receiver is not None else NO_ROLES
         resolved = self.imports.qualify(call.func)
         qual = resolved or dotted(call.func) or ""
-        drop_last = keyword(call, cat.DROP_LAST_KEYWORD)
-        if isinstance(drop_last, cst.Name) and drop_last.value == "True":
-            self.scope.drop_last = True
         candidates = cat.apis_named(method) if method else ()
         if qual and qual.rpartition(".")[2] != method:
             candidates += cat.apis_resolved(qual)  # an aliased import: `from torch import compile as c`

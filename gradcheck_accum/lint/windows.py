@@ -166,9 +166,19 @@ class Window:
             return False
         return any(self.placement(s) is BOUNDARY for s in self.steps)
 
-    def iterates_sized_data(self) -> bool:
-        """True when the loop walks a finite data source with a length (so an epoch can end mid-window)."""
-        return isinstance(self.loop, cst.For) and _sized(self.loop.iter, self.scope, 0)
+    @property
+    def flushes(self) -> bool:
+        """The last, partial window of a pass is stepped too: the boundary test has an end-of-data
+        clause (`or i + 1 == len(loader)`) that holds in every configuration, or a step follows the
+        loop. A flush under a configuration test (`or (not dynamic and last)`) leaves the other
+        configuration without one."""
+        if any(self.placement(s) is AFTER for s in self.steps):
+            return True
+        boundary = self.boundary
+        if boundary is None or not boundary.flush:
+            return False
+        condition = boundary.flush_condition
+        return condition is None or not invariant(condition, assigned_in(self.scope, self.loop))
 
     def is_micro_batch_loop(self) -> bool:
         """For a nested window: does the inner loop clearly walk the micro-batches of one window?
@@ -181,8 +191,6 @@ class Window:
         return any(_MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in names)
 
 
-_SIZED_WORDS = ("loader", "batches", "dataset", "samples")
-_ENDLESS_WORDS = ("cycle", "iter", "infinite", "repeat", "stream", "endless")
 _MICRO_WORDS = {"micro", "microbatch", "microbatches", "mb", "chunk", "chunks", "accum", "accumulation"}
 
 
@@ -210,7 +218,7 @@ def _loop_windows(scope: Scope, loop: Loop) -> list[Window]:
     block_start = scope.loop_start.get(id(outer[-1]), 0) if outer else 0
     region = [e for e in scope.events if e.order >= block_start and e.ctx.loops[: len(outer)] == outer]
     deciders = [e for e in region if loop in e.ctx.loops or e.ctx.loops == outer]
-    variant = _assigned_in(scope, outer[-1] if outer else loop)
+    variant = assigned_in(scope, outer[-1] if outer else loop)
     windows = []
     def periodic(test: cst.BaseExpression) -> bool:
         return analyze(test, scope) is not None
@@ -266,7 +274,7 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
                 window.framework_roles |= event.roles
 
     steps = [e for e in inside if e.kind is EventKind.STEP]
-    variant = _assigned_in(scope, loop)
+    variant = assigned_in(scope, loop)
     if window.shape is not FRAMEWORK and steps:
         for step in steps:
             found = _step_boundary(step, loop, scope)
@@ -297,27 +305,6 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
     return window
 
 
-def _sized(source: cst.BaseExpression | None, scope: Scope, depth: int) -> bool:
-    """`loader`, `enumerate(loader)`, `tqdm(loader)`, or a name bound to one of those; never an endless
-    iterator (`cycle`, `CycleIterator`, `iter(...)`)."""
-    if isinstance(source, cst.Call) and call_receiver(source)[1] in {"enumerate", "tqdm"}:
-        return _sized(positional(source, 0), scope, depth + 1)
-    name = dotted(source)
-    if name is None or depth > 3:
-        return False
-    defs = [d for d in scope.defs_of(name) if d.value is not None and d.op.rebinds]
-    for d in defs:
-        if isinstance(d.value, cst.Call):
-            callee = (call_receiver(d.value)[1] or "").lower()
-            if any(word in callee for word in _ENDLESS_WORDS):
-                return False
-            if callee in {"dataloader", "prepare", "setup_dataloaders"}:
-                return True
-            if callee in {"tqdm", "enumerate"}:
-                return _sized(d.value, scope, depth + 1)
-    return any(word in last_part(name).lower() for word in _SIZED_WORDS)
-
-
 def _is_chunking(source: cst.BaseExpression) -> bool:
     return isinstance(source, cst.Call) and call_receiver(source)[1] in {"chunk", "split", "tensor_split"}
 
@@ -346,7 +333,8 @@ def _inner_count(loop: Loop) -> cst.BaseExpression | None:
     return None
 
 
-def _assigned_in(scope: Scope, loop: Loop) -> set[str]:
+def assigned_in(scope: Scope, loop: Loop) -> set[str]:
+    """The names bound anywhere inside `loop`: what may change from one iteration to the next."""
     names = set()
     for name, defs in scope.defs.items():
         if any(loop in d.ctx.loops for d in defs):
@@ -410,7 +398,7 @@ def invariant_guards(guards: tuple[Guard, ...], scope: Scope, outer: tuple[Loop,
     # Guards of an event that follows the inner loop: those opened inside the enclosing loop body
     # must not depend on the iteration (a `if grad_clip:` is fine, `if it % 10 == 0:` is not).
     relevant = [g for g in guards if g.depth >= len(outer)]
-    outer_variant = _assigned_in(scope, outer[-1]) if outer else set()
+    outer_variant = assigned_in(scope, outer[-1]) if outer else set()
     return all(invariant(g.test, outer_variant) for g in relevant)
 
 

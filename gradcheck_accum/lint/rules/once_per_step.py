@@ -6,7 +6,7 @@ from typing import Iterator
 
 from gradcheck_accum.lint.fixes import Fix, move_statement
 from gradcheck_accum.lint.model import (BoundaryKind, Event, EventKind, Fact, FileModel, Framework, Placement, Role,
-                                        Window, WindowShape)
+                                        TailFate, Window, WindowShape)
 from gradcheck_accum.lint.rule import Report, Rule
 
 _EVERY, _BOUNDARY, _AFTER = Placement.EVERY, Placement.BOUNDARY, Placement.AFTER
@@ -24,7 +24,7 @@ class SchedulerEveryMicroBatch(Rule):
     name = "scheduler-every-micro-batch"
     summary = "The learning-rate scheduler steps on every micro-batch while the optimizer steps on the boundary."
     requires = (Fact.TRAINING_LOOP, EventKind.STEP, EventKind.SCHEDULER_STEP)
-    reads_outside_windows = ()
+    reads_outside_windows = (EventKind.SCHEDULER_BUILT,)  # a length counted in micro-batches
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
@@ -40,6 +40,8 @@ class SchedulerEveryMicroBatch(Rule):
                 # on every micro-batch; a prepared one skips the steps where gradients do not sync.
                 if accelerate and not model.constructed_unprepared(window.scope, event.target):
                     continue
+                if model.schedule_counts_micro_batches(window.scope, event):
+                    continue  # its length counts micro-batches: one step per micro-batch is its unit
                 fix = move_statement(event, window.boundary_steps[-1], after=True,
                                      description="Step the scheduler after the optimizer step") \
                     if window.boundary_steps else None
@@ -149,21 +151,24 @@ class RemainderDropped(Rule):
     code = "ACC406"
     name = "remainder-dropped"
     summary = "The last micro-batches of an epoch that do not fill a window are never stepped."
-    requires = (Fact.TRAINING_LOOP, EventKind.STEP, BoundaryKind.MODULO)
-    reads_outside_windows = (Fact.DROP_LAST,)  # any DataLoader of the file
+    requires = (Fact.TRAINING_LOOP, EventKind.STEP, (BoundaryKind.MODULO, BoundaryKind.DISTANCE))
+    # the callers of the window's function (is the pass repeated?), a clear at the epoch start
+    reads_outside_windows = (Fact.CALLERS,)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
-            boundary = window.boundary
-            if window.shape is not WindowShape.GUARDED or boundary.kind is not BoundaryKind.MODULO or boundary.flush:
+            tail = model.unstepped_tail(window)
+            if tail is None:
                 continue
-            if model.drop_last or not window.iterates_sized_data() or not window.steps_after_backward:
-                continue
-            if any(window.placement(s) is _AFTER for s in window.steps):
-                continue
-            yield Report(window.boundary_steps[0].node,
-                         "the window closes only on `% N`, so the last len(loader) % N micro-batches of each epoch "
-                         "are never stepped and leak into the next epoch; also step on the last batch")
+            if tail.fate is TailFate.DISCARDED:
+                message = (f"the micro-batches after the last full window of each epoch are backpropagated but never "
+                           f"stepped, and `{tail.clear_text}` where the next epoch begins throws them away; also "
+                           f"step on the last batch of the epoch")
+            else:
+                message = ("the window counter restarts every epoch and the window closes only on the boundary, so "
+                           "the last micro-batches of each epoch that do not fill a window are never stepped: they "
+                           "leak into the next epoch's first window; also step on the last batch of the epoch")
+            yield Report(window.boundary_steps[0].node, message)
 
 
 class BoundaryOffByOne(Rule):

@@ -1,0 +1,296 @@
+"""Counter lifetimes: what becomes of the micro-batches after the last boundary of a pass.
+
+A guarded window closes when its counter reaches the boundary. Whether the micro-batches left over
+after the last boundary of one pass over the micro-batch loop are lost follows from four facts,
+each read from the code:
+- how long the counter lives (`Lifetime`): restarted with each pass (`enumerate(loader)`, `step = 0`
+  just before the loop) or kept across passes (`self.global_step`, `state["step"]`, a counter set
+  before the epoch loop, `ni = i + nb * epoch`);
+- what one pass walks (`PassKind`): a finite data source, a count (`range(steps_per_epoch)` drawing
+  `next(it)`), a count that is a multiple of N (`range(max_steps * N)`), or an endless stream;
+- whether passes repeat (`Repetition`): an enclosing loop, a caller inside a loop, or one pass;
+- whether gradients are cleared where a pass begins or ends (the epoch-start `zero_grad()`).
+
+A restarting counter over repeated finite passes leaves a tail that leaks into the next pass's
+first window (which then holds more than N micro-batches); a clear at the pass boundary throws the
+tail away whatever the counter. A counter kept across passes with no such clear lets windows span
+the pass boundary: nothing is lost. One pass drops its tail once, at the end, as `drop_last` would.
+`drop_last=True` on a DataLoader drops a ragged *micro-batch*, not a ragged window: it changes none
+of this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gradcheck_accum.lint.lazy import cst
+from gradcheck_accum.lint.names import call_receiver, dotted, iter_names, keyword, last_part, positional, source
+from gradcheck_accum.lint.paths import invariant
+from gradcheck_accum.lint.predicates import BoundaryKind, is_accumulation_count
+from gradcheck_accum.lint.vocabulary import DefOp, Event, EventKind, Scope, Tag
+from gradcheck_accum.lint.windows import Window, assigned_in, same_target
+
+if TYPE_CHECKING:
+    from gradcheck_accum.lint.vocabulary import Def, Loop
+
+
+class Lifetime(Tag):
+    PER_PASS = "restarts with each pass"
+    ACROSS_PASSES = "kept across passes"
+    UNKNOWN = "unknown"
+
+
+class PassKind(Tag):
+    """What one pass over the micro-batch loop walks."""
+
+    DATA = "a finite data source"  # `for batch in loader`, `enumerate(tqdm(loader))`
+    COUNT = "a count"  # `range(steps_per_epoch)`, `while step < total`: finite, any length
+    MULTIPLE_OF_N = "a multiple of N"  # `range(max_steps * N)`: every window is full
+    ENDLESS = "an endless stream"  # `while True`, `cycle(loader)`: ends where the code breaks out
+    UNKNOWN = "unknown"
+
+
+class Repetition(Tag):
+    REPEATED = "repeated"  # an enclosing loop, or a caller inside a loop
+    ONCE = "once"  # module level, or every caller in this file is outside loops
+    UNKNOWN = "unknown"  # a function nobody in this file calls
+
+
+class TailFate(Tag):
+    LEAKS = "leaks into the next pass"  # backpropagated, never stepped, summed into the next window
+    DISCARDED = "discarded"  # backpropagated, never stepped, cleared where the next pass begins
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The micro-batches after the last boundary of each pass, and what becomes of them."""
+
+    fate: TailFate
+    lifetime: Lifetime
+    kind: PassKind
+    clear: Event | None = None  # the zero_grad that discards them
+
+    @property
+    def clear_text(self) -> str:
+        return source(self.clear.node) if self.clear is not None else ""
+
+
+_SIZED_WORDS = ("loader", "batches", "dataset", "samples")
+_ENDLESS_WORDS = ("cycle", "iter", "infinite", "repeat", "stream", "endless")
+
+
+def unstepped_tail(window: Window, repetition: Repetition) -> Tail | None:
+    """The tail a guarded window leaves at the end of each pass, when the code makes it certain that
+    one is left and lost; None when there is none, or when the code does not say."""
+    boundary = window.boundary
+    if boundary is None or boundary.kind not in (BoundaryKind.MODULO, BoundaryKind.DISTANCE):
+        return None
+    if window.flushes or not window.steps_after_backward:
+        return None
+    kind = pass_kind(window)
+    if kind not in (PassKind.DATA, PassKind.COUNT):
+        return None
+    # A loop over data is an epoch, usually run by a caller elsewhere; a count is the whole run
+    # unless something here repeats it.
+    if repetition is Repetition.ONCE or (kind is PassKind.COUNT and repetition is not Repetition.REPEATED):
+        return None
+    lifetime = counter_lifetime(window)
+    clear = pass_boundary_clear(window)
+    if clear is not None:
+        return Tail(TailFate.DISCARDED, lifetime, kind, clear)
+    if lifetime is Lifetime.PER_PASS:
+        return Tail(TailFate.LEAKS, lifetime, kind)
+    return None
+
+
+def pass_kind(window: Window) -> PassKind:
+    loop = window.loop
+    if isinstance(loop, cst.While):
+        test = loop.test
+        if (isinstance(test, cst.Name) and test.value == "True") or (isinstance(test, cst.Integer) and test.value != "0"):
+            return PassKind.ENDLESS
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and \
+                _multiple_of_n(test.comparisons[0].comparator, window, 0):
+            return PassKind.MULTIPLE_OF_N
+        return PassKind.COUNT
+    return _source_kind(loop.iter, window, 0)
+
+
+def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int) -> PassKind:
+    if node is None or depth > 3:
+        return PassKind.UNKNOWN
+    scope = window.scope
+    if isinstance(node, cst.Call):
+        callee = call_receiver(node)[1] or ""
+        if callee in ("enumerate", "tqdm"):
+            return _source_kind(positional(node, 0), window, depth + 1)
+        if callee == "range":
+            stop = node.args[-1].value if 1 <= len(node.args) <= 2 else None
+            if stop is not None and _multiple_of_n(stop, window, 0):
+                return PassKind.MULTIPLE_OF_N
+            return PassKind.COUNT
+        lowered = callee.lower()
+        if any(word in lowered for word in _ENDLESS_WORDS):
+            return PassKind.ENDLESS
+        if lowered in ("dataloader", "prepare", "setup_dataloaders"):
+            return PassKind.DATA
+    if isinstance(node, cst.IfExp):
+        kinds = {_source_kind(node.body, window, depth + 1), _source_kind(node.orelse, window, depth + 1)}
+        return kinds.pop() if len(kinds) == 1 else PassKind.UNKNOWN
+    name = dotted(node)
+    if name is None:
+        return PassKind.UNKNOWN
+    defs = [d for d in scope.defs_of(name) if d.value is not None and d.op.rebinds]
+    for d in defs:
+        if isinstance(d.value, cst.Call):
+            found = _source_kind(d.value, window, depth + 1)
+            if found is not PassKind.UNKNOWN:
+                return found
+    return PassKind.DATA if any(word in last_part(name).lower() for word in _SIZED_WORDS) else PassKind.UNKNOWN
+
+
+def _multiple_of_n(node: cst.BaseExpression, window: Window, depth: int) -> bool:
+    """`max_steps * N`, or a name bound only to one."""
+    scope = window.scope
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        return any(is_accumulation_count(side, window.n, scope) for side in (node.left, node.right))
+    name = dotted(node)
+    if name is None or depth > 2:
+        return False
+    defs = scope.defs_of(name)
+    return bool(defs) and all(d.op is DefOp.ASSIGN and d.value is not None and _multiple_of_n(d.value, window, depth + 1)
+                              for d in defs)
+
+
+# -- the counter -----------------------------------------------------------------------------------
+
+def counter_lifetime(window: Window) -> Lifetime:
+    counter = window.boundary.counter if window.boundary is not None else None
+    found = _lifetime(counter, window, 0) if counter is not None else Lifetime.UNKNOWN
+    return found or Lifetime.UNKNOWN
+
+
+def _lifetime(node: cst.BaseExpression, window: Window, depth: int) -> Lifetime | None:
+    """The counter's lifetime; None for a value that no loop of the window's nest changes."""
+    if depth > 4:
+        return Lifetime.UNKNOWN
+    if isinstance(node, cst.Integer):
+        return None
+    if isinstance(node, cst.Subscript):
+        return Lifetime.ACROSS_PASSES  # `state["step"]`: a container entry outlives the loop
+    name = dotted(node)
+    if name is None:
+        if isinstance(node, cst.BinaryOperation):
+            return _combine(_lifetime(node.left, window, depth + 1), _lifetime(node.right, window, depth + 1))
+        return Lifetime.UNKNOWN
+    scope, loop = window.scope, window.loop
+    defs = scope.defs_of(name)
+    targets = [d for d in defs if d.op is DefOp.LOOP_TARGET]
+    if any(d.node is loop for d in targets):
+        return _index_lifetime(loop)
+    if any(d.node in window.outer for d in targets):
+        return Lifetime.ACROSS_PASSES  # the epoch index
+    nest = window.loop_nest
+    inside = [d for d in defs if loop in d.ctx.loops]
+    if not inside:
+        changed = any(any(lp in d.ctx.loops for lp in nest) for d in defs)
+        return Lifetime.UNKNOWN if changed else None
+    if all(_advances(d, name) or _is_constant(d) for d in inside):
+        start = scope.loop_start.get(id(loop), 0)
+        inits = [d for d in defs if loop not in d.ctx.loops and d.order < start and d.op.rebinds]
+        if not inits:
+            return Lifetime.ACROSS_PASSES if "." in name or _is_parameter(scope, name) else Lifetime.UNKNOWN
+        init = inits[-1]
+        outer = window.outer
+        if not outer or init.ctx.loops[: len(outer)] == outer:
+            return Lifetime.PER_PASS  # set again before each pass (or at the top of the function)
+        return Lifetime.ACROSS_PASSES  # set once, before the loops that repeat the pass
+    derived = [d for d in inside if d.op is DefOp.ASSIGN and d.value is not None]
+    if len(inside) == 1 and derived:  # `ni = i + nb * epoch`, `step = i + 1`
+        found: Lifetime | None = None
+        for read in _plain_names(derived[0].value):
+            found = _combine(found, _lifetime(cst.parse_expression(read), window, depth + 1))
+        return found
+    return Lifetime.UNKNOWN
+
+
+def _combine(a: Lifetime | None, b: Lifetime | None) -> Lifetime | None:
+    """A value made of two counters lives as long as the longer-lived (an epoch offset never restarts)."""
+    if a is None or b is None:
+        return a or b
+    if Lifetime.ACROSS_PASSES in (a, b):
+        return Lifetime.ACROSS_PASSES
+    if Lifetime.UNKNOWN in (a, b):
+        return Lifetime.UNKNOWN
+    return Lifetime.PER_PASS
+
+
+def _index_lifetime(loop: Loop) -> Lifetime:
+    """The loop's own index restarts with each pass, unless it starts from a running count
+    (`enumerate(loader, start=global_step)`)."""
+    source_ = loop.iter if isinstance(loop, cst.For) else None
+    if isinstance(source_, cst.Call) and call_receiver(source_)[1] == "enumerate":
+        start = keyword(source_, "start") or positional(source_, 1)
+        if start is not None and not isinstance(start, cst.Integer):
+            return Lifetime.ACROSS_PASSES
+    return Lifetime.PER_PASS
+
+
+def _advances(d: Def, name: str) -> bool:
+    """`c += 1`, `c = c + 1`, `c = (c + 1) % N`."""
+    if d.op is DefOp.ADD:
+        return True
+    value = d.value
+    if d.op is not DefOp.ASSIGN or value is None:
+        return False
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Modulo):
+        value = value.left
+    return isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add) and \
+        name in (dotted(value.left), dotted(value.right))
+
+
+def _is_constant(d: Def) -> bool:
+    return d.op is DefOp.ASSIGN and isinstance(d.value, cst.Integer)
+
+
+def _is_parameter(scope: Scope, name: str) -> bool:
+    node = scope.node
+    if not isinstance(node, cst.FunctionDef):
+        return False
+    params = node.params
+    every = list(params.params) + list(params.kwonly_params) + list(params.posonly_params)
+    return any(p.name.value == name for p in every)
+
+
+def _plain_names(node: cst.BaseExpression) -> set[str]:
+    """The outermost names an expression reads (`self.x`, not also `self`)."""
+    names = set(iter_names(node))
+    return {n for n in names if not any(other != n and other.startswith(n + ".") for other in names)}
+
+
+# -- the pass boundary -------------------------------------------------------------------------------
+
+def pass_boundary_clear(window: Window) -> Event | None:
+    """A zero_grad of the stepped optimizer (or the model) that runs, unconditionally, in the block
+    around the micro-batch loop: before it (the epoch start) or after it (the epoch end)."""
+    scope, loop, outer = window.scope, window.loop, window.outer
+    block_start = scope.loop_start.get(id(outer[-1]), 0) if outer else 0
+    block_end = scope.loop_end.get(id(outer[-1]), 0) if outer else None
+    start, end = scope.loop_start.get(id(loop), 0), scope.loop_end.get(id(loop), 0)
+    variant = assigned_in(scope, outer[-1]) if outer else set()
+    steps = window.boundary_steps
+    for event in scope.events:
+        if event.kind is not EventKind.ZERO_GRAD or event.ctx.loops != outer or event.ctx.in_handler:
+            continue
+        if not window.path.allows(event):
+            continue
+        before = block_start <= event.order < start
+        after = outer and end < event.order <= (block_end or 0)
+        if not (before or after):
+            continue
+        if not all(invariant(g.test, variant) for g in event.ctx.guards if g.depth >= len(outer)):
+            continue
+        if any(same_target(event, step) for step in steps):
+            return event
+    return None
