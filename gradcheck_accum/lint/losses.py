@@ -16,7 +16,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, no_roles
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, keyword
+from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, keyword, positional
 from gradcheck_accum.lint.predicates import is_accumulation_count
 from gradcheck_accum.lint.vocabulary import NO_ROLES, DefOp, Role, Scope
 
@@ -48,29 +48,39 @@ class LossTracer:
         return facts
 
     def _trace(self, node: cst.BaseExpression, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
+        # `depth` counts the definitions followed (`loss` -> `loss = a + b` -> ...), not the nesting of
+        # one expression, which is finite
         if depth > 8:
             facts.known = False
             return
         if isinstance(node, cst.BinaryOperation):
+            if isinstance(node.operator, cst.Multiply) and (_is_number(node.left) or _is_number(node.right)):
+                # `0.5 * kl`: a fixed weight between terms, not a normalisation of the window
+                self._trace(node.right if _is_number(node.left) else node.left, scope, before, facts, depth)
+                return
             if isinstance(node.operator, (cst.Divide, cst.Multiply, cst.FloorDivide)):
                 facts.scaled = True
                 if isinstance(node.operator, cst.Divide):
                     facts.divisions.append((node, node.right))
                     if _is_count_of_items(node.right):
                         facts.token_level = True
-                self._trace(node.left, scope, before, facts, depth + 1)
+                self._trace(node.left, scope, before, facts, depth)
                 return
-            self._trace(node.left, scope, before, facts, depth + 1)
-            self._trace(node.right, scope, before, facts, depth + 1)
+            self._trace(node.left, scope, before, facts, depth)
+            self._trace(node.right, scope, before, facts, depth)
             return
         if isinstance(node, cst.Call):
             self._trace_call(node, scope, before, facts, depth)
+            return
+        if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+            # `loss = -loss` (a reward maximised): the sign is no scaling, the operand keeps its facts
+            self._trace(node.expression, scope, before, facts, depth)
             return
         if isinstance(node, (cst.Subscript, cst.Attribute)) and dotted(node) is None or (
                 isinstance(node, cst.Attribute) and node.attr.value == "data"):
             if isinstance(node, cst.Attribute) and node.attr.value == "data":
                 facts.detached = True
-            self._trace(node.value, scope, before, facts, depth + 1)
+            self._trace(node.value, scope, before, facts, depth)
             return
         name = dotted(node)
         if name is None:
@@ -109,22 +119,25 @@ class LossTracer:
 
     def _trace_call(self, node: cst.Call, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
         receiver, method = call_receiver(node)
+        if receiver is not None and self.imports.qualify(node.func):
+            # `torch.sum(x)`, `torch.mean(x, dim=1)`: a module's function; its first argument is the operand
+            receiver = positional(node, 0)
         operation = cat.LOSS_OPERATIONS.get(method or "")
         if operation in (LossOp.DIVIDES, LossOp.MULTIPLIES) and receiver is not None:
             facts.scaled = True
             if operation is LossOp.DIVIDES and node.args:
                 facts.divisions.append((node, node.args[0].value))
-            self._trace(receiver, scope, before, facts, depth + 1)
+            self._trace(receiver, scope, before, facts, depth)
             return
         if operation is LossOp.AMP_SCALES and node.args:
             # scaler.scale(loss) / amp.scale_loss(loss, opt): the loss scale, not accumulation
-            self._trace(node.args[0].value, scope, before, facts, depth + 1)
+            self._trace(node.args[0].value, scope, before, facts, depth)
             return
         if operation is LossOp.DETACHES or (receiver is None and method in cat.DETACHING_FUNCTIONS):
             facts.detached = True
             return
         if operation is LossOp.KEEPS and receiver is not None:
-            self._trace(receiver, scope, before, facts, depth + 1)
+            self._trace(receiver, scope, before, facts, depth)
             return
         callee = dotted(node.func)
         roles = constructor_roles(node, self.imports, no_roles) | self._roles_of(callee, scope)
@@ -196,6 +209,12 @@ def _is_model_like(callee: str | None) -> bool:
         return False
     last = callee.split(".")[-1]
     return last in {"forward", "__call__"} or bool(_MODEL_WORDS.search(last) or _CRITERION_NAMES.match(last))
+
+
+def _is_number(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+        node = node.expression
+    return isinstance(node, (cst.Integer, cst.Float))
 
 
 def _is_ignored_label(value: cst.BaseExpression | None) -> bool:

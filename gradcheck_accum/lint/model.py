@@ -62,7 +62,7 @@ class FileModel:
         functions.sort(key=lambda item: item[0].name.value != "__init__")
         for fn, cls in functions:
             attrs = class_env.setdefault(id(cls), {}) if cls is not None else {}
-            scope = Scope(fn, fn.name.value, _bases(cls))
+            scope = Scope(fn, fn.name.value, _bases(cls), owner=cls)
             ScopeWalker(scope, self.imports, {**globals_env, **attrs}, local_names, counter).walk_block(
                 fn.body.body, Context())
             if cls is not None:
@@ -255,6 +255,33 @@ class FileModel:
         return bool(name) and any(loop in d.ctx.loops and d.order < compile_.order and d.value is not compile_.node
                                   for d in scope.defs_of(name))
 
+    def loads_after_compile(self, scope: Scope, load: Event) -> bool:
+        """Does this load run on a name that a torch.compile binding made a wrapper before it, with
+        evidence of the order: the binding earlier in the same function, or, for a `self.x` bound in
+        another method of the class, that method runs first. `__init__` (and the methods it calls)
+        runs before any method it does not reach; a method that calls the binding method before
+        the load runs it first. Without such evidence the order is unknown."""
+        name = load.target
+        if not name or not name.startswith("self.") or scope.owner is None:
+            return Role.COMPILED in load.roles  # the walk gave the name its roles in program order
+        local = [d for d in scope.defs_of(name, load.order) if d.op.rebinds]
+        if local:
+            return self._compiles(local[-1].value)
+        methods = [s for s in self.scopes if s.owner is scope.owner]
+        binders = [s for s in methods if s is not scope and any(self._compiles(d.value) for d in s.defs_of(name))]
+        if not binders:
+            return False
+        constructed = _reached(methods, {"__init__"})
+        if scope.name not in constructed and any(b.name in constructed for b in binders):
+            return True
+        called_first = {e.target for e in scope.events
+                        if e.kind is EventKind.HELPER_CALL and e.order < load.order and e.target}
+        runs_first = _reached(methods, called_first)
+        return any(b.name in runs_first for b in binders)
+
+    def _compiles(self, value: cst.BaseExpression | None) -> bool:
+        return isinstance(value, cst.Call) and Role.COMPILED in constructor_roles(value, self.imports, no_roles)
+
     # -- distributed ----------------------------------------------------------------------------
     def ddp_no_sync_contexts(self) -> Iterator[tuple[Scope, Event, list[Event]]]:
         """Each `with model.no_sync():` of a DDP model, with the events inside its block."""
@@ -262,6 +289,19 @@ class FileModel:
             if sync.api is not DDP_NO_SYNC or sync.target is None:
                 continue
             yield scope, sync, [e for e in scope.events if any(call is sync.node for call in e.ctx.withs)]
+
+
+def _reached(methods: list[Scope], start: set[str]) -> set[str]:
+    """The methods of one class that calling `start` runs (through `self.m()` calls), and `start`."""
+    by_name = {m.name: m for m in methods}
+    reached, todo = set(), list(start)
+    while todo:
+        name = todo.pop()
+        if name in reached or name not in by_name:
+            continue
+        reached.add(name)
+        todo.extend(e.target for e in by_name[name].events if e.kind is EventKind.HELPER_CALL and e.target)
+    return reached
 
 
 def _length_argument(call: cst.Call) -> cst.BaseExpression | None:

@@ -231,6 +231,7 @@ class Scope:
     node: cst.Module | cst.FunctionDef
     name: str
     class_bases: tuple[str, ...] = ()  # bases of the enclosing class, for methods
+    owner: cst.ClassDef | None = None  # the class a method belongs to
     events: list[Event] = field(default_factory=list)
     defs: dict[str, list[Def]] = field(default_factory=dict)
     loops: list[Loop] = field(default_factory=list)

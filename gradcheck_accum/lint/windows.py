@@ -88,6 +88,14 @@ class Window:
         return [s for s in self.steps if self.placement(s) is BOUNDARY]
 
     @property
+    def inverted_steps(self) -> list[Event]:
+        """Steps that run on every micro-batch but the boundary one (`if i % N: optimizer.step()`)
+        while no step runs on the boundary: the test is read backwards."""
+        if self.shape is not GUARDED or self.boundary_steps:
+            return []
+        return [s for s in self.steps if self.placement(s) is OFF_BOUNDARY]
+
+    @property
     def loop_nest(self) -> tuple[Loop, ...]:
         """The micro-batch loop and the loops around it."""
         return self.outer + (self.loop,)
@@ -281,6 +289,10 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
             if found is not None and not _self_contained(step, found[1], inside):
                 window.shape, window.boundary, window.n = GUARDED, found[0], found[0].n
                 break
+        else:
+            inverted = _inverted_boundary(steps, loop, scope)
+            if inverted is not None:  # `if i % N:`: the window's boundary, read backwards
+                window.shape, window.boundary, window.n = GUARDED, inverted, inverted.n
     elif window.shape is not FRAMEWORK:
         # nested: the step follows the inner loop, in the same enclosing loop (or function body)
         later = [e for e in after if e.kind is EventKind.STEP and e.ctx.loops == outer]
@@ -355,6 +367,22 @@ def _step_boundary(step: Event, loop: Loop, scope: Scope) -> tuple[Boundary, Gua
             effective = boundary if guard.positive else boundary.flipped()
             # The step must run when the test says "boundary"; a step under "not boundary" is no window.
             return (effective, guard) if effective.positive else None
+    return None
+
+
+def _inverted_boundary(steps: list[Event], loop: Loop, scope: Scope) -> Boundary | None:
+    """The boundary a step runs the wrong side of: a `% N` test over the accumulation count that is
+    true on the N - 1 micro-batches that should accumulate (`if i % accum_steps:`)."""
+    for step in steps:
+        for guard in _guards_below(step, loop):
+            boundary = analyze(guard.test, scope)
+            if boundary is None:
+                continue
+            effective = boundary if guard.positive else boundary.flipped()
+            if not effective.positive and effective.kind is BoundaryKind.MODULO and effective.n is not None \
+                    and is_accumulation_count(effective.n, None, scope):
+                return effective.flipped()
+            break
     return None
 
 

@@ -14,11 +14,12 @@ class LoadAfterCompile(Rule):
     name = "load-after-compile"
     summary = "Weights are loaded into a module after it was wrapped by torch.compile."
     requires = (EventKind.COMPILE, EventKind.LOAD_STATE)
-    reads_outside_windows = (EventKind.LOAD_STATE,)  # every load in the file
+    # every load in the file, the compile bindings and the calls that order the methods
+    reads_outside_windows = (EventKind.LOAD_STATE, EventKind.COMPILE, Fact.CALLERS)
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        for _, load in model.events(EventKind.LOAD_STATE):
-            if Role.COMPILED in load.roles:
+        for scope, load in model.events(EventKind.LOAD_STATE):
+            if model.loads_after_compile(scope, load):
                 yield Report(load.node, f"`{load.target}` is already a torch.compile wrapper, whose keys carry "
                                         "the `_orig_mod.` prefix; load the weights first, then compile")
 

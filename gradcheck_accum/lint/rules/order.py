@@ -91,6 +91,11 @@ class StepEveryMicroBatch(Rule):
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
+            for step in window.inverted_steps:
+                if not step.via_helper:
+                    yield Report(step.node, "the step runs when the boundary test is false, on N - 1 of every N "
+                                            "micro-batches, so parameters change inside the window; the test is "
+                                            "inverted: step when `(i + 1) % N == 0`")
             if window.shape is not WindowShape.UNGUARDED:
                 continue
             steps = [s for s in window.steps if not s.via_helper and window.placement(s) is Placement.EVERY
