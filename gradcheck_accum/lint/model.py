@@ -227,7 +227,8 @@ class FileModel:
                                               or name.startswith("self.")):
                 continue
             length = self.schedule_length(built_scope, built)
-            if length is not None and length.counts_data and not length.divided and not length.mentions_accumulation:
+            # `len(loader) * epochs`, `len(dataset) // batch_size`: micro-batches, unless N enters it
+            if length is not None and length.counts_data and not length.mentions_accumulation:
                 return True
         return False
 
