@@ -162,7 +162,7 @@ class RemainderDropped(Rule):
                 continue
             if tail.fate is TailFate.DISCARDED:
                 message = (f"the micro-batches after the last full window of each epoch are backpropagated but never "
-                           f"stepped, and `{tail.clear_text}` where the next epoch begins throws them away; also "
+                           f"stepped, and `{tail.clear_text}` between epochs throws them away; also "
                            f"step on the last batch of the epoch")
             else:
                 message = ("the window counter restarts every epoch and the window closes only on the boundary, so "
