@@ -6,7 +6,7 @@
 It takes `verify`'s arguments, fails the test with the rendered report when accumulated
 gradients do not match, and returns the report. Given `train_fn=` (or `loop=True`) it takes
 `verify_loop`'s arguments instead and checks the training loop. `expect="mismatch"` (or
-"inherent") asserts the opposite, for negative controls. Torch is imported only when the fixture is called, so the
+"inherent", "uncheckable") asserts the opposite, for negative controls. Torch is imported only when the fixture is called, so the
 plugin costs nothing in test runs that do not use it.
 """
 
@@ -26,8 +26,10 @@ def _check(*args: Any, expect: str = "match", loop: bool = False, **kwargs: Any)
         # or accumcheck(train_fn, model, micro_batches, loss_fn, loop=True), as verify_loop takes them.
         from gradcheck_accum.verifier.loop import verify_loop as verify
 
-    if expect not in ("match", "mismatch", "inherent"):
-        raise ValueError(f"expect must be 'match', 'mismatch' or 'inherent', got {expect!r}")
+    from gradcheck_accum.verifier.report import VERDICTS
+
+    if expect not in VERDICTS:
+        raise ValueError(f"expect must be one of {VERDICTS}, got {expect!r}")
     try:
         report = verify(*args, **kwargs)
     except VerifyError as exc:

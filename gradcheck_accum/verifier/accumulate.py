@@ -10,15 +10,17 @@ and the diagnosis can say so.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
 
 from gradcheck_accum.verifier.batches import map_batch
+from gradcheck_accum.verifier.draws import DrawMode, Draws, Supply
 from gradcheck_accum.verifier.errors import VerifyError
 
 Grads = dict[str, Optional[torch.Tensor]]
@@ -32,6 +34,9 @@ class WindowRun:
     losses: list[float] = field(default_factory=list)
     cleared_before: list[int] = field(default_factory=list)  # micro-batches whose loss_fn changed .grad
     seconds: float = 0.0
+    draws: list[Draws] = field(default_factory=list)  # random draws per micro-batch, when watched
+    draw_failure: Optional[str] = None  # why the given draws could not be replayed
+    terms: tuple[str, ...] = ()  # names of loss_fn's terms, when it returns a dict of them
 
 
 @dataclass
@@ -87,7 +92,9 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def call_loss(loss_fn: LossFn, model: nn.Module, micro_batch: Any, where: str) -> torch.Tensor:
+def call_loss(loss_fn: LossFn, model: nn.Module, micro_batch: Any, where: str) -> tuple[torch.Tensor, tuple[str, ...]]:
+    """loss_fn's value as one scalar, and the names of its terms: a dict of named terms (main loss,
+    auxiliary losses) is summed."""
     try:
         loss = loss_fn(model, micro_batch)
     except VerifyError:
@@ -96,8 +103,18 @@ def call_loss(loss_fn: LossFn, model: nn.Module, micro_batch: Any, where: str) -
         hint = ("; floating batch tensors take the checked dtype, integer ones keep theirs"
                 if "dtype" in str(exc) or "Long" in str(exc) else "")
         raise VerifyError(f"loss_fn raised {_first_line(exc)} ({where}){hint}") from None
+    if isinstance(loss, Mapping):
+        if not loss:
+            raise VerifyError(f"loss_fn returned an empty dict of loss terms ({where})")
+        terms = [_scalar(value, f"{where}, term {name!r}") for name, value in loss.items()]
+        return functools.reduce(lambda a, b: a + b, terms), tuple(str(name) for name in loss)
+    return _scalar(loss, where), ()
+
+
+def _scalar(loss: Any, where: str) -> torch.Tensor:
     if not isinstance(loss, torch.Tensor):
-        raise VerifyError(f"loss_fn must return a scalar tensor, got {type(loss).__name__} ({where})")
+        raise VerifyError(f"loss_fn must return a scalar tensor (or a dict of them), got {type(loss).__name__} "
+                          f"({where})")
     if loss.numel() != 1:
         raise VerifyError(f"loss_fn must return a scalar tensor, got shape {tuple(loss.shape)} ({where})")
     if not loss.requires_grad:
@@ -159,9 +176,12 @@ def run_window(
     capture: bool = True,
     seed: int = 0,
     dynamic: bool = False,
+    draws: Optional[Sequence[Optional[Supply]]] = None,
 ) -> WindowRun:
     """Backward over each micro-batch in turn, as an accumulating training loop does (no step),
-    starting from cleared gradients. Random ops are seeded identically for every run."""
+    starting from cleared gradients. Random ops are seeded identically for every run. draws: per
+    micro-batch, None to record its random draws or a supply to replay them (draws.py); absent,
+    random ops run as they are, unwatched."""
     params = trainable_parameters(model)
     for _, p in params:
         p.grad = None
@@ -173,18 +193,24 @@ def run_window(
             where = f"{label}, micro-batch {i + 1} of {len(micro_batches)}" if len(micro_batches) > 1 else label
             if dynamic:
                 mb = mark_batch_dynamic(mb)
-            loss = call_loss(loss_fn, model, mb, where)
-            if capture:
-                current = snapshot(params)
-                if not _same(current, before):
-                    run.cleared_before.append(i)
-                before = current
-            scaled = loss / divs[i]
-            run.losses.append(float(scaled.detach()))
-            try:
-                scaled.backward()
-            except Exception as exc:
-                raise VerifyError(f"backward failed: {_first_line(exc)} ({where})") from None
+            watch = DrawMode(draws[i]) if draws is not None else contextlib.nullcontext()
+            with watch:
+                loss, run.terms = call_loss(loss_fn, model, mb, where)
+                if capture:
+                    current = snapshot(params)
+                    if not _same(current, before):
+                        run.cleared_before.append(i)
+                    before = current
+                scaled = loss / divs[i]
+                run.losses.append(float(scaled.detach()))
+                try:
+                    scaled.backward()
+                except Exception as exc:
+                    raise VerifyError(f"backward failed: {_first_line(exc)} ({where})") from None
+            if draws is not None:
+                run.draws.append(watch.drawn)
+                if watch.failure and run.draw_failure is None:
+                    run.draw_failure = f"{watch.failure} ({where})"
             if capture:
                 after = snapshot(params)
                 run.contributions.append(_delta(after, before))
@@ -212,48 +238,6 @@ def _seed(seed: int) -> None:
     torch.random.default_generator.manual_seed(seed)
     if torch.backends.mps.is_available():
         torch.mps.manual_seed(seed)
-
-
-class RandomOpRecorder:
-    """Records the random ops (tagged nondeterministic_seeded) a run executes. Micro-batches
-    draw different random numbers than the big batch, so such ops make an exact match impossible;
-    attention kernels and dropout with probability 0 are not random and are skipped."""
-
-    def __init__(self) -> None:
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        recorder = self
-        self.ops: set[str] = set()
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-                kwargs = kwargs or {}
-                if torch.Tag.nondeterministic_seeded in func.tags and _draws_random(func, args, kwargs):
-                    recorder.ops.add(func._schema.name.removeprefix("aten::"))
-                return func(*args, **kwargs)
-
-        self.mode = _Mode()
-
-    def __enter__(self) -> "RandomOpRecorder":
-        self.mode.__enter__()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.mode.__exit__(*exc)
-
-
-def _draws_random(func: Any, args: tuple, kwargs: dict) -> bool:
-    values = {}
-    for i, arg in enumerate(func._schema.arguments):
-        if arg.name in kwargs:
-            values[arg.name] = kwargs[arg.name]
-        elif i < len(args):
-            values[arg.name] = args[i]
-    if "dropout_p" in values:
-        return bool(values["dropout_p"])
-    if func._schema.name == "aten::native_dropout":
-        return bool(values.get("p")) and values.get("train") is not False
-    return True
 
 
 class CountingBackend:

@@ -108,4 +108,34 @@ def item_counts(micro_batches: Sequence[Any], ignore_index: int = -100) -> dict[
         if values and values != counts["rows"]:
             kind = "True entries of" if tensor.dtype == torch.bool else f"entries != {ignore_index} in"
             counts[f"{kind} {path}"] = values
+            if tensor.dtype != torch.bool and tensor.dim() == 2:
+                # Causal language models shift labels by one: the first position of each row never counts.
+                shifted = [int((tensor_leaves(mb)[index][1][:, 1:] != ignore_index).sum()) for mb in micro_batches]
+                counts[f"{kind} {path}[:, 1:]"] = shifted
     return counts
+
+
+def check_finite_data(micro_batches: Sequence[Any]) -> None:
+    """NaN or inf in the data makes every gradient it reaches NaN, in the big batch and in the
+    micro-batch alike: nothing can be compared, so say where it is, in one line."""
+    for index, micro_batch in enumerate(micro_batches):
+        for path, tensor in tensor_leaves(micro_batch):
+            if not (tensor.is_floating_point() or tensor.is_complex()) or bool(torch.isfinite(tensor).all()):
+                continue
+            bad = ~torch.isfinite(tensor.reshape(tensor.shape[0], -1)).all(dim=1)
+            row = int(bad.nonzero()[0])
+            kind = "NaN" if bool(torch.isnan(tensor[row]).any()) else "inf"
+            raise VerifyError(f"micro-batch {index + 1} of {len(micro_batches)} holds {kind} in {path} (row {row} of "
+                              f"its {tensor.shape[0]}): fix or filter the data; no gradient can be compared through it")
+
+
+def shard(micro_batch: Any, world_size: int, index: int) -> list[Any]:
+    """Split one micro-batch into world_size equal slices; unequal slices would make DDP's average
+    of per-rank means differ from the global mean, which is not an accumulation bug."""
+    items = batch_size(micro_batch)
+    if items % world_size:
+        raise VerifyError(
+            f"micro-batch {index} has {items} items, which world_size={world_size} cannot split evenly; "
+            "use micro-batch sizes divisible by the world size"
+        )
+    return split_batch(micro_batch, [items // world_size] * world_size)

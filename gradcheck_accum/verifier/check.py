@@ -4,8 +4,10 @@ against a float64 reference."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
-from typing import Any, Callable, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 
@@ -17,9 +19,17 @@ from gradcheck_accum.verifier.accumulate import (
     run_window,
     to_device,
 )
-from gradcheck_accum.verifier.batches import batch_size, check_splits, even_splits, item_counts, split_batch
+from gradcheck_accum.verifier.batches import (
+    batch_size,
+    check_finite_data,
+    check_splits,
+    even_splits,
+    item_counts,
+    split_batch,
+)
 from gradcheck_accum.verifier.compare import Tolerance, global_scale_cosine
 from gradcheck_accum.verifier.diagnose import Diagnosis, diagnose
+from gradcheck_accum.verifier.draws import Draws, Supply, expected_draws, rows_supply
 from gradcheck_accum.verifier.errors import VerifyError
 from gradcheck_accum.verifier.prepare import (
     ModelLike,
@@ -99,28 +109,118 @@ def verify(
                                   world_size=world_size, freeze_batchnorm=freeze_batchnorm, seed=seed,
                                   compile_backend=compile_backend, item_counts_fn=item_counts_fn,
                                   scaling_label=_scaling_label(scaling))
-    run_device = resolve_device(device)
-    run_dtype = resolve_dtype(dtype)
-    steps = len(sizes)
-    prepared = prepare(model, freeze_batchnorm=freeze_batchnorm)
-    tol = Tolerance.for_dtype(run_dtype)
-
+    check_finite_data(split_batch(batch, sizes))
+    plan = _Plan(model, batch, loss_fn, reference_loss_fn, scaling, sizes, modes, resolve_device(device),
+                 resolve_dtype(dtype), seed, compile_backend, item_counts_fn)
     started = time.perf_counter()
+    first = _run_pass(plan, freeze_batchnorm=freeze_batchnorm)
+    verdict, sentence, final, notes = _settle(plan, first, freeze_batchnorm)
+    settings = {
+        "accumulation_steps": len(sizes),
+        "splits": sizes,
+        "scaling": _scaling_label(scaling),
+        "dtype": str(plan.dtype).removeprefix("torch."),
+        "device": str(plan.device),
+        "modes": list(modes),
+        "compile_backend": compile_backend if isinstance(compile_backend, str) else repr(compile_backend),
+        "seed": seed,
+        "torch": torch.__version__,
+        "tolerance": first.tol.to_dict(),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    if final is not first:
+        settings["second_pass"] = final.label
+    return Report(verdict, sentence, final.rows, final.results, notes, settings)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """verify's arguments, validated."""
+
+    model: ModelLike
+    batch: Any
+    loss_fn: LossFn
+    reference_loss_fn: LossFn
+    scaling: Any
+    sizes: list[int]
+    modes: tuple[str, ...]
+    device: torch.device
+    dtype: torch.dtype
+    seed: int
+    compile_backend: Any
+    item_counts_fn: Optional[Callable[[Any], int]]
+
+    def without_term(self, term: str) -> "_Plan":
+        return dataclasses.replace(self, loss_fn=functools.partial(_drop_term, self.loss_fn, term),
+                                   reference_loss_fn=functools.partial(_drop_term, self.reference_loss_fn, term))
+
+
+def _drop_term(loss_fn: LossFn, term: str, model: Any, batch: Any) -> Any:
+    value = loss_fn(model, batch)
+    return {k: v for k, v in value.items() if k != term} if isinstance(value, Mapping) else value
+
+
+@dataclass
+class _Pass:
+    """One run of the check: the reference, the accumulated runs and what was judged of them."""
+
+    label: str
+    prepared: PreparedModel
+    reference: Reference
+    tol: Tolerance
+    rows: list[Row]
+    results: list[ModeResult]
+    diagnoses: dict[str, Diagnosis]
+    notes: list[str]
+    terms: tuple[str, ...]   # the loss's named terms, when loss_fn returns a dict of them
+    cannot: Optional[str] = None  # why the check could not be made
+
+    @property
+    def ok(self) -> bool:
+        return self.cannot is None and all(r.ok for r in self.results)
+
+    @property
+    def primary(self) -> Optional[Diagnosis]:
+        eager = next((r for r in self.results if r.mode == "eager"), None)
+        mode = "eager" if eager is not None and not eager.ok else "compiled"
+        return self.diagnoses.get(mode)
+
+
+# A diagnosis that names a loop or scaling bug whatever else the model does.
+_CONFIDENT = ("not_divided", "scaled_twice", "only_last", "dropped", "non_finite")
+
+
+def _run_pass(plan: _Plan, *, freeze_batchnorm: bool, label: str = "as given") -> _Pass:
+    prepared = prepare(plan.model, freeze_batchnorm=freeze_batchnorm)
+    tol = Tolerance.for_dtype(plan.dtype)
+    steps = len(plan.sizes)
     with exact_numerics():
-        big = to_device(batch, run_device, run_dtype)
-        micro = split_batch(big, sizes)
-        divs = divisors(scaling, micro)
-        reference_div = divisors(scaling, [big])[0] if callable(scaling) else 1
-        reference = compute_reference(prepared, batch, reference_loss_fn, reference_div,
-                                      device=run_device, dtype=run_dtype, seed=seed)
+        big = to_device(plan.batch, plan.device, plan.dtype)
+        micro = split_batch(big, plan.sizes)
+        divs = divisors(plan.scaling, micro)
+        reference_div = divisors(plan.scaling, [big])[0] if callable(plan.scaling) else 1
+        reference = compute_reference(prepared, plan.batch, plan.reference_loss_fn, reference_div,
+                                      device=plan.device, dtype=plan.dtype, seed=plan.seed)
         _check_reference(reference)
         shapes = {n: tuple(p.shape) for n, p in prepared.module.named_parameters()}
+        drawn = reference.draws
         window = compiled = None
-        if "eager" in modes:
-            window = run_window(prepared.copy(run_device, run_dtype), micro, loss_fn, divs, label="eager", seed=seed)
-        if "compiled" in modes:
-            compiled = compiled_runs(prepared.copy(run_device, run_dtype, fresh=True), big, micro, loss_fn,
-                                     reference_loss_fn, divs, reference_div, backend=compile_backend, seed=seed)
+        notes: list[str] = []
+        if "eager" in plan.modes:
+            supplies = _row_supplies(drawn, plan.sizes) if drawn else None
+            window = run_window(prepared.copy(plan.device, plan.dtype), micro, plan.loss_fn, divs, label="eager",
+                                seed=plan.seed, draws=supplies)
+        if "compiled" in plan.modes and not drawn:
+            compiled = compiled_runs(prepared.copy(plan.device, plan.dtype, fresh=True), big, micro, plan.loss_fn,
+                                     plan.reference_loss_fn, divs, reference_div, backend=plan.compile_backend,
+                                     seed=plan.seed)
+            if compiled[2].fallback_wrapper:
+                notes.append("Module.compile traced no graph (forward defined in torch.nn); used "
+                             "torch.compile(model) instead")
+        elif "compiled" in plan.modes:
+            notes.append(f"compiled mode not run: the forward pass draws random numbers ({', '.join(drawn.ops)}), "
+                         "which compiled code draws by itself where they cannot be replayed; pass the noise in the "
+                         "batch to check it compiled")
 
         def rows_now() -> list[Row]:
             rows = []
@@ -132,32 +232,122 @@ def verify(
             return rows
 
         rows = judge(rows_now, reference)
-        counts = _counts(batch, sizes, item_counts_fn) if not all(r.ok for r in rows) else {}
+        cannot = _cannot_replay(reference, window, plan.sizes) or _beyond_rounding(plan.dtype, reference)
+        counts = _counts(plan.batch, plan.sizes, plan.item_counts_fn) if not all(r.ok for r in rows) else {}
         results, diagnoses = _mode_results(rows, window, compiled, reference, steps, counts)
+    terms = (window or (compiled[1] if compiled else None)).terms
+    return _Pass(label, prepared, reference, tol, rows, results, diagnoses, notes + _notes(prepared, reference),
+                 terms, cannot)
 
-    elapsed = time.perf_counter() - started
-    verdict, sentence = _verdict(results, diagnoses, prepared, reference)
-    notes = _notes(prepared, reference)
-    if compiled is not None and compiled[2].fallback_wrapper:
-        notes.append("Module.compile traced no graph (forward defined in torch.nn); used torch.compile(model) instead")
-    if reference.random_ops and verdict != "match":
-        # Every run is seeded alike, so random draws line up when micro-batches consume the
-        # stream in the big batch's order; when they do not, they cannot match.
-        notes.append(f"random ops run in the forward pass: {', '.join(reference.random_ops)}")
-    settings = {
-        "accumulation_steps": steps,
-        "splits": sizes,
-        "scaling": _scaling_label(scaling),
-        "dtype": str(run_dtype).removeprefix("torch."),
-        "device": str(run_device),
-        "modes": list(modes),
-        "compile_backend": compile_backend if isinstance(compile_backend, str) else repr(compile_backend),
-        "seed": seed,
-        "torch": torch.__version__,
-        "tolerance": tol.to_dict(),
-        "seconds": round(elapsed, 3),
-    }
-    return Report(verdict, sentence, rows, results, notes, settings)
+
+def _row_supplies(drawn: Draws, sizes: Sequence[int]) -> list[Supply]:
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [rows_supply(drawn, a, a + n, sum(sizes)) for a, n in zip(starts, sizes)]
+
+
+def _cannot_replay(reference: Reference, window: Optional[WindowRun], sizes: Sequence[int]) -> Optional[str]:
+    """Why the micro-batches could not be given the big batch's random draws, if they could not."""
+    drawn = reference.draws
+    failure = reference.draw_failure or (window.draw_failure if window is not None else None)
+    if failure is None and drawn and window is not None:
+        total, start = sum(sizes), 0
+        for i, (n, made) in enumerate(zip(sizes, window.draws)):
+            wanted = expected_draws(drawn, start, start + n, total)
+            if len(made.draws) != wanted:
+                failure = (f"micro-batch {i + 1} makes {len(made.draws)} random draws where its rows of the big "
+                           f"batch make {wanted}")
+                break
+            start += n
+    if failure is None:
+        return None
+    return (f"the check cannot be made: the loss draws random numbers ({', '.join(drawn.ops) or 'in a fused kernel'}) "
+            f"that cannot be given identically to the big batch and the micro-batches: {failure}; pass the noise in "
+            "the batch (or draw it per row, dim 0 first), or switch the op off for the check")
+
+
+# Beyond this relative error of the same-precision big batch against float64, the difference is not
+# rounding (float32 gradients are typically within 1e-5, half precision within 1e-2): the two runs
+# computed different things, and a budget that wide would let any gradient pass.
+_ROUNDING_CEILING_FLOAT32, _ROUNDING_CEILING_HALF = 1e-2, 0.3
+
+
+def _beyond_rounding(dtype: torch.dtype, reference: Reference) -> Optional[str]:
+    error = reference.baseline_error()
+    ceiling = _ROUNDING_CEILING_FLOAT32 if dtype == torch.float32 else _ROUNDING_CEILING_HALF
+    if not error > ceiling:
+        return None
+    return (f"the check cannot be made: the big batch in {str(dtype).removeprefix('torch.')} and in float64 differ by {error:.3g} "
+            "(relative), far beyond rounding: the loss is not the same computation in both (random draws from a "
+            "generator the check does not see, or state that changes between runs)")
+
+
+def _settle(plan: _Plan, first: _Pass, freeze_batchnorm: bool) -> tuple[str, str, _Pass, list[str]]:
+    """The verdict, from the first pass and, when it does not match, the second passes that take a
+    coupling out (BatchNorm frozen, one loss term left out) to check the rest."""
+    if first.cannot:
+        return "uncheckable", first.cannot, first, first.notes
+    if first.ok:
+        ran = ", ".join(r.mode for r in first.results if r.mode in MODES)
+        return "match", f"accumulated gradients match the big-batch gradient within rounding ({ran})", first, first.notes
+    d = first.primary
+    if d.code in _CONFIDENT:
+        return ("mismatch", _mismatch_sentence(first), first, first.notes)
+    couplings = []
+    if first.prepared.batch_stat_layers and not freeze_batchnorm and _freezable(first.prepared):
+        couplings.append(("BatchNorm frozen", lambda: _run_pass(plan, freeze_batchnorm=True, label="BatchNorm frozen"),
+                          _batchnorm_cause(first)))
+    for term in first.terms if len(first.terms) > 1 else ():
+        couplings.append((f"without loss term {term!r}",
+                          functools.partial(_run_pass, plan.without_term(term), freeze_batchnorm=freeze_batchnorm,
+                                            label=f"without loss term {term!r}"),
+                          f"the loss term {term!r} couples the items of a batch"))
+    measured = f"measured: cosine {d.cosine:.4f}, relative error {d.error:.3g} of the whole gradient"
+    named = None
+    for label, run, cause in couplings:
+        second = run()
+        if second.cannot:
+            continue
+        if second.ok:
+            return "inherent", (f"{cause}, so accumulation cannot reproduce the big batch ({measured}); "
+                                f"with it taken out ({label}) the rest matches"), first, first.notes
+        if named is None and second.primary is not None and second.primary.code != "coupled":
+            named = (second, label, cause)
+    if named is not None:
+        second, label, cause = named
+        return "mismatch", (f"{_mismatch_sentence(second)} (found with {label}: {cause}, cosine {d.cosine:.4f} "
+                            "with it in)"), second, second.notes
+    if first.prepared.batch_stat_layers:
+        how = "" if _freezable(first.prepared) else "; BatchNorm without running statistics cannot be frozen to check the rest"
+        return "inherent", f"{_batchnorm_cause(first)}, so accumulation cannot reproduce the big batch ({measured}){how}", \
+            first, first.notes
+    if d.code == "coupled" and first.primary is first.diagnoses.get("eager"):
+        return "inherent", d.cause, first, first.notes
+    return "mismatch", _mismatch_sentence(first), first, first.notes
+
+
+def _freezable(prepared: PreparedModel) -> bool:
+    """Every batch-statistic layer keeps running statistics, so eval mode can stand in for it."""
+    return all(getattr(m, "track_running_stats", False) for m in prepared.module.modules()
+               if isinstance(m, torch.nn.modules.batchnorm._BatchNorm))
+
+
+def _batchnorm_cause(first: _Pass) -> str:
+    layers = first.prepared.batch_stat_layers
+    shown = ", ".join(layers[:3]) + (" ..." if len(layers) > 3 else "")
+    return f"batch-statistic layers ({shown}) normalise each micro-batch with its own statistics"
+
+
+def _mismatch_sentence(done: _Pass) -> str:
+    by_mode = {r.mode: r for r in done.results}
+    eager = by_mode.get("eager")
+    d = done.primary
+    if eager is not None and eager.ok:
+        big = by_mode.get("compiled big batch")
+        if big is not None and not big.ok:
+            return ("mismatch only when compiled: the compiled big batch already differs from the float64 reference "
+                    "(compiler numerics, not accumulation)")
+        return f"mismatch only when compiled: {d.cause}"
+    return d.cause
 
 
 def compute_reference(prepared: PreparedModel, batch: Any, reference_loss_fn: LossFn, reference_div: Any, *,
@@ -224,47 +414,19 @@ def _mode_result(mode: str, window: WindowRun, rows: list[Row], reference: Refer
     return ModeResult(mode, False, d.scale, d.cosine, d.weights, d.cause, window.seconds)
 
 
-def _verdict(results: list[ModeResult], diagnoses: dict[str, Diagnosis], prepared: PreparedModel,
-             reference: Reference) -> tuple[str, str]:
-    by_mode = {r.mode: r for r in results}
-    if all(r.ok for r in results):
-        ran = ", ".join(r.mode for r in results if r.mode in MODES)
-        return "match", f"accumulated gradients match the big-batch gradient within rounding ({ran})"
-    eager = by_mode.get("eager")
-    primary = "eager" if eager is not None and not eager.ok else "compiled"
-    d = diagnoses[primary]
-    confident_bug = d.code in ("not_divided", "scaled_twice", "only_last", "dropped", "non_finite")
-    if prepared.batch_stat_layers and not confident_bug:
-        layers = ", ".join(prepared.batch_stat_layers[:3]) + (" ..." if len(prepared.batch_stat_layers) > 3 else "")
-        return "inherent", (f"batch-statistic layers ({layers}) normalise each micro-batch with its own statistics, "
-                            f"so accumulation cannot reproduce the big batch (measured: cosine {d.cosine:.4f}, "
-                            f"relative error {d.error:.3g}); pass freeze_batchnorm=True to check the rest")
-    if reference.random_ops and not confident_bug:
-        return "inherent", (f"the forward pass draws random numbers ({', '.join(reference.random_ops)}), and "
-                            "the micro-batches' draws differ from the big batch's (measured: cosine "
-                            f"{d.cosine:.4f}, relative error {d.error:.3g}); switch those ops off for the check")
-    if primary == "eager" and d.code == "coupled":
-        return "inherent", d.cause
-    if primary == "compiled" and eager is not None:
-        big = by_mode.get("compiled big batch")
-        if big is not None and not big.ok:
-            return "mismatch", ("mismatch only when compiled: the compiled big batch already differs from the "
-                                "float64 reference (compiler numerics, not accumulation)")
-        return "mismatch", f"mismatch only when compiled: {d.cause}"
-    return "mismatch", d.cause
-
-
 def _notes(prepared: PreparedModel, reference: Reference) -> list[str]:
     notes = []
     if prepared.unwrapped:
         notes.append(f"checked the module inside {' > '.join(prepared.unwrapped)}; compiled mode compiles its own copy")
     if prepared.dropout_layers:
         shown = ", ".join(prepared.dropout_layers[:4]) + (" ..." if len(prepared.dropout_layers) > 4 else "")
-        notes.append(f"dropout switched off for the check in {len(prepared.dropout_layers)} layer(s) ({shown}); "
-                     "other random ops are seeded identically in every run")
+        notes.append(f"dropout switched off for the check in {len(prepared.dropout_layers)} layer(s) ({shown})")
+    if reference.random_ops:
+        notes.append(f"random draws ({', '.join(reference.random_ops)}) recorded in the float64 big batch and "
+                     "replayed in every other run (micro-batches get their rows of each draw)")
     if prepared.frozen_batch_stat_layers:
         notes.append(f"{len(prepared.frozen_batch_stat_layers)} BatchNorm layer(s) frozen (eval mode, running "
-                     "statistics) as requested")
+                     "statistics)")
     if prepared.frozen_parameters:
         notes.append(f"{len(prepared.frozen_parameters)} parameter(s) with requires_grad=False skipped")
     unused = [n for n, g in reference.exact.items() if g is None]

@@ -169,21 +169,47 @@ def _uniform(values: Sequence[float]) -> bool:
 
 def _fmt_scale(s: float) -> str:
     text = f"{s:.2f}"
-    return f"{s:.4g}x" if text in ("1.00", "0.00", "-0.00") else f"{text}x"
+    return f"{s:.6g}x" if text in ("1.00", "0.00", "-0.00") else f"{text}x"
+
+
+# A uniform scale this close to 1, or weights no pattern explains, is what an auxiliary loss computed
+# from batch-level statistics (an MoE load-balancing loss) looks like.
+_AUX_HINT = ("; if the loss adds a term computed from batch-level statistics (an MoE load-balancing loss, ...), "
+             "return the terms as a dict, e.g. {'ce': ce, 'aux': aux}: the check then measures that term's "
+             "coupling and checks the rest")
 
 
 def _weights_text(weights: Sequence[float]) -> str:
     return "[" + ", ".join(f"{w:.3g}" for w in weights) + "]"
 
 
-def _items_match(weights: Sequence[float], counts: Mapping[str, Sequence[int]], inverse: bool) -> Optional[str]:
+def _items_match(weights: Sequence[float], counts: Mapping[str, Sequence[int]],
+                 inverse: bool) -> Optional[tuple[str, Sequence[int]]]:
+    """The candidate count the weights are (inversely) proportional to, the closest one first."""
+    best = None
     for label, values in counts.items():
         if len(values) != len(weights) or len(set(values)) < 2 or min(values) <= 0:
             continue
         products = [w * n if inverse else w / n for w, n in zip(weights, values)]
         if _uniform(products):
-            return f"{label} = {list(values)}"
-    return None
+            mean = sum(products) / len(products)
+            spread = max(abs(p - mean) for p in products) / abs(mean)
+            if best is None or spread < best[0]:
+                best = (spread, label, values)
+    return None if best is None else (best[1], best[2])
+
+
+def _on_top(weights: Sequence[float], values: Sequence[int], n: int) -> str:
+    """What a mean-of-means loop does besides: a correct one (per-micro-batch mean divided by N)
+    gives weight total / (N * items_i), so mean(weight * items) / (total / N) is 1."""
+    k = sum(w * v for w, v in zip(weights, values)) / len(values) / (sum(values) / n)
+    if abs(k - 1) <= RATIO_MATCH:
+        return ""
+    if n > 1 and abs(k / n - 1) <= RATIO_MATCH:
+        return f"; on top, the loss is not divided by the accumulation steps ({k:.2f}x)"
+    if n > 1 and abs(k * n - 1) <= RATIO_MATCH:
+        return f"; on top, it is divided by the accumulation steps twice ({k:.3g}x)"
+    return f"; on top, scaled {k:.4g}x"
 
 
 def diagnose(
@@ -250,17 +276,20 @@ def diagnose(
             if n > 1 and abs(s * n - 1) <= RATIO_MATCH:
                 return result("scaled_twice", f"{_fmt_scale(s)}: scaled twice: the loss is divided by the "
                               "accumulation steps on top of a normalisation that already accounts for them", effective)
+            hint = _AUX_HINT if abs(s - 1) < 0.01 else ""
             return result("uniform_scale", f"{_fmt_scale(s)}: every micro-batch's gradient is scaled by {s:.6g} "
-                          "relative to the big batch", effective)
+                          f"relative to the big batch{hint}", effective)
         match = _items_match(active, active_counts, inverse=True)
         if match:
+            label, values = match
             return result("mean_of_means", "weights proportional to 1/items: per-micro-batch mean over unequal item "
-                          f"counts (mean-of-means; {match}); sum per-item losses and divide by the window's item count",
-                          effective)
+                          f"counts (mean-of-means; {label} = {list(values)}){_on_top(active, values, n)}; sum "
+                          "per-item losses and divide by the window's item count", effective)
         match = _items_match(active, active_counts, inverse=False)
         if match:
-            return result("proportional_items", f"weights proportional to items ({match}): each micro-batch's "
-                          "sum is not normalised by the window's item count", effective)
+            label, values = match
+            return result("proportional_items", f"weights proportional to items ({label} = {list(values)}): each "
+                          "micro-batch's sum is not normalised by the window's item count", effective)
         return result("uneven_weights", f"micro-batches weighted {_weights_text(effective)} instead of all 1: "
                       "the window does not weight micro-batches as the big batch does", effective)
 

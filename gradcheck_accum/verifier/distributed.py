@@ -25,22 +25,10 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from gradcheck_accum.verifier.batches import batch_size, map_batch, split_batch
+from gradcheck_accum.verifier.batches import map_batch, shard
 from gradcheck_accum.verifier.errors import VerifyError
 from gradcheck_accum.verifier.loop_recording import Recording, record_loop
 from gradcheck_accum.verifier.processes import default_start_method, run_ranks
-
-
-def shard(micro_batch: Any, world_size: int, index: int) -> list[Any]:
-    """Split one micro-batch into world_size equal slices; unequal slices would make DDP's average
-    of per-rank means differ from the global mean, which is not an accumulation bug."""
-    items = batch_size(micro_batch)
-    if items % world_size:
-        raise VerifyError(
-            f"micro-batch {index} has {items} items, which world_size={world_size} cannot split evenly; "
-            "use micro-batch sizes divisible by the world size"
-        )
-    return split_batch(micro_batch, [items // world_size] * world_size)
 
 
 def _counting_allreduce(calls: list[int], bucket):

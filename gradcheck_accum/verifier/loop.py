@@ -21,13 +21,14 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from gradcheck_accum.verifier.batches import batch_size, map_batch
+from gradcheck_accum.verifier.batches import batch_size, check_finite_data, item_counts, map_batch, shard
 from gradcheck_accum.verifier.compare import Tolerance, global_scale_cosine
 from gradcheck_accum.verifier.errors import VerifyError
 from gradcheck_accum.verifier.judge import compare_rows, judge, magnitudes
 from gradcheck_accum.verifier.loop_findings import (
     SYNCS,
     Finding,
+    clip_findings,
     name_gradient_bug,
     rank_findings,
     schedule_findings,
@@ -36,7 +37,7 @@ from gradcheck_accum.verifier.loop_findings import (
 )
 from gradcheck_accum.verifier.loop_recording import Grads, Recording, record_loop
 from gradcheck_accum.verifier.prepare import PreparedModel, exact_numerics, prepare, resolve_device, resolve_dtype
-from gradcheck_accum.verifier.reference import BigBatch
+from gradcheck_accum.verifier.reference import BigBatch, Reference
 from gradcheck_accum.verifier.report import ModeResult, Report, Row
 
 
@@ -117,6 +118,7 @@ class LoopRun:
                 freeze_batchnorm: bool) -> "LoopRun":
         micro_batches = list(micro_batches)
         sizes = [batch_size(mb) for mb in micro_batches]
+        check_finite_data(micro_batches)
         prepared = prepare(model, freeze_batchnorm=freeze_batchnorm)
         _keep_frozen_layers_in_eval(prepared)
         if device is None and world_size > 1 and torch.cuda.device_count() < world_size:
@@ -165,9 +167,9 @@ class LoopRun:
             module.train(recording.training)  # references run in the mode the loop left the model in
             batch_stats = bool(self.prepared.batch_stat_layers) and recording.training
             big = BigBatch(self.prepared, loss_fn, device=torch.device(self.device), dtype=self.dtype, seed=seed)
-            items = self.sizes if item_counts_fn is None else _counted(item_counts_fn, self.micro_batches)
-            return analyse(recording, big, self.micro_batches, items, steps, ranks=ranks, batch_stats=batch_stats,
-                           where=where, mode=mode, check_remainder=check_remainder, parallel=parallel)
+            return analyse(recording, big, self.micro_batches, steps, ranks=ranks, world_size=world_size,
+                           batch_stats=batch_stats, where=where, mode=mode, check_remainder=check_remainder,
+                           item_counts_fn=item_counts_fn, parallel=parallel)
 
 
 def _counted(item_counts_fn: Callable[[Any], int], micro_batches: Sequence[Any]) -> list[int]:
@@ -231,14 +233,15 @@ def analyse(
     recording: Recording,
     big: BigBatch,
     micro_batches: list[Any],
-    sizes: list[int],
     steps_n: int,
     *,
     ranks: Sequence[Recording] = (),
+    world_size: int = 1,
     batch_stats: bool = False,
     where: Callable[[int], str] = lambda j: f"step {j}",
     mode: Optional[str] = None,
     check_remainder: bool = True,
+    item_counts_fn: Optional[Callable[[Any], int]] = None,
     parallel: str = "ddp",
 ) -> LoopOutcome:
     total = len(micro_batches)
@@ -251,6 +254,7 @@ def analyse(
     rows: list[Row] = []
     modes: list[ModeResult] = []
     grad_findings: list[Finding] = []
+    uncheckable: Optional[str] = None
     for j, ((a, b), step) in enumerate(zip(windows, recording.steps)):
         if a == b:
             continue
@@ -264,47 +268,57 @@ def analyse(
         reference = big.reference(whole, weights)
         if all(g is None for g in reference.exact.values()):
             raise VerifyError("no parameter received a gradient from loss_fn on the window: does loss_fn use the model?")
-        per_micro_batch = _Lazy(lambda window=window, weights=weights, reference=reference:
-                                [big.exact(mb, weights) for mb in window] if len(window) > 1 else [reference.exact])
-        items = sizes[a:b]
+        # Under DDP each rank's shard of a micro-batch is weighed on its own (a per-rank mean is one).
+        parts = [piece for i, mb in enumerate(window) for piece in (shard(mb, world_size, a + i) if world_size > 1 else [mb])]
+        part_rows = [batch_size(piece) for piece in parts]
+        per_part = _Lazy(lambda parts=parts, weights=weights, reference=reference:
+                         [big.exact(piece, weights) for piece in parts] if len(parts) > 1 else [reference.exact])
         label = mode or where(j + 1)
+        # The accumulated gradient as the loop made it: before clipping when the loop clipped.
+        candidate = step.clips[-1].grads if step.clips else step.grads
 
-        def judged(candidate: Grads, note: str = "", factor: float = 1.0, items=items, reference=reference,
-                   per_micro_batch=per_micro_batch, label=label, count=len(window)) -> list[Row]:
+        def judged(grads: Grads, note: str = "", factor: float = 1.0, reference=reference, per_part=per_part,
+                   part_rows=part_rows, label=label, count=len(window)) -> list[Row]:
             def rows_now() -> list[Row]:
                 # The size of what was summed bounds the rounding of a small sum; it costs a float64
                 # backward per micro-batch, so it joins the evidence with the measured budget.
                 magnitude = None
                 if reference.baseline is not None:
-                    shares = [n / sum(items) for n in items]
-                    magnitude = magnitudes([_scaled(c, s) for c, s in zip(per_micro_batch(), shares)], list(shapes))
-                scaled = candidate if factor == 1.0 else _scaled(candidate, 1 / factor)
+                    shares = [n / sum(part_rows) for n in part_rows]
+                    magnitude = magnitudes([_scaled(c, s) for c, s in zip(per_part(), shares)], list(shapes))
+                scaled = grads if factor == 1.0 else _scaled(grads, 1 / factor)
                 return compare_rows(label, scaled, reference, tol, shapes, magnitude=magnitude, steps=count, note=note)
             return judge(rows_now, reference)
 
-        step_rows = judged(step.grads)
+        step_rows = judged(candidate)
         partial = b == total and len(window) < steps_n and len(window) == total % steps_n
         if partial and not all(r.ok for r in step_rows):
             factor = len(window) / steps_n
             row_note = f"last window of {len(window)}/{steps_n} micro-batches, divided by {steps_n}"
-            scaled_rows = judged(step.grads, row_note, factor)
+            scaled_rows = judged(candidate, row_note, factor)
             if all(r.ok for r in scaled_rows):
                 step_rows = scaled_rows
                 notes.append(f"{where(j + 1)}: {row_note}, gives {len(window)}/{steps_n} of its mean gradient "
                              "(accepted)")
         rows += step_rows
         ok = all(r.ok for r in step_rows)
-        scale, cosine = global_scale_cosine(step.grads, reference.exact)
+        uncheckable = uncheckable or _cannot_compare(reference, big.dtype, ok)
+        scale, cosine = global_scale_cosine(candidate, reference.exact)
+        clipping, clipped = clip_findings(where(j + 1), step, reference.exact, shapes, ok, tol.eps)
         diagnosis, fitted = "", None
-        if not ok:
+        if not ok and not any(f.error for f in clipping):
             previous = recording.steps[j - 1].grads if j > 0 else None
-            finding, fitted = name_gradient_bug(where(j + 1), step.grads, per_micro_batch(), previous, shapes, items,
-                                                steps_n, scale, cosine, tol.eps)
+            counts = _counts(parts, item_counts_fn)
+            finding, fitted = name_gradient_bug(where(j + 1), candidate, per_part(), reference.exact, previous,
+                                                shapes, counts, tol.eps, len(window))
             grad_findings.append(finding)
             diagnosis = finding.sentence
-        lr = "lr " + ", ".join(f"{v:.4g}" for v in step.lrs)
-        modes.append(ModeResult(mode=label, ok=ok, scale=scale, cosine=cosine, weights=fitted,
-                                diagnosis=diagnosis or lr))
+        grad_findings += [f for f in clipping if f.error]
+        findings += [f for f in clipping if not f.error]
+        diagnosis = diagnosis or next((f.sentence for f in clipping), "")
+        lr = "lr " + ", ".join(f"{v:.4g}" for v in step.lrs) + (f"; {clipped}" if clipped else "")
+        modes.append(ModeResult(mode=label, ok=ok and not any(f.error for f in clipping), scale=scale, cosine=cosine,
+                                weights=fitted, diagnosis=diagnosis or lr))
     # One named gradient cause is enough; the per-step table keeps the rest.
     if grad_findings:
         findings.append(grad_findings[0])
@@ -332,9 +346,36 @@ def analyse(
     if recording.final_syncs is not None:
         calls = [s.syncs for s in recording.steps]
         settings[f"{sync.key[:-1]}_calls_per_window"] = [b - a for a, b in zip([0] + calls, calls)]
+    if uncheckable and not any(f.error and f.kind != "grad-mismatch" for f in findings):
+        return LoopOutcome("uncheckable", uncheckable, rows, modes, [f.sentence for f in findings] + notes, settings)
     verdict, diagnosis = _verdict(findings, batch_stats, len(recording.steps), total, steps_n)
     extra = [f.sentence for f in findings if f.sentence != diagnosis and not diagnosis.endswith(f.sentence)]
     return LoopOutcome(verdict, diagnosis, rows, modes, extra + notes, settings)
+
+
+def _counts(parts: list[Any], item_counts_fn: Optional[Callable[[Any], int]]) -> dict[str, list[int]]:
+    counts = item_counts(parts)
+    if item_counts_fn is not None:
+        counts = {"items": _counted(item_counts_fn, parts), **counts}
+    return counts
+
+
+def _cannot_compare(reference: Reference, dtype: torch.dtype, ok: bool) -> Optional[str]:
+    """Why a step cannot be judged: the window's big batch draws random numbers, which the loop drew
+    differently (a mismatch then says nothing), or its float32 and float64 runs are not the same
+    computation (a budget that wide would let anything pass)."""
+    if reference.draw_failure:
+        return f"the check cannot be made: {reference.draw_failure}"
+    if reference.random_ops and not ok:
+        return (f"the check cannot be made: the loss draws random numbers ({', '.join(reference.random_ops)}), and "
+                "the loop drew them per micro-batch, not as the window's big batch does; pass the noise in the batch "
+                "(or switch the op off for the check)")
+    error = reference.baseline_error()
+    if error > (1e-2 if dtype == torch.float32 else 0.3):
+        return (f"the check cannot be made: the window's big batch in {str(dtype).removeprefix('torch.')} and in "
+                f"float64 differ by {error:.3g} (relative), far beyond rounding (random draws the check does not "
+                "see, or state that changes between runs)")
+    return None
 
 
 class _Lazy:

@@ -1,23 +1,22 @@
 """What a recorded loop did wrong, each cause as a Finding with a stable kind and one sentence.
 
-Structure first (how many steps, where the boundaries fell), then the gradient of a failing
-step: it is fitted as a weighted sum of its window's per-micro-batch gradients plus the previous
-step's gradient, and the pattern of the fitted weights names the bug (all 1: loss not divided;
-only the last: cleared every micro-batch; the previous step's gradient included: never cleared).
+Structure first (how many steps, where the boundaries fell, what was never read), then the
+gradient of a failing step: a fit that includes the previous step's gradient finds gradients never
+cleared; otherwise diagnose.py names the pattern of the micro-batch weights, as it does for verify
+(all N: loss not divided; only the last: cleared every micro-batch; 1/items: mean-of-means), then
+clipping: the accumulated gradient is judged before the clip, and the clip on its own.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
-from gradcheck_accum.verifier.loop_recording import Grads, Recording
-
-# A fitted micro-batch weight "equals" a pattern within this relative distance.
-_FIT_TOL = 0.05
-
+from gradcheck_accum.verifier.diagnose import diagnose
+from gradcheck_accum.verifier.loop_recording import ClipCall, Grads, Recording, StepRecord
 
 @dataclass
 class Finding:
@@ -34,68 +33,70 @@ def _flat(grads: Grads, shapes: dict[str, torch.Size]) -> torch.Tensor:
     return torch.cat([p.flatten() for p in parts])
 
 
-def _close(values: Sequence[float], target: float) -> bool:
-    return all(abs(v - target) <= _FIT_TOL * abs(target) for v in values)
+# The loop's stable finding kinds for diagnose.py's causes; a cause not listed is "grad-mismatch".
+_KINDS = {
+    "only_last": "grad-cleared-every-micro-batch",
+    "not_divided": "loss-not-divided",
+    "scaled_twice": "scaled-twice",
+    "mean_of_means": "mean-of-means",
+    "dropped": "micro-batches-dropped",
+    "non_finite": "non-finite",
+}
 
 
 def name_gradient_bug(
-    where: str, grads: Grads, contributions: list[Grads], previous: Optional[Grads], shapes, items: list[int],
-    steps_n: int, scale: float, cosine: float, eps: float,
-) -> tuple[Finding, tuple[float, ...]]:
-    """Fit the step's gradient as a weighted sum of the window's per-micro-batch gradients (plus
-    the previous step's gradient, to see a leak) and name the pattern of the weights."""
+    where: str, grads: Grads, contributions: list[Grads], reference: Grads, previous: Optional[Grads], shapes,
+    counts: dict[str, list[int]], eps: float, steps: int,
+) -> tuple[Finding, Optional[tuple[float, ...]]]:
+    """Name what is wrong with a step's gradient. contributions: the reference loss's gradient on
+    each micro-batch (or each rank's shard of it) of the window; counts: candidate item counts of
+    those; steps: micro-batches in the window. A stale gradient from the previous step is looked for first (a fit that includes it);
+    everything else is diagnose.py's, the same diagnosis verify gives."""
     y = _flat(grads, shapes)
+    if not bool(torch.isfinite(y).all()):
+        return Finding("non-finite", f"the gradient of {where} is NaN/inf: a micro-batch's loss was NaN/inf "
+                       "(a mean over zero valid items?)"), None
     if not bool(torch.any(y != 0)):
         return Finding("zero-grad-before-step", f"the optimizer stepped on zero gradients at {where}: "
-                       "they were cleared between the last backward and the step"), ()
-    columns = [_flat(c, shapes) for c in contributions]
-    leak_column = previous is not None and bool(torch.any(_flat(previous, shapes) != 0))
-    if leak_column:
-        columns.append(_flat(previous, shapes))
+                       "they were cleared between the last backward and the step"), None
+    leak = _leak(y, contributions, previous, shapes, eps)
+    if leak is not None:
+        amount = f"{leak:.2f}x of it" if leak >= 0.01 else f"{leak:.3g}x of it, unscaled in place by a GradScaler"
+        return Finding("grad-leak", f"gradients never cleared: the gradient of {where} still holds the "
+                       f"previous window's gradient ({amount}); zero them after each step"), None
+    d = diagnose(grads, contributions, reference, steps=steps, item_counts=counts)
+    items = counts.get("items") or next((v for k, v in counts.items() if k != "rows" and len(set(v)) > 1), None)
+    if d.code == "uniform_scale" and items and len(set(items)) > 1 and math.isfinite(d.scale) and d.scale > 0:
+        # Every micro-batch weighted by its items (the uniform part), the window by a wrong total.
+        total = sum(items)
+        return Finding("wrong-item-count", f"each micro-batch is weighted by its items at {where}, but the window is "
+                       f"divided by {total / d.scale:.4g} instead of the {total} items the loss averages over "
+                       f"({list(items)} per micro-batch): {d.scale:.3g}x the window's gradient; the count includes "
+                       "items the loss ignores, or misses some"), d.weights
+    return Finding(_KINDS.get(d.code, "grad-mismatch"), f"{where}: {d.cause}"), d.weights
+
+
+def _leak(y: torch.Tensor, contributions: list[Grads], previous: Optional[Grads], shapes, eps: float) -> Optional[float]:
+    """How much of the previous step's gradient the step's gradient still holds, when the step is
+    exactly a weighted sum of its window's contributions and that gradient."""
+    if previous is None:
+        return None
+    stale = _flat(previous, shapes)
+    if not bool(torch.any(stale != 0)) or not bool(torch.isfinite(stale).all()):
+        return None
+    columns = [_flat(c, shapes) for c in contributions] + [stale]
     matrix = torch.stack(columns, dim=1)
+    if not bool(torch.isfinite(matrix).all()):
+        return None
     solution = torch.linalg.lstsq(matrix, y.unsqueeze(1)).solution.squeeze(1)
     residual = float(torch.linalg.vector_norm(matrix @ solution - y) / torch.linalg.vector_norm(y))
-    weights = tuple(float(w) for w in solution[: len(contributions)])
-    leak = float(solution[-1]) if leak_column else 0.0
+    leak = float(solution[-1])
     # Share of the step's gradient that is the previous step's: 1x for a plain leak, 1/scale when
     # a GradScaler unscaled the stale gradients in place before they were summed again.
-    leak_share = abs(leak) * float(torch.linalg.vector_norm(columns[-1])) / float(torch.linalg.vector_norm(y)) if leak_column else 0.0
-    total = sum(items)
-    expected = [n / total for n in items]
-    k = len(weights)
-    if residual < max(1e-3, 4 * eps):  # the step is exactly such a weighted sum, up to rounding
-        if leak > 0.5 or (leak > 0 and leak_share > 100 * eps):
-            amount = f"{leak:.2f}x of it" if leak >= 0.01 else f"{leak:.3g}x of it, unscaled in place by a GradScaler"
-            return Finding("grad-leak", f"gradients never cleared: the gradient of {where} still holds the "
-                           f"previous window's gradient ({amount}); zero them after each step"), weights
-        if k > 1 and all(abs(w) <= _FIT_TOL * abs(weights[-1]) for w in weights[:-1]) and weights[-1] > 0:
-            return Finding("grad-cleared-every-micro-batch", "gradients cleared every micro-batch: only the last "
-                           f"micro-batch of the window reaches {where} (zero_grad inside the window)"), weights
-        if steps_n > 1 and _close(weights, 1.0):
-            return Finding("loss-not-divided", f"loss not divided by the accumulation steps: {where} uses "
-                           f"{scale:.2f}x the window's gradient"), weights
-        if steps_n > 1 and _close(weights, 1.0 / steps_n**2):
-            return Finding("scaled-twice", f"loss divided by the accumulation steps twice: {where} uses "
-                           f"{scale:.3g}x the window's gradient"), weights
-        if len(set(items)) > 1 and _close(weights, weights[0]) and not _close(expected, expected[0]):
-            return Finding("mean-of-means", f"every micro-batch weighted equally at {where} although they hold "
-                           f"{items} items: per-micro-batch mean divided by N (mean-of-means); weight by items"), weights
-        divisor = total / sum(weights) if sum(weights) else 0.0
-        # Weighted by items and divided by a whole count other than the items': a count of other
-        # things (a uniform scale, e.g. a binding clip, divides by no whole number).
-        if len(set(items)) > 1 and min(items) > 0 and divisor >= 1 and abs(divisor - round(divisor)) <= 0.02 \
-                and _close([w / n for w, n in zip(weights, items)], weights[0] / items[0]):
-            if steps_n > 1 and abs(divisor / (total * steps_n) - 1) <= _FIT_TOL:
-                return Finding("scaled-twice", f"loss divided by the accumulation steps on top of a normalisation by "
-                               f"the window's {total} items: {where} uses {scale:.3g}x the window's gradient"), weights
-            return Finding("wrong-item-count", f"each micro-batch is weighted by its items at {where}, but the window is "
-                           f"divided by {divisor:.4g} instead of the {total} items the loss averages over ({items} per "
-                           f"micro-batch): {scale:.3g}x the window's gradient; the count includes items the loss "
-                           "ignores, or misses some"), weights
-    shown = ", ".join(f"{w:.3g}" for w in weights)
-    wanted = ", ".join(f"{w:.3g}" for w in expected)
-    return Finding("grad-mismatch", f"{where} gradient is {scale:.3g}x the window's big-batch gradient (cosine "
-                   f"{cosine:.4f}); fitted micro-batch weights [{shown}], expected [{wanted}]"), weights
+    share = abs(leak) * float(torch.linalg.vector_norm(stale)) / float(torch.linalg.vector_norm(y))
+    if residual < max(1e-3, 4 * eps) and (leak > 0.5 or (leak > 0 and share > 100 * eps)):
+        return leak
+    return None
 
 
 def windows_of(recording: Recording, total: int, steps_n: int, *, check_remainder: bool = True) \
@@ -105,7 +106,16 @@ def windows_of(recording: Recording, total: int, steps_n: int, *, check_remainde
     expected = [(a, min(a + steps_n, total)) for a in range(0, total, steps_n)]
     findings, notes = [], []
     steps = recording.steps
-    if recording.forwards != total:
+    whole_windows = (total // steps_n) * steps_n
+    if total % steps_n and recording.forwards == whole_windows and len(steps) == total // steps_n:
+        # A loop over range(len(data) // N) windows: it never even reads the remainder.
+        left = total - whole_windows
+        findings.append(Finding("remainder-never-read", f"remainder never read: the loop ran {recording.forwards} of "
+                                f"{total} micro-batches, whole windows of {steps_n} only, so the last {left} never "
+                                "reach a step (a loop over range(len(data) // N) windows drops them); iterate over "
+                                "the data and step on a partial last window"))
+        windows = expected[: len(steps)]
+    elif recording.forwards != total:
         notes.append(f"train_fn ran the model {recording.forwards} times for {total} micro-batches, so steps "
                      "are matched to windows in order")
         windows = expected[: len(steps)]
@@ -213,3 +223,60 @@ def rank_findings(ranks: list[Recording]) -> list[Finding]:
                     return [Finding("ranks-diverged", f"ranks stepped on different gradients (rank {rank}, step {j}, "
                                     f"{name}): the window ended without an all-reduce (no_sync around the boundary micro-batch?)")]
     return []
+
+
+def clip_findings(where: str, step: StepRecord, reference: Grads, shapes, judged_ok: bool,
+                  eps: float) -> tuple[list[Finding], str]:
+    """Findings about the clip calls a step's window made, and a note on what the clip did. The
+    accumulated gradient was judged as the last clip call saw it (judged_ok); here: was it clipped
+    once, after the last micro-batch, after unscaling, and did the optimizer step on the result?"""
+    if not step.clips:
+        return [], ""
+    last = step.clips[-1]
+    early = [c for c in step.clips if c.forwards < step.forwards]
+    if early:
+        every = len(step.clips) > 1 and len({c.forwards for c in step.clips}) == len(step.clips)
+        kind = "clip-every-micro-batch" if every else "clip-inside-window"
+        how = "every micro-batch" if every else f"before micro-batch {early[0].forwards + 1}, inside the window"
+        effect = ("so the partial sums were clipped and the accumulated gradient is wrong" if not judged_ok else
+                  "harmless only while the clip does not bind, since it clips partial sums")
+        return [Finding(kind, f"gradient clipping runs {how} at {where}: {effect}; clip once, after the last "
+                        "micro-batch's backward (and after scaler.unscale_)", error=not judged_ok)], ""
+    pre = _flat(last.grads, shapes)
+    ref = _flat(reference, shapes)
+    scale = float(pre @ ref) / float(ref @ ref) if float(ref @ ref) > 0 else math.nan
+    cosine = float(pre @ ref) / math.sqrt(float(pre @ pre) * float(ref @ ref)) if float(pre @ pre) > 0 else math.nan
+    if not judged_ok and scale >= 2 and cosine > 1 - 1e-4 and abs(math.log2(scale) - round(math.log2(scale))) < 1e-3 \
+            and _unscaled_after(step, pre, last, scale, shapes):
+        return [Finding("clip-before-unscale", f"gradients clipped before GradScaler.unscale_ at {where}: the clip "
+                        f"saw them multiplied by the loss scale ({scale:.6g}), so its threshold applied to scaled "
+                        "gradients; call scaler.unscale_(optimizer) before clipping")], ""
+    if not judged_ok:
+        return [], ""
+    expected, factor = _clipped(pre, last)
+    got = _flat(step.grads, shapes)
+    error = float(torch.linalg.vector_norm(got - expected)) / max(float(torch.linalg.vector_norm(expected)), 1e-30)
+    what = (f"clipped to {factor:.4g}x by clip_grad_norm_(max_norm={last.threshold:g})" if last.kind == "norm"
+            else f"clipped by clip_grad_value_({last.threshold:g})")
+    if error > max(1e-3, 1e3 * eps):
+        return [Finding("clip-mismatch", f"the optimizer did not step on the clipped gradient at {where}: the "
+                        f"accumulated gradient is right, but the step's gradient differs from it {what} (relative "
+                        f"error {error:.3g})")], what
+    return [], what
+
+
+def _unscaled_after(step: StepRecord, pre: torch.Tensor, clip: ClipCall, scale: float, shapes) -> bool:
+    """The step used the clipped gradient divided by `scale`: a GradScaler unscaled it after the clip
+    (a loss not divided by a power-of-two N looks alike before the clip, but steps on the clip's result)."""
+    expected = _clipped(pre, clip)[0] / scale
+    got = _flat(step.grads, shapes)
+    return float(torch.linalg.vector_norm(got - expected)) <= 1e-3 * float(torch.linalg.vector_norm(expected))
+
+
+def _clipped(pre: torch.Tensor, clip: ClipCall) -> tuple[torch.Tensor, float]:
+    """What torch's clip function makes of the flat gradient `pre` (and the factor, for norms)."""
+    if clip.kind == "value":
+        return pre.clamp(-clip.threshold, clip.threshold), math.nan
+    total = float(pre.abs().max()) if math.isinf(clip.norm_type) else float(torch.linalg.vector_norm(pre, clip.norm_type))
+    factor = min(1.0, clip.threshold / (total + 1e-6))
+    return pre * factor, factor

@@ -21,7 +21,8 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from gradcheck_accum.verifier.accumulate import Grads, LossFn, RandomOpRecorder, WindowRun, run_window, to_device
+from gradcheck_accum.verifier.accumulate import Grads, LossFn, WindowRun, run_window, to_device
+from gradcheck_accum.verifier.draws import Draws, Supply, same_supply
 from gradcheck_accum.verifier.errors import VerifyError
 from gradcheck_accum.verifier.prepare import PreparedModel, default_dtype
 
@@ -29,32 +30,49 @@ from gradcheck_accum.verifier.prepare import PreparedModel, default_dtype
 @dataclass
 class Reference:
     exact: Grads                   # big batch in float64
-    baseline_run: Callable[[], WindowRun]  # big batch in the run's dtype
+    baseline_run: Callable[[], WindowRun]  # big batch in the run's dtype (replaying exact's draws)
     baseline: Optional[WindowRun] = None  # its result, once a judgement needed the rounding budget
-    # known after recheck(): absolute L2 difference between two baseline runs, per parameter, and the
-    # random ops the big batch runs (dropout left on, noise, ...)
+    draws: Draws = field(default_factory=Draws)  # the random numbers the float64 big batch drew
+    draw_failure: Optional[str] = None  # why a run could not be given those draws
+    # known after recheck(): absolute L2 difference between two baseline runs, per parameter
     nondeterminism: dict[str, float] = field(default_factory=dict)
-    random_ops: tuple[str, ...] = ()
     rechecked: bool = False
+
+    @property
+    def random_ops(self) -> tuple[str, ...]:
+        return self.draws.ops
 
     def measure_rounding(self) -> bool:
         """Run the big batch in the run's dtype (once); True when it ran now."""
         if self.baseline is not None:
             return False
         self.baseline = self.baseline_run()
+        self.draw_failure = self.draw_failure or self.baseline.draw_failure
         return True
 
     def recheck(self) -> bool:
-        """Run the big batch again (once); True when that added anything to judge by."""
+        """Run the big batch again (once); True when the two runs differ (nondeterminism)."""
         if self.rechecked:
             return False
         self.rechecked = True
         self.measure_rounding()
-        with RandomOpRecorder() as recorder:
-            second = self.baseline_run()
-        self.random_ops = tuple(sorted(recorder.ops))
+        second = self.baseline_run()
         self.nondeterminism = _difference(self.baseline.grads, second.grads)
-        return bool(self.random_ops) or any(d > 0 for d in self.nondeterminism.values())
+        return any(d > 0 for d in self.nondeterminism.values())
+
+    def baseline_error(self) -> float:
+        """Relative L2 error of the same-precision big batch against float64, over all parameters
+        (NaN before it ran)."""
+        if self.baseline is None:
+            return math.nan
+        diff = norm = 0.0
+        for name, exact in self.exact.items():
+            low = self.baseline.grads.get(name)
+            if exact is None or low is None:
+                continue
+            norm += float(torch.linalg.vector_norm(exact)) ** 2
+            diff += float(torch.linalg.vector_norm(low.to(exact) - exact)) ** 2
+        return math.sqrt(diff / norm) if norm > 0 else math.nan
 
     @property
     def nondeterministic(self) -> list[str]:
@@ -92,7 +110,7 @@ class BigBatch:
         self.seed = seed
 
     def run(self, batch: Any, device: torch.device, dtype: torch.dtype, weights: Optional[Mapping[str, torch.Tensor]],
-            label: str) -> WindowRun:
+            label: str, draws: Optional[list[Optional[Supply]]] = None) -> WindowRun:
         model = self.prepared.copy(device, dtype)
         if weights is not None:
             params = dict(model.named_parameters())
@@ -100,18 +118,28 @@ class BigBatch:
                 for name, value in weights.items():
                     params[name].copy_(value)
         return run_window(model, [to_device(batch, device, dtype)], self.loss_fn, [self.divisor], label=label,
-                          capture=False, seed=self.seed)
+                          capture=False, seed=self.seed, draws=draws)
 
-    def exact(self, batch: Any, weights: Optional[Mapping[str, torch.Tensor]] = None,
-              label: str = "float64 big batch") -> Grads:
+    def exact_run(self, batch: Any, weights: Optional[Mapping[str, torch.Tensor]] = None,
+                  supply: Optional[Supply] = None, label: str = "float64 big batch") -> WindowRun:
+        """The float64 big batch, recording its random draws (or replaying `supply`'s)."""
         try:
             with default_dtype(torch.float64):
-                return self.run(batch, float64_device(self.device), torch.float64, weights, label).grads
+                return self.run(batch, float64_device(self.device), torch.float64, weights, label, [supply])
         except VerifyError as exc:
             raise VerifyError(f"{exc}; the float64 reference needs the model and loss_fn to run in float64 "
                               "(avoid hard-coded float32 dtypes)") from None
 
-    def reference(self, batch: Any, weights: Optional[Mapping[str, torch.Tensor]] = None) -> Reference:
-        """The float64 gradient now, the same-precision one when a judgement asks for it."""
-        exact = self.exact(batch, weights)
-        return Reference(exact, lambda: self.run(batch, self.device, self.dtype, weights, "big batch"))
+    def exact(self, batch: Any, weights: Optional[Mapping[str, torch.Tensor]] = None,
+              supply: Optional[Supply] = None) -> Grads:
+        return self.exact_run(batch, weights, supply).grads
+
+    def reference(self, batch: Any, weights: Optional[Mapping[str, torch.Tensor]] = None,
+                  supply: Optional[Supply] = None) -> Reference:
+        """The float64 gradient now, the same-precision one (with the same draws) when a judgement
+        asks for it."""
+        exact = self.exact_run(batch, weights, supply)
+        drawn = exact.draws[0]
+        replay = [same_supply(drawn)] if drawn else None
+        return Reference(exact.grads, lambda: self.run(batch, self.device, self.dtype, weights, "big batch", replay),
+                         draws=drawn, draw_failure=exact.draw_failure)

@@ -11,7 +11,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-VERDICTS = ("match", "mismatch", "inherent")
+# uncheckable: the check could not be made (random draws that cannot be replayed, ...); the
+# diagnosis says why.
+VERDICTS = ("match", "mismatch", "inherent", "uncheckable")
 
 
 @dataclass(frozen=True)

@@ -72,11 +72,13 @@ def test_seeded_loop_bugs_are_named(train_fn, kind, phrase):
         report.assert_ok()
 
 
-def test_loss_not_divided_fits_unit_weights():
+def test_loss_not_divided_counts_every_micro_batch_n_times():
+    # Weights are relative to what the big batch gives each micro-batch (1 = right), as in verify.
     report = run(cases.loss_not_divided)
     step = report.mode("step 1")
     assert step.scale == pytest.approx(4.0, rel=1e-4)
-    assert step.weights == pytest.approx((1.0,) * N, rel=1e-3)
+    assert step.weights == pytest.approx((4.0,) * N, rel=1e-3)
+    assert run(cases.guarded_with_flush).mode("step 1").weights is None  # a match needs no fit
 
 
 def test_mean_of_means_with_unequal_micro_batches():
