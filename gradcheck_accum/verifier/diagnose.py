@@ -274,8 +274,8 @@ def diagnose(
                 return result("not_divided", f"{_fmt_scale(s)}: loss not divided by the accumulation steps "
                               f"(every micro-batch counts {s:.2f} times)", effective)
             if n > 1 and abs(s * n - 1) <= RATIO_MATCH:
-                return result("scaled_twice", f"{_fmt_scale(s)}: scaled twice: the loss is divided by the "
-                              "accumulation steps on top of a normalisation that already accounts for them", effective)
+                return result("scaled_twice", f"{_fmt_scale(s)}: scaled twice: the loss is divided by the accumulation "
+                              "steps twice, on top of a normalisation that already accounts for them", effective)
             hint = _AUX_HINT if abs(s - 1) < 0.01 else ""
             return result("uniform_scale", f"{_fmt_scale(s)}: every micro-batch's gradient is scaled by {s:.6g} "
                           f"relative to the big batch{hint}", effective)
@@ -312,8 +312,8 @@ def diagnose(
         if n > 1 and abs(s / n - 1) <= RATIO_MATCH:
             return result("not_divided", f"{_fmt_scale(s)}: loss not divided by the accumulation steps")
         if n > 1 and abs(s * n - 1) <= RATIO_MATCH:
-            return result("scaled_twice", f"{_fmt_scale(s)}: scaled twice: the loss is divided by the "
-                          "accumulation steps on top of a normalisation that already accounts for them")
+            return result("scaled_twice", f"{_fmt_scale(s)}: scaled twice: the loss is divided by the accumulation "
+                          "steps twice, on top of a normalisation that already accounts for them")
         return result("uniform_scale", f"{_fmt_scale(s)}: the gradient is scaled by {s:.6g} relative to the big batch")
     return result("direction", f"gradient differs from the big batch in direction (cosine {cosine:.4f}, "
                   f"scale {scale:.4g})")

@@ -177,8 +177,10 @@ def _replayed(func: Any, args: tuple, kwargs: dict, value: torch.Tensor) -> Any:
     dtype = kwargs.get("dtype")
     if dtype is None and name.endswith("_like"):
         dtype = args[0].dtype
+    if dtype is None:  # a factory without dtype makes the run's default (float64 in the float64 run)
+        dtype = torch.get_default_dtype() if value.is_floating_point() else value.dtype
     device = kwargs.get("device") or (args[0].device if args and isinstance(args[0], torch.Tensor) else None)
-    return value.to(device=device, dtype=dtype if dtype is not None else value.dtype).clone()
+    return value.to(device=device, dtype=dtype).clone()
 
 
 def _per_row(recorded: Draws, total: int, rows: int) -> int:

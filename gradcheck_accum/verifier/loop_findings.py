@@ -50,8 +50,8 @@ def name_gradient_bug(
 ) -> tuple[Finding, Optional[tuple[float, ...]]]:
     """Name what is wrong with a step's gradient. contributions: the reference loss's gradient on
     each micro-batch (or each rank's shard of it) of the window; counts: candidate item counts of
-    those; steps: micro-batches in the window. A stale gradient from the previous step is looked for first (a fit that includes it);
-    everything else is diagnose.py's, the same diagnosis verify gives."""
+    those; steps: micro-batches in the window. A stale gradient from the previous step is looked
+    for first (a fit that includes it); everything else is diagnose.py's, as verify gives it."""
     y = _flat(grads, shapes)
     if not bool(torch.isfinite(y).all()):
         return Finding("non-finite", f"the gradient of {where} is NaN/inf: a micro-batch's loss was NaN/inf "
@@ -66,11 +66,13 @@ def name_gradient_bug(
                        f"previous window's gradient ({amount}); zero them after each step"), None
     d = diagnose(grads, contributions, reference, steps=steps, item_counts=counts)
     items = counts.get("items") or next((v for k, v in counts.items() if k != "rows" and len(set(v)) > 1), None)
-    if d.code == "uniform_scale" and items and len(set(items)) > 1 and math.isfinite(d.scale) and d.scale > 0:
-        # Every micro-batch weighted by its items (the uniform part), the window by a wrong total.
-        total = sum(items)
+    total = sum(items) if items else 0
+    divisor = total / d.scale if items and math.isfinite(d.scale) and d.scale > 0 else 0.0
+    if d.code == "uniform_scale" and len(set(items or ())) > 1 and divisor >= 1 and abs(divisor - round(divisor)) <= 0.02:
+        # Every micro-batch weighted by its items (the uniform part), the window divided by a whole
+        # count other than theirs (a uniform scale such as a binding clip's divides by no whole number).
         return Finding("wrong-item-count", f"each micro-batch is weighted by its items at {where}, but the window is "
-                       f"divided by {total / d.scale:.4g} instead of the {total} items the loss averages over "
+                       f"divided by {divisor:.4g} instead of the {total} items the loss averages over "
                        f"({list(items)} per micro-batch): {d.scale:.3g}x the window's gradient; the count includes "
                        "items the loss ignores, or misses some"), d.weights
     return Finding(_KINDS.get(d.code, "grad-mismatch"), f"{where}: {d.cause}"), d.weights
@@ -256,8 +258,12 @@ def clip_findings(where: str, step: StepRecord, reference: Grads, shapes, judged
     expected, factor = _clipped(pre, last)
     got = _flat(step.grads, shapes)
     error = float(torch.linalg.vector_norm(got - expected)) / max(float(torch.linalg.vector_norm(expected)), 1e-30)
-    what = (f"clipped to {factor:.4g}x by clip_grad_norm_(max_norm={last.threshold:g})" if last.kind == "norm"
-            else f"clipped by clip_grad_value_({last.threshold:g})")
+    if last.kind == "value":
+        what = f"clipped by clip_grad_value_({last.threshold:g})"
+    elif factor < 1:
+        what = f"clipped to {factor:.4g}x by clip_grad_norm_(max_norm={last.threshold:g})"
+    else:
+        what = f"clip_grad_norm_(max_norm={last.threshold:g}) did not bind"
     if error > max(1e-3, 1e3 * eps):
         return [Finding("clip-mismatch", f"the optimizer did not step on the clipped gradient at {where}: the "
                         f"accumulated gradient is right, but the step's gradient differs from it {what} (relative "

@@ -91,7 +91,9 @@ def test_divisor_counting_other_items_is_named():
         in report.diagnosis
 
 
-def test_rows_alone_cannot_name_a_token_mean_of_means():
-    # Without item counts every micro-batch has 2 rows: the cause stays unnamed (negative control).
+def test_without_item_counts_fn_the_labels_are_counted():
+    # Every micro-batch has 2 rows, so rows alone cannot explain the weights; the labels' entries
+    # != -100 can, and are tried by default.
     report = verify_loop(mean_per_micro_batch, make_model(), micro_batches(), window_mean, N)
-    assert report.settings["findings"][0] == "grad-mismatch"
+    assert report.settings["findings"][0] == "mean-of-means", report.render()
+    assert "entries != -100 in batch[1]" in report.diagnosis

@@ -47,7 +47,10 @@ def test_model_without_loss_kwargs_gets_mean_of_means(tmp_path):
     assert report.settings["findings"][0] == "mean-of-means", report.render()
     assert str([predicted_tokens(mb) for mb in micro_batches[:N]]) in report.diagnosis
     step1 = report.mode("step 1")
-    assert step1.weights == pytest.approx([1 / N] * N, rel=1e-3)
+    counts = [predicted_tokens(mb) for mb in micro_batches[:N]]
+    # Effective weights, as verify gives them (1 = what the big batch gives a micro-batch): a
+    # per-micro-batch token mean divided by N weighs micro-batch i total / (N * tokens_i).
+    assert step1.weights == pytest.approx([sum(counts) / (N * c) for c in counts], rel=1e-3)
 
 
 class DividesAgain(transformers.Trainer):
@@ -63,7 +66,9 @@ def test_compute_loss_override_needs_the_objective_and_then_is_named(tmp_path):
     with pytest.raises(VerifyError, match="overrides compute_loss"):
         verify_hf_trainer(trainer, token_micro_batches(), device="cpu")
     report = verify_hf_trainer(trainer, token_micro_batches(), loss_fn=model_loss, device="cpu")
-    assert report.settings["findings"][0] == "scaled-twice", report.render()
+    # Both bugs at once: the Trainer's per-micro-batch mean (no loss kwargs) and the second / N.
+    assert report.settings["findings"][0] == "mean-of-means", report.render()
+    assert "on top, it is divided by the accumulation steps twice (0.25x)" in report.diagnosis
 
 
 def pad_rows(rows):
