@@ -1,7 +1,8 @@
 """Run the user's training loop unmodified and record what it does.
 
 Nothing in `train_fn` is patched. Observation goes through public hooks only:
-- a forward pre-hook on the model counts micro-batches (one top-level forward each) and notes the
+- a forward pre-hook on the model counts micro-batches (one top-level forward each; a forward
+  nested in another, as Lightning's redirected training_step calling self(x), is not one) and notes the
   learning rate, the DDP all-reduce count and whether the parameters moved since the window began;
 - optimizer step pre/post hooks (`Optimizer.register_step_pre_hook`) record the gradients each step
   uses and the weights it leaves. `GradScaler.step` calls `optimizer.step`, so they fire there too,
@@ -141,7 +142,12 @@ def record_loop(
     def grads_now() -> Grads:
         return {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in params.items()}
 
+    running = [0]  # forwards of the model now running: one nested in another is no new micro-batch
+
     def before_forward(_module, _args):
+        running[0] += 1
+        if running[0] > 1:
+            return
         if stepping["in_step"] and stepping["evaluated"]:
             rec.reevaluations += 1  # a closure evaluated again at moved weights (LBFGS line search)
             return
@@ -216,8 +222,13 @@ def record_loop(
         else:
             clips.append(call)
 
+    def after_forward(_module, _args, _output):
+        running[0] -= 1
+
+    watched = wrapped if wrapped is not None else module
     handles = [
-        (wrapped if wrapped is not None else module).register_forward_pre_hook(before_forward),
+        watched.register_forward_pre_hook(before_forward),
+        watched.register_forward_hook(after_forward, always_call=True),
         optimizer.register_step_pre_hook(before_step),
         optimizer.register_step_post_hook(after_step),
     ]

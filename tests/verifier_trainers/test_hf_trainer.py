@@ -17,20 +17,21 @@ N = 4
 
 
 def trainer_for(model, tmp_path, cls=None, **kwargs):
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), gradient_accumulation_steps=N, per_device_train_batch_size=2, learning_rate=1e-3,
-        max_grad_norm=0.0, report_to="none", use_cpu=True, **kwargs)
+    settings = dict(output_dir=str(tmp_path), gradient_accumulation_steps=N, per_device_train_batch_size=2,
+                    learning_rate=1e-3, max_grad_norm=0.0, report_to="none", use_cpu=True)
+    args = transformers.TrainingArguments(**{**settings, **kwargs})
     return (cls or transformers.Trainer)(model=model, args=args)
 
 
-def test_token_loss_of_a_causal_lm_matches_every_step(tmp_path):
-    trainer = trainer_for(tiny_llama(), tmp_path)
+def test_token_loss_of_a_causal_lm_matches_every_step_with_clipping_that_binds(tmp_path):
+    trainer = trainer_for(tiny_llama(), tmp_path, max_grad_norm=0.1)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     report = verify_hf_trainer(trainer, token_micro_batches(), device="cpu")
     assert report.ok, report.render()
     # 9 micro-batches, N=4: two full windows and the last one of a single micro-batch, each checked.
     assert report.settings["optimizer_steps"] == 3
     assert [m.mode for m in report.modes] == ["step 1", "step 2", "step 3"] and all(m.ok for m in report.modes)
+    assert all("clipped to" in m.diagnosis for m in report.modes)  # judged before the clip, then the clip
     assert report.settings["framework"] == f"transformers {transformers.__version__}"
     # The user's Trainer is neither trained nor advanced.
     assert trainer.state.global_step == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 pl = pytest.importorskip("lightning.pytorch")
 
@@ -31,6 +32,19 @@ class Regressor(pl.LightningModule):
                 "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1, 0.5), "interval": "step"}}
 
 
+class Automatic(Regressor):
+    """Automatic optimisation: Lightning divides the returned loss by accumulate_grad_batches."""
+
+    def __init__(self, extra_division=1):
+        super().__init__()
+        self.extra_division = extra_division
+
+    def training_step(self, batch, batch_idx):
+        loss = mse(self, batch)
+        self.log("loss", loss)
+        return loss / self.extra_division
+
+
 class ManualAccumulation(Regressor):
     """Manual optimisation that accumulates N batches itself, as Lightning's docs show."""
 
@@ -41,7 +55,8 @@ class ManualAccumulation(Regressor):
 
     def training_step(self, batch, batch_idx):
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
-        loss = mse(self, batch)
+        x, y = batch
+        loss = F.mse_loss(self.net(x), y)  # the submodule, not self(x): Lightning never calls forward here
         self.log("loss", loss)
         self.manual_backward(loss / N if self.divide else loss)
         if (batch_idx + 1) % N == 0 or (self.flush and self.trainer.is_last_batch):
@@ -77,3 +92,19 @@ def test_manual_loop_without_end_of_epoch_flush_drops_the_remainder():
 def test_manual_optimisation_needs_the_objective():
     with pytest.raises(VerifyError, match="manual optimisation"):
         verify_lightning(ManualAccumulation(), micro_batches(), N, device="cpu")
+
+
+def test_automatic_accumulation_matches_every_step_with_clipping_that_binds():
+    # The boundary batch runs inside optimizer.step(closure); gradient_clip_val clips after it.
+    report = verify_lightning(Automatic(), micro_batches(), N, device="cpu", trainer_kwargs={"gradient_clip_val": 0.05})
+    assert report.ok, report.render()
+    assert report.settings["optimizer_steps"] == 3
+    assert report.settings["learning_rates"] == [[0.05], [0.025], [0.0125]]
+    assert all("clipped to" in m.diagnosis for m in report.modes)
+
+
+def test_automatic_with_a_manual_division_on_top_is_scaled_twice():
+    # The default objective is training_step's own loss, which holds the division too; the
+    # intended objective (loss_fn) exposes it.
+    report = verify_lightning(Automatic(extra_division=N), micro_batches(), N, device="cpu", loss_fn=mse)
+    assert report.settings["findings"][0] == "scaled-twice", report.render()
