@@ -14,6 +14,7 @@ from gradcheck_accum.lint.fixes import Fix
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.model import FileModel
+from gradcheck_accum.lint.nesting import too_deep
 from gradcheck_accum.lint.positions import node_positions
 from gradcheck_accum.lint.rule import Rule
 
@@ -32,6 +33,9 @@ class Analysis:
 
 
 def parse(source: str) -> cst.Module:
+    reason = too_deep(source)
+    if reason is not None:
+        raise ParseFailure(reason)
     try:
         with _parser_output_trusted():
             return cst.parse_module(source)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from gradcheck_accum.lint import lazy, notebooks, registry
+from gradcheck_accum.lint import deep, lazy, notebooks, registry
 from gradcheck_accum.lint.config import Settings, expand
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source
@@ -89,12 +89,13 @@ def lint_targets(targets: list[Target], settings: Settings, options: Options = O
 def _in_pool(work: list, workers: int, progress: Callable[[int], None]) -> list[FileResult]:
     """Workers screen every file (reading, hashing, prefilter); the few files that pass are analysed
     here, many of them by the workers. The main process loads libcst while the workers screen."""
-    from concurrent.futures import ProcessPoolExecutor  # not paid for by single-file (pre-commit) runs
+    from gradcheck_accum.lint.pool import Pool  # not paid for by single-file (pre-commit) runs
 
     done: list[FileResult] = []
     pending: list[Pending] = []
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        screened = pool.map(_screen, work, chunksize=max(1, len(work) // (workers * 8)))
+    with Pool(workers) as pool:
+        screened = pool.map(_screen, work, lambda item, how: _crashed(item[0], how),
+                            chunksize=max(1, len(work) // (workers * 8)))
         lazy.load()  # now, in parallel with the screening
         for item in screened:
             if isinstance(item, Pending):
@@ -104,13 +105,18 @@ def _in_pool(work: list, workers: int, progress: Callable[[int], None]) -> list[
                 progress(1)
         if len(pending) >= PARALLEL_ANALYSIS:
             pending.sort(key=lambda item: -len(item.text))  # the longest first, so none is left for last
-            analysed = pool.map(analyze_file, pending)
+            analysed = pool.map(analyze_file, pending, lambda item, how: _crashed(item.result.target, how))
         else:
             analysed = map(analyze_file, pending)
         for result in analysed:
             done.append(result)
             progress(1)
     return done
+
+
+def _crashed(target: Target, how: str) -> FileResult:
+    return FileResult(target, error=f"the analysis of this file crashed its process ({how}); "
+                                    "the other files are not affected")
 
 
 def _screen(item) -> FileResult | Pending:
@@ -173,6 +179,10 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
 
 
 def analyze_file(item: Pending) -> FileResult:
+    return deep.call(_analyze_file, item)
+
+
+def _analyze_file(item: Pending) -> FileResult:
     result = item.result
     try:
         if result.target.is_notebook:
