@@ -1,16 +1,17 @@
-"""Benchmark of `gradcheck_accum.verify` on a small transformer-like model (fixtures/verify_demo.py's
+"""Benchmark of `gradcheck_accum.verify` on transformer-like models (fixtures/verify_demo.py's
 TinyGPT, token loss summed and divided by the window's valid-token count).
 
 Prints, as ratios and counts:
-  - verify wall time / one plain eager big-batch forward+backward (eager-only verify, and the
-    full eager+compiled verify, which includes compilation);
-  - compilations, recompilations and graph breaks in compiled mode;
-  - false alarms over correct configurations (random seeds and splits);
-  - the smallest relative scale error (loss multiplied by 1+eps in the accumulated run) that
-    verify reports as a mismatch.
+  - verify wall time / one plain eager big-batch forward+backward, eager-only, at about 1M and 20M
+    parameters, on a match and on a mismatch (the demo's mean-of-means bug, diagnosis included),
+    each timed in the same run as its own plain step;
+  - for the demo-size model: the full eager+compiled verify (compilation included), compilations,
+    recompilations and graph breaks; false alarms over correct configurations (random seeds and
+    splits); the smallest relative scale error (loss multiplied by 1+eps in the accumulated run)
+    that verify reports as a mismatch.
 
     .venv/bin/python bench/verify.py                 # full (compiles with inductor: ~1 min on 2 CPU cores)
-    .venv/bin/python bench/verify.py --backend aot_eager --seeds 10
+    .venv/bin/python bench/verify.py --backend aot_eager --seeds 10 --sizes 1M
 """
 
 from __future__ import annotations
@@ -41,10 +42,11 @@ def _demo():
     return module
 
 
-def plain_step_seconds(demo, batch, repeats: int, dtype: str, steps: int = 1) -> float:
+def plain_step_seconds(demo, batch, repeats: int, dtype: str, steps: int = 1, device: str = "cpu") -> float:
     """Median seconds of one forward+backward of `batch` (split into `steps` micro-batches, each
     backpropagated, when steps > 1), as a plain training loop would run it."""
-    model = demo.model_factory().to(getattr(torch, dtype))
+    model = demo.model_factory().to(device=device, dtype=getattr(torch, dtype))
+    batch = {k: t.to(device) for k, t in batch.items()}
     total = demo.window_tokens(batch, [batch])
     rows = len(batch["ids"])  # the demo's batches are dicts of integer tensors
     edges = [rows * i // steps for i in range(steps + 1)]
@@ -52,11 +54,18 @@ def plain_step_seconds(demo, batch, repeats: int, dtype: str, steps: int = 1) ->
     times = []
     for _ in range(repeats + 2):
         model.zero_grad(set_to_none=True)
+        _sync(device)
         start = time.perf_counter()
         for part in parts:
             (demo.token_loss_sum(model, part) / total).backward()
+        _sync(device)
         times.append(time.perf_counter() - start)
     return statistics.median(times[2:])
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def timed(fn, repeats: int = 1) -> tuple[float, object]:
@@ -91,6 +100,36 @@ def smallest_caught(demo, batch, dtype: str) -> float:
     return high
 
 
+# Model sizes for the cost ratios: (width, layers) of TinyGPT, about 1M and 20M parameters.
+SIZES = {"1M": (128, 5), "20M": (528, 6)}
+
+
+def cost_ratios(demo, label: str, width: int, layers: int, rows: int, steps: int, dtype: str, repeats: int,
+                device: str) -> None:
+    """verify / plain step on a match and on a mismatch, for one model size, in one run."""
+    def factory():
+        torch.manual_seed(0)
+        return demo.TinyGPT(width=width, layers=layers)
+
+    sized = type(demo)("sized_demo")
+    sized.__dict__.update(demo.__dict__)
+    sized.model_factory = factory
+    batch = demo.token_batch(rows=rows)
+    params = sum(p.numel() for p in factory().parameters())
+    step = plain_step_seconds(sized, batch, repeats=max(5, repeats), dtype=dtype, device=device)
+    right = dict(model=factory, batch=batch, loss_fn=demo.token_loss_sum, scaling=demo.window_tokens,
+                 accumulation_steps=steps, dtype=dtype, modes=("eager",), device=device)
+    wrong = dict(right, loss_fn=demo.token_loss_mean, scaling="steps")
+    match_s, match = timed(lambda: verify(**right), repeats=repeats)
+    assert match.ok, match.render()
+    mismatch_s, mismatch = timed(lambda: verify(**wrong), repeats=repeats)
+    assert mismatch.verdict == "mismatch" and "mean-of-means" in mismatch.diagnosis, mismatch.render()
+    step_again = plain_step_seconds(sized, batch, repeats=max(5, repeats), dtype=dtype, device=device)
+    step = min(step, step_again)  # the plain step before and after; the faster is the baseline
+    print(f"{label} on {device} ({params / 1e6:.1f}M parameters, {rows}x{demo.CONTEXT} tokens, N={steps}): plain step "
+          f"{step * 1e3:.0f} ms; verify on a match {match_s / step:.1f}x, on a mismatch {mismatch_s / step:.1f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="inductor", help="torch.compile backend for compiled mode")
@@ -98,24 +137,22 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--width", type=int, default=None, help="model width (default: the demo's 32)")
-    parser.add_argument("--layers", type=int, default=None, help="transformer blocks (default: the demo's 2)")
+    parser.add_argument("--sizes", default="1M,20M", help="model sizes for the cost ratios (of " + ", ".join(SIZES)
+                        + "), or 'none'")
+    parser.add_argument("--repeats", type=int, default=3, help="timed verify runs per ratio (the median counts)")
+    parser.add_argument("--device", default="cpu", help="device of the cost ratios (the targets are CPU figures)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(args.threads or max(1, torch.get_num_threads()))
     demo = _demo()
-    if args.width or args.layers:
-        width, layers = args.width or demo.WIDTH, args.layers or 2
+    print(f"torch {torch.__version__}; {torch.get_num_threads()} threads; dtype {args.dtype}")
+    for label in [s for s in args.sizes.split(",") if s and s != "none"]:
+        width, layers = SIZES[label]
+        cost_ratios(demo, label, width, layers, args.rows, args.steps, args.dtype, args.repeats, args.device)
 
-        def factory():
-            torch.manual_seed(0)
-            return demo.TinyGPT(width=width, layers=layers)
-
-        demo.model_factory = factory
     batch = demo.token_batch(rows=args.rows)
     params = sum(p.numel() for p in demo.model_factory().parameters())
-    print(f"model: TinyGPT, {params} parameters; batch {args.rows}x{demo.CONTEXT} tokens; "
-          f"N={args.steps}; torch {torch.__version__}; {torch.get_num_threads()} threads; dtype {args.dtype}")
-
+    print(f"demo model: TinyGPT, {params} parameters; batch {args.rows}x{demo.CONTEXT} tokens; N={args.steps}")
     step = plain_step_seconds(demo, batch, repeats=20, dtype=args.dtype)
     kwargs = dict(model=demo.model_factory, batch=batch, loss_fn=demo.token_loss_sum, scaling=demo.window_tokens,
                   accumulation_steps=args.steps, dtype=args.dtype)
@@ -124,18 +161,17 @@ def main() -> None:
     full_s, full_report = timed(lambda: verify(**kwargs, compile_backend=args.backend))
     assert full_report.ok, full_report.render()
     compiled = full_report.mode("compiled")
-    # What a matching verify cannot avoid: the accumulated window itself and the float64 big batch (the
-    # truth). The big batch in the checked dtype (the rounding budget) runs only when the floor of the
-    # budget is not enough, which it was here when the line below says so.
+    # What a matching verify cannot avoid: the accumulated window itself and the big batch in the same
+    # precision. The float64 big batch (the truth) runs only when the accumulated gradient is beyond
+    # the floor of the budget around it, which it was here when the line below says so.
     window = plain_step_seconds(demo, batch, repeats=20, dtype=args.dtype, steps=args.steps)
-    exact = plain_step_seconds(demo, batch, repeats=20, dtype="float64")
-    floor = window + exact
-    budget = "measured" if any(not math.isnan(r.reference_error) for r in eager_report.rows) else "not needed"
+    floor = window + step
+    truth = "needed" if any(not math.isnan(r.reference_error) for r in eager_report.rows) else "not needed"
     print(f"plain eager big-batch forward+backward ({args.dtype}): {step * 1e3:.2f} ms")
-    print(f"verify(modes=('eager',)) / plain step: {eager_s / step:.1f}x ({eager_s * 1e3:.0f} ms; rounding budget "
-          f"{budget})")
-    print(f"  its floor: window of {args.steps} micro-batches {window / step:.1f}x + float64 big batch "
-          f"{exact / step:.1f}x = {floor / step:.1f}x; verify / floor: {eager_s / floor:.2f}x")
+    print(f"verify(modes=('eager',)) / plain step: {eager_s / step:.1f}x ({eager_s * 1e3:.0f} ms; float64 run "
+          f"{truth})")
+    print(f"  its floor: window of {args.steps} micro-batches {window / step:.1f}x + big batch 1.0x = "
+          f"{floor / step:.1f}x; verify / floor: {eager_s / floor:.2f}x")
     print(f"verify(eager + compiled, backend={args.backend}) / plain step: {full_s / step:.0f}x "
           f"({full_s:.1f} s, mostly compilation)")
     print(f"compiled mode: {compiled.compilations} compilation(s), {compiled.recompilations} recompilation(s), "

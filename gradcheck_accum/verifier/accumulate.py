@@ -1,10 +1,11 @@
 """Running backward over a window of micro-batches, eagerly or compiled, and capturing what each
 micro-batch contributed.
 
-A contribution is the change of `.grad` across one micro-batch's backward, measured from a
-snapshot taken after loss_fn returns: if loss_fn clears gradients (a `zero_grad()` inside the
-user's loss code) the snapshot sees it, so the final gradient holds only the later contributions
-and the diagnosis can say so.
+A contribution is what one micro-batch's backward writes into `.grad`: the running sum is set
+aside for it and added back as autograd would have (in place, in the parameter's precision), so
+the window's gradient is the one a training loop gets, and nothing is copied. If loss_fn clears
+gradients (a `zero_grad()` inside the user's loss code), the running sum it left is the one kept,
+so the final gradient holds only the later contributions and the diagnosis can say so.
 """
 
 from __future__ import annotations
@@ -53,32 +54,6 @@ def trainable_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
 
 def _unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "_orig_mod", model)
-
-
-def snapshot(params: Sequence[tuple[str, nn.Parameter]]) -> Grads:
-    """Dense copies of the current gradients (sparse embedding gradients are densified so every
-    later step works on plain tensors)."""
-    out: Grads = {}
-    for n, p in params:
-        g = p.grad
-        out[n] = None if g is None else (g.detach().to_dense() if g.layout != torch.strided else g.detach().clone())
-    return out
-
-
-def _delta(after: Grads, before: Grads) -> Grads:
-    out: Grads = {}
-    for name, a in after.items():
-        b = before.get(name)
-        out[name] = a if b is None else (a - b if a is not None else -b)
-    return out
-
-
-def _same(a: Grads, b: Grads) -> bool:
-    for name, x in a.items():
-        y = b.get(name)
-        if (x is None) != (y is None) or (x is not None and not torch.equal(x, y)):
-            return False
-    return True
 
 
 def to_device(batch: Any, device: torch.device, dtype: torch.dtype) -> Any:
@@ -186,7 +161,7 @@ def run_window(
     for _, p in params:
         p.grad = None
     run = WindowRun(grads={})
-    before: Grads = snapshot(params) if capture else {}
+    owned: dict[str, torch.Tensor] = {}  # running sums this function allocated (safe to add into)
     start = time.perf_counter()
     with seeded(seed):
         for i, mb in enumerate(micro_batches):
@@ -195,29 +170,57 @@ def run_window(
                 mb = mark_batch_dynamic(mb)
             watch = DrawMode(draws[i]) if draws is not None else contextlib.nullcontext()
             with watch:
+                held = [(p.grad, None if p.grad is None else p.grad._version) for _, p in params]
                 loss, run.terms = call_loss(loss_fn, model, mb, where)
                 if capture:
-                    current = snapshot(params)
-                    if not _same(current, before):
+                    # loss_fn cleared or changed .grad (a zero_grad() in the user's loss code): the
+                    # window then holds only what comes after, as the training loop's would.
+                    if any(p.grad is not g or (g is not None and g._version != v) for (_, p), (g, v) in zip(params, held)):
                         run.cleared_before.append(i)
-                    before = current
+                    held = [(p.grad, p.grad is not None and owned.get(name) is p.grad) for name, p in params]
+                    for _, p in params:
+                        p.grad = None  # backward writes this micro-batch's contribution alone
                 scaled = loss / divs[i]
                 run.losses.append(float(scaled.detach()))
                 try:
                     scaled.backward()
                 except Exception as exc:
                     raise VerifyError(f"backward failed: {_first_line(exc)} ({where})") from None
+                if capture:
+                    run.contributions.append(_accumulate(params, held, owned))
             if draws is not None:
                 run.draws.append(watch.drawn)
                 if watch.failure and run.draw_failure is None:
                     run.draw_failure = f"{watch.failure} ({where})"
-            if capture:
-                after = snapshot(params)
-                run.contributions.append(_delta(after, before))
-                before = after
     run.seconds = time.perf_counter() - start
-    run.grads = snapshot(params)
+    run.grads = {name: _dense(p.grad) for name, p in params}
     return run
+
+
+def _accumulate(params: Sequence[tuple[str, nn.Parameter]], held: Sequence[tuple[Any, bool]],
+                owned: dict[str, torch.Tensor]) -> Grads:
+    """Take the contribution backward just wrote into each .grad and put the running sum back, adding
+    as autograd would have (in the parameter's precision), so the result is the same. owned: the
+    running sums allocated here, the only tensors added into in place (others are contributions)."""
+    contribution: Grads = {}
+    for (name, p), (before, ours) in zip(params, held):
+        c = p.grad
+        contribution[name] = _dense(c)
+        if before is None or c is None:
+            p.grad = c if before is None else before
+            owned.pop(name, None)
+        elif ours:
+            p.grad = before.add_(c)
+        else:  # `before` is an earlier contribution (or the user's): sum into a tensor of our own
+            p.grad = owned[name] = before + c
+    return contribution
+
+
+def _dense(g: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """Sparse embedding gradients densified, so every later step works on plain tensors."""
+    if g is None:
+        return None
+    return g.detach().to_dense() if g.layout != torch.strided else g.detach()
 
 
 @contextlib.contextmanager

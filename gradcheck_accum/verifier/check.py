@@ -232,6 +232,7 @@ def _run_pass(plan: _Plan, *, freeze_batchnorm: bool, label: str = "as given") -
             return rows
 
         rows = judge(rows_now, reference)
+        _check_truth(reference)
         cannot = _cannot_replay(reference, window, plan.sizes) or _beyond_rounding(plan.dtype, reference)
         counts = _counts(plan.batch, plan.sizes, plan.item_counts_fn) if not all(r.ok for r in rows) else {}
         results, diagnoses = _mode_results(rows, window, compiled, reference, steps, counts)
@@ -393,12 +394,16 @@ def _mode_results(rows: list[Row], window: Optional[WindowRun], compiled: Option
 
 
 def _check_reference(reference: Reference) -> None:
-    for name, g in reference.exact.items():
+    if all(g is None for g in reference.baseline.grads.values()):
+        raise VerifyError("no parameter received a gradient from the big batch: does loss_fn use the model?")
+
+
+def _check_truth(reference: Reference) -> None:
+    """After a judgement that needed float64: NaN there is the loss's, not accumulation's."""
+    for name, g in (reference.exact or {}).items():
         if g is not None and not bool(torch.isfinite(g).all()):
             raise VerifyError(f"the big-batch gradient of {name!r} is NaN/inf even in float64: "
                               "fix the loss (it cannot be compared)")
-    if all(g is None for g in reference.exact.values()):
-        raise VerifyError("no parameter received a gradient from the big batch: does loss_fn use the model?")
 
 
 def _mode_result(mode: str, window: WindowRun, rows: list[Row], reference: Reference, steps: int,
@@ -406,7 +411,7 @@ def _mode_result(mode: str, window: WindowRun, rows: list[Row], reference: Refer
     if all(r.ok for r in rows):
         # A match needs no explanation (fitting micro-batch weights costs about a training step on a
         # large model): scale and cosine say how close it came.
-        scale, cosine = global_scale_cosine(window.grads, reference.exact)
+        scale, cosine = global_scale_cosine(window.grads, reference.best)
         return ModeResult(mode, True, scale, cosine, None, "matches", window.seconds)
     d = diagnose(window.grads, window.contributions, reference.exact, steps=steps, item_counts=counts,
                  losses=window.losses)
@@ -422,14 +427,14 @@ def _notes(prepared: PreparedModel, reference: Reference) -> list[str]:
         shown = ", ".join(prepared.dropout_layers[:4]) + (" ..." if len(prepared.dropout_layers) > 4 else "")
         notes.append(f"dropout switched off for the check in {len(prepared.dropout_layers)} layer(s) ({shown})")
     if reference.random_ops:
-        notes.append(f"random draws ({', '.join(reference.random_ops)}) recorded in the float64 big batch and "
-                     "replayed in every other run (micro-batches get their rows of each draw)")
+        notes.append(f"random draws ({', '.join(reference.random_ops)}) recorded in the big batch and replayed in "
+                     "every other run (micro-batches get their rows of each draw)")
     if prepared.frozen_batch_stat_layers:
         notes.append(f"{len(prepared.frozen_batch_stat_layers)} BatchNorm layer(s) frozen (eval mode, running "
                      "statistics)")
     if prepared.frozen_parameters:
         notes.append(f"{len(prepared.frozen_parameters)} parameter(s) with requires_grad=False skipped")
-    unused = [n for n, g in reference.exact.items() if g is None]
+    unused = [n for n, g in reference.best.items() if g is None]
     if unused:
         notes.append(f"{len(unused)} trainable parameter(s) receive no gradient from loss_fn: "
                      + ", ".join(unused[:5]) + (" ..." if len(unused) > 5 else ""))

@@ -124,6 +124,42 @@ def compare(
     return Comparison(err / denom, reported, allowed / denom, scale, cosine, err <= allowed, note)
 
 
+def within_floor(
+    candidate: Optional[torch.Tensor],
+    baseline: Optional[torch.Tensor],
+    tol: Tolerance,
+    *,
+    magnitude: float = 0.0,
+    steps: int = 1,
+) -> Comparison:
+    """Judge one gradient tensor against the same-precision big batch alone, before any float64
+    run: it passes within the budget's floor of it. That is never more lenient than `compare`:
+    |c - ref64| <= |c - base| + |base - ref64| <= floor + |base - ref64|, inside the full budget.
+    Computed in the run's precision (float32 at least): a difference of near-equal values is exact.
+    The reported error is relative to the baseline; reference_error is NaN (not measured)."""
+    if candidate is None or baseline is None:
+        return compare(candidate, baseline, baseline, tol, magnitude=magnitude, steps=steps, measured=False)
+    c, b = _working(candidate), _working(baseline)
+    if c.shape != b.shape:
+        return compare(candidate, baseline, baseline, tol, magnitude=magnitude, steps=steps, measured=False)
+    norm = float(torch.linalg.vector_norm(b))
+    err = float(torch.linalg.vector_norm(c - b))
+    if not math.isfinite(err):  # NaN/inf somewhere: compare() says which
+        return compare(candidate, baseline, baseline, tol, magnitude=magnitude, steps=steps, measured=False)
+    allowed = tol.floor * tol.eps * math.sqrt(max(steps, 1)) * max(norm, magnitude)
+    denom = norm if norm > 0 else 1.0
+    cb, bb, cc = (float(torch.sum(x * y, dtype=torch.float64)) for x, y in ((c, b), (b, b), (c, c)))
+    scale = cb / bb if bb > 0 else (1.0 if cc == 0 else math.inf)
+    cosine = cb / math.sqrt(bb * cc) if bb > 0 and cc > 0 else (1.0 if bb == cc == 0 else 0.0)
+    note = "" if norm > 0 else "reference is exactly zero: absolute errors"
+    return Comparison(err / denom, math.nan, allowed / denom, scale, cosine, err <= allowed, note)
+
+
+def _working(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach()
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def global_scale_cosine(
     candidate: Mapping[str, Optional[torch.Tensor]], reference64: Mapping[str, Optional[torch.Tensor]]
 ) -> tuple[float, float]:
@@ -133,10 +169,13 @@ def global_scale_cosine(
         cand = candidate.get(name)
         if ref is None or cand is None:
             continue
-        r, c = _f64(ref).flatten(), _f64(cand).flatten()
-        xr += float(torch.dot(c, r))
-        rr += float(torch.dot(r, r))
-        xx += float(torch.dot(c, c))
+        r, c = _working(ref), _working(cand).to(device=ref.device)
+        if c.dtype != r.dtype:
+            c, r = c.double(), r.double()
+        # Products in the tensors' precision, sums in float64: no float64 copies of a large model.
+        xr += float(torch.sum(c * r, dtype=torch.float64))
+        rr += float(torch.sum(r * r, dtype=torch.float64))
+        xx += float(torch.sum(c * c, dtype=torch.float64))
     scale = xr / rr if rr > 0 else math.nan
     cosine = xr / math.sqrt(rr * xx) if rr > 0 and xx > 0 else math.nan
     return scale, cosine

@@ -266,7 +266,7 @@ def analyse(
             raise VerifyError(f"micro-batches {a}..{b - 1} cannot be concatenated into one window batch "
                               f"(the reference needs it): {str(exc).splitlines()[0]}") from None
         reference = big.reference(whole, weights)
-        if all(g is None for g in reference.exact.values()):
+        if all(g is None for g in reference.baseline.grads.values()):
             raise VerifyError("no parameter received a gradient from loss_fn on the window: does loss_fn use the model?")
         # Under DDP each rank's shard of a micro-batch is weighed on its own (a per-rank mean is one).
         parts = [piece for i, mb in enumerate(window) for piece in (shard(mb, world_size, a + i) if world_size > 1 else [mb])]
@@ -283,7 +283,7 @@ def analyse(
                 # The size of what was summed bounds the rounding of a small sum; it costs a float64
                 # backward per micro-batch, so it joins the evidence with the measured budget.
                 magnitude = None
-                if reference.baseline is not None:
+                if reference.exact is not None:
                     shares = [n / sum(part_rows) for n in part_rows]
                     magnitude = magnitudes([_scaled(c, s) for c, s in zip(per_part(), shares)], list(shapes))
                 scaled = grads if factor == 1.0 else _scaled(grads, 1 / factor)
@@ -303,8 +303,8 @@ def analyse(
         rows += step_rows
         ok = all(r.ok for r in step_rows)
         uncheckable = uncheckable or _cannot_compare(reference, big.dtype, ok)
-        scale, cosine = global_scale_cosine(candidate, reference.exact)
-        clipping, clipped = clip_findings(where(j + 1), step, reference.exact, shapes, ok, tol.eps)
+        scale, cosine = global_scale_cosine(candidate, reference.best)
+        clipping, clipped = clip_findings(where(j + 1), step, reference.best, shapes, ok, tol.eps)
         diagnosis, fitted = "", None
         if not ok and not any(f.error for f in clipping):
             previous = recording.steps[j - 1].grads if j > 0 else None

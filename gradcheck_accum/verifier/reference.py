@@ -1,16 +1,17 @@
-"""The big-batch gradients everything is judged against: float64 (the truth, up to float64
-rounding) and the run's own precision, whose error against float64 is the rounding budget.
+"""The big-batch gradients everything is judged against: in the run's own precision (always run:
+it records the random draws every other run replays) and in float64 (the truth, up to float64
+rounding), whose difference is the rounding budget.
 
 `BigBatch` computes them for `verify` (once, at the model's weights) and for `verify_loop` (once
 per window, at the weights that window started from), so both judge by the same runs: the same
-copies of the model, the same seeding, the same one-line errors from the user's loss.
+copies of the model, the same seeding and draws, the same one-line errors from the user's loss.
 
-Runs happen when a judgement needs them. The float64 run always does. Most matches are settled
-by the budget's floor alone (a few float eps of what was summed, see compare.py), which the
-measured budget can only raise, never lower: so the same-precision run happens only when some
-parameter is beyond the floor, and the verdict is the one the full budget gives. On a mismatch
-the same-precision run is repeated, to tell nondeterminism from accumulation bugs and to see which
-random ops run: neither can turn a match into a mismatch either.
+Runs happen when a judgement needs them (judge.py). Most matches are settled against the
+same-precision big batch alone: a candidate within the budget's floor (a few float eps of what was
+summed, see compare.py) of it is within the full budget of the truth too, so the float64 run
+happens only when some parameter is beyond that floor, and the verdict is the one the full budget
+gives. Then the same-precision run may be repeated, to tell nondeterminism from accumulation bugs;
+neither can turn a match into a mismatch.
 """
 
 from __future__ import annotations
@@ -29,41 +30,54 @@ from gradcheck_accum.verifier.prepare import PreparedModel, default_dtype
 
 @dataclass
 class Reference:
-    exact: Grads                   # big batch in float64
-    baseline_run: Callable[[], WindowRun]  # big batch in the run's dtype (replaying exact's draws)
-    baseline: Optional[WindowRun] = None  # its result, once a judgement needed the rounding budget
-    draws: Draws = field(default_factory=Draws)  # the random numbers the float64 big batch drew
-    draw_failure: Optional[str] = None  # why a run could not be given those draws
+    baseline: WindowRun                      # big batch in the run's dtype (records the draws)
+    exact_run: Callable[[], WindowRun]       # big batch in float64, replaying the baseline's draws
+    baseline_run: Callable[[], WindowRun]    # the baseline again (for recheck)
+    exact: Optional[Grads] = None            # the float64 gradient, once a judgement needed the truth
+    draw_failure: Optional[str] = None       # why a run could not be given the baseline's draws
     # known after recheck(): absolute L2 difference between two baseline runs, per parameter
     nondeterminism: dict[str, float] = field(default_factory=dict)
     rechecked: bool = False
+
+    def __post_init__(self) -> None:
+        self.draw_failure = self.draw_failure or self.baseline.draw_failure
+
+    @property
+    def draws(self) -> Draws:
+        return self.baseline.draws[0] if self.baseline.draws else Draws()
 
     @property
     def random_ops(self) -> tuple[str, ...]:
         return self.draws.ops
 
-    def measure_rounding(self) -> bool:
-        """Run the big batch in the run's dtype (once); True when it ran now."""
-        if self.baseline is not None:
+    @property
+    def best(self) -> Grads:
+        """The most exact big-batch gradient computed so far."""
+        return self.exact if self.exact is not None else self.baseline.grads
+
+    def measure_exact(self) -> bool:
+        """Run the big batch in float64 (once); True when it ran now."""
+        if self.exact is not None:
             return False
-        self.baseline = self.baseline_run()
-        self.draw_failure = self.draw_failure or self.baseline.draw_failure
+        run = self.exact_run()
+        self.exact = run.grads
+        self.draw_failure = self.draw_failure or run.draw_failure
         return True
 
     def recheck(self) -> bool:
-        """Run the big batch again (once); True when the two runs differ (nondeterminism)."""
+        """Run the same-precision big batch again (once); True when the two runs differ."""
         if self.rechecked:
             return False
         self.rechecked = True
-        self.measure_rounding()
+        self.measure_exact()
         second = self.baseline_run()
         self.nondeterminism = _difference(self.baseline.grads, second.grads)
         return any(d > 0 for d in self.nondeterminism.values())
 
     def baseline_error(self) -> float:
         """Relative L2 error of the same-precision big batch against float64, over all parameters
-        (NaN before it ran)."""
-        if self.baseline is None:
+        (NaN before the float64 run)."""
+        if self.exact is None:
             return math.nan
         diff = norm = 0.0
         for name, exact in self.exact.items():
@@ -136,10 +150,14 @@ class BigBatch:
 
     def reference(self, batch: Any, weights: Optional[Mapping[str, torch.Tensor]] = None,
                   supply: Optional[Supply] = None) -> Reference:
-        """The float64 gradient now, the same-precision one (with the same draws) when a judgement
-        asks for it."""
-        exact = self.exact_run(batch, weights, supply)
-        drawn = exact.draws[0]
-        replay = [same_supply(drawn)] if drawn else None
-        return Reference(exact.grads, lambda: self.run(batch, self.device, self.dtype, weights, "big batch", replay),
-                         draws=drawn, draw_failure=exact.draw_failure)
+        """The same-precision big batch now (recording its draws, or replaying `supply`'s), the
+        float64 one when a judgement asks for the truth."""
+        low = self.run(batch, self.device, self.dtype, weights, "big batch", [supply])
+        drawn = low.draws[0]
+        replay = same_supply(drawn) if drawn else None
+        return Reference(
+            low,
+            exact_run=lambda: self.exact_run(batch, weights, replay),
+            baseline_run=lambda: self.run(batch, self.device, self.dtype, weights, "big batch",
+                                          [replay] if drawn else None),
+        )

@@ -134,9 +134,22 @@ def test_measuring_the_budget_only_when_needed_never_changes_a_verdict(name, mon
 
     def upfront(*args, **kwargs):
         reference = measured_first(*args, **kwargs)
-        reference.measure_rounding()
+        reference.measure_exact()
         return reference
 
     monkeypatch.setattr(check, "compute_reference", upfront)
     assert judged() == lazy
     assert (lazy[0] == "match") == (name in ("correct", "uneven splits", "token sums", "bfloat16"))
+
+
+def test_captured_contributions_leave_the_window_gradient_bit_for_bit_as_autograd_sums_it():
+    from gradcheck_accum.verifier.accumulate import run_window
+    from gradcheck_accum.verifier.batches import split_batch
+
+    micro = split_batch(token_batch(12), [2, 4, 6])
+    plain = run_window(token_model(), micro, token_sum, [1, 1, 1], label="plain", capture=False)
+    captured = run_window(token_model(), micro, token_sum, [1, 1, 1], label="captured")
+    assert all(torch.equal(plain.grads[n], captured.grads[n]) for n in plain.grads)
+    summed = {n: sum(c[n] for c in captured.contributions) for n in plain.grads}
+    assert all(torch.allclose(summed[n], plain.grads[n], rtol=1e-6, atol=1e-7) for n in plain.grads)
+    assert len(captured.contributions) == 3

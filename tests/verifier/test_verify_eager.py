@@ -22,7 +22,7 @@ def test_correct_mean_loss_matches_with_unit_scale():
     assert isinstance(report, Report)
     assert report.ok and report.verdict == "match", report.render()
     eager = report.mode("eager")
-    assert abs(eager.scale - 1) < 1e-6 and abs(eager.cosine - 1) < 1e-9
+    assert abs(eager.scale - 1) < 1e-6 and abs(eager.cosine - 1) < 1e-8  # float32 products, float64 sums
     assert eager.weights is None  # weights are fitted to explain a mismatch; a match needs none
     assert {r.name for r in report.rows} == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
     json.dumps(report.to_dict(), allow_nan=False)
@@ -214,8 +214,10 @@ def test_float64_failure_explains_itself():
             return super().forward(x @ torch.eye(6, dtype=torch.float32))
 
     torch.manual_seed(0)
+    # A match within the floor of the float32 big batch needs no float64 run; a mismatch does.
+    assert verify(Hardcoded(), classification_batch(16), ce_mean, **EAGER).ok
     with pytest.raises(VerifyError, match="float64"):
-        verify(Hardcoded(), classification_batch(16), ce_mean, **EAGER)
+        verify(Hardcoded(), classification_batch(16), ce_mean, scaling="none", **EAGER)
 
 
 def test_sparse_embedding_gradients_are_compared_densely():
