@@ -1,6 +1,6 @@
 """Per-file results, keyed on content hash, tool version and effective settings.
 
-One JSON file per (version, settings) in `.accumcheck_cache/`. A warm run over an unchanged tree
+One JSON file per (version, settings) in `.accumcheck_cache/` at the project root. A warm run over an unchanged tree
 only stats files: an entry whose size and mtime match is reused without reading the file; when
 they differ the file is read and its hash compared before anything is parsed.
 """
@@ -67,24 +67,36 @@ def _restorable(record: object) -> bool:
 
 
 class Cache:
-    def __init__(self, directory: Path | None, settings: Settings, fix_edits: bool = False) -> None:
+    """The entries of every settings table this run uses, one JSON file each, loaded on first use."""
+
+    def __init__(self, directory: Path | None = None, fix_edits: bool = False) -> None:
         self.directory = directory or DEFAULT_DIR
         # Findings with their fixes as edits (SARIF runs) are kept apart: other runs store none.
-        self.file = self.directory / f"v{__version__}" / f"{settings.key()}{'-edits' * fix_edits}.json"
-        self.entries: dict[str, Entry] = {}
-        self.dirty = False
-        try:
-            self.entries = entries(json.loads(self.file.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            self.entries = {}
+        self.suffix = "-edits" if fix_edits else ""
+        self._tables: dict[str, dict[str, Entry]] = {}
+        self._dirty: set[str] = set()
+
+    def _table(self, settings: Settings) -> dict[str, Entry]:
+        key = settings.key()
+        table = self._tables.get(key)
+        if table is None:
+            try:
+                table = entries(json.loads(self._file(key).read_text(encoding="utf-8")))
+            except (OSError, ValueError):
+                table = {}
+            self._tables[key] = table
+        return table
+
+    def _file(self, key: str) -> Path:
+        return self.directory / f"v{__version__}" / f"{key}{self.suffix}.json"
 
     @staticmethod
     def key(path: Path) -> str:
         return os.path.abspath(path)
 
-    def fresh(self, path: Path) -> Entry | None:
+    def fresh(self, path: Path, settings: Settings) -> Entry | None:
         """The entry for an unchanged file (by size and mtime), without reading it."""
-        entry = self.entries.get(self.key(path))
+        entry = self._table(settings).get(self.key(path))
         if entry is None:
             return None
         try:
@@ -93,36 +105,64 @@ class Cache:
             return None
         return entry if (stat.st_mtime_ns, stat.st_size) == (entry.mtime_ns, entry.size) else None
 
-    def candidate(self, path: Path) -> Entry | None:
+    def candidate(self, path: Path, settings: Settings) -> Entry | None:
         """A possibly stale entry, reusable if the file's content hash still matches."""
-        return self.entries.get(self.key(path))
+        return self._table(settings).get(self.key(path))
 
-    def store(self, path: Path, stat: os.stat_result, digest: str, findings: list[Finding],
+    def store(self, path: Path, settings: Settings, stat: os.stat_result, digest: str, findings: list[Finding],
               error: str | None) -> None:
         records = [{k: v for k, v in f.to_dict().items() if k != "path"} for f in findings]
-        self.entries[self.key(path)] = Entry(stat.st_mtime_ns, stat.st_size, digest, records, error)
-        self.dirty = True
+        self._table(settings)[self.key(path)] = Entry(stat.st_mtime_ns, stat.st_size, digest, records, error)
+        self._dirty.add(settings.key())
 
     def save(self) -> None:
-        if not self.dirty:
-            return
-        try:
-            self.file.parent.mkdir(parents=True, exist_ok=True)
-            gitignore = self.directory / ".gitignore"
-            if not gitignore.exists():
-                gitignore.write_text("*\n", encoding="utf-8")
-            data = {path: entry.__dict__ for path, entry in self.entries.items()}
-            with tempfile.NamedTemporaryFile("w", dir=self.file.parent, delete=False, suffix=".tmp",
-                                             encoding="utf-8") as handle:
-                json.dump(data, handle)
-            os.replace(handle.name, self.file)
-        except OSError:
-            pass  # a read-only tree still lints, just without a cache
+        for key in sorted(self._dirty):
+            try:
+                self._write(key)
+            except OSError:
+                pass  # a read-only tree still lints, just without a cache
+        self._dirty.clear()
+
+    def _write(self, key: str) -> None:
+        file = self._file(key)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        gitignore = self.directory / ".gitignore"
+        if not gitignore.exists():
+            gitignore.write_text("*\n", encoding="utf-8")
+        data = {path: entry.__dict__ for path, entry in self._tables[key].items()}
+        with tempfile.NamedTemporaryFile("w", dir=file.parent, delete=False, suffix=".tmp",
+                                         encoding="utf-8") as handle:
+            json.dump(data, handle)
+        os.replace(handle.name, file)
 
 
-def remove(directory: Path | None) -> Path | None:
-    directory = directory or DEFAULT_DIR
-    if directory.is_dir():
-        shutil.rmtree(directory)
-        return directory
-    return None
+def default_directory(start: Path, config_root: Path | None) -> Path:
+    """Where the cache lives when no --cache-dir is given: ACCUMCHECK_CACHE_DIR, else the project root
+    (the directory of the configuration that applies to `start`, else the nearest directory above it
+    with a pyproject.toml or a .git, else `start`), so runs from any subdirectory share one cache."""
+    configured = os.environ.get("ACCUMCHECK_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    if config_root is not None:
+        return config_root / DEFAULT_DIR
+    start = start.absolute()
+    for directory in [start, *start.parents]:
+        if (directory / "pyproject.toml").is_file() or (directory / ".git").exists():
+            return directory / DEFAULT_DIR
+    return start / DEFAULT_DIR
+
+
+def remove(top: Path, extra: Path | None = None) -> list[Path]:
+    """Remove every cache directory at or below `top` (ruff's `clean`), and `extra` (the cache this
+    directory's runs use, which may sit above it). Returns what was removed."""
+    removed = []
+    candidates = [extra] if extra is not None else []
+    for current, dirs, _ in os.walk(top):
+        if DEFAULT_DIR.name in dirs:
+            candidates.append(Path(current, DEFAULT_DIR.name))
+        dirs[:] = [d for d in dirs if d != DEFAULT_DIR.name and d not in (".git", ".hg", ".venv", "node_modules")]
+    for directory in candidates:
+        if directory.is_dir() and directory.resolve() not in {r.resolve() for r in removed}:
+            shutil.rmtree(directory)
+            removed.append(directory)
+    return removed

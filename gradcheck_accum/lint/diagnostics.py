@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+# A rule's severity (Rule.severity), most severe first: "error", the gradients or weights come out
+# wrong; "warning", right but slow or memory-hungry. `--fail-on` picks the least severe that fails.
+SEVERITIES = ("error", "warning")
+
 
 @dataclass(frozen=True, order=True)
 class Edit:

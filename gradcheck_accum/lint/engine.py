@@ -46,6 +46,28 @@ def parse(source: str) -> cst.Module:
         raise ParseFailure("nesting too deep to parse") from None
 
 
+def syntax_error(source: str) -> str | None:
+    """Why the source cannot be parsed, or None: for files that no rule needs parsed, which must still
+    be reported when they are broken. CPython's compiler answers for most files in a fraction of a
+    libcst parse (bytecode is cheaper to produce than Python AST objects); what it rejects is put to
+    libcst, so that newer syntax, or code that only fails CPython's later checks, is judged as it is
+    in the files that are analysed."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences and the like are not our business
+            compile(source, "<file>", "exec", dont_inherit=True)
+        return None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    try:
+        parse(source)
+    except ParseFailure as exc:
+        return str(exc)
+    return None
+
+
 @contextmanager
 def _parser_output_trusted() -> Iterator[None]:
     """Skip libcst's per-node validation while its parser builds the tree: the parser's output is
@@ -96,7 +118,7 @@ def analyze(source: str, path: str, rules: Rules | None = None, enabled: set[str
     findings = sorted(kept)
     fixes = {f: kept[f] for f in findings if kept[f] is not None}
     if fix_edits and fixes and hollowed is None:  # a hollowed module cannot write the file back
-        with_edits = {f: replace(f, fix_edit=_edit(source, fix.apply(module))) for f, fix in fixes.items()}
+        with_edits = {f: replace(f, fix_edit=text_edit(source, fix.apply(module))) for f, fix in fixes.items()}
         findings = sorted(with_edits.get(f, f) for f in findings)
         fixes = {with_edits[f]: fix for f, fix in fixes.items()}
     return Analysis(module, findings, fixes)
@@ -121,7 +143,7 @@ def _run_rules(rules: list[type[Rule]], model: FileModel, module: cst.Module, pa
     return reported
 
 
-def _edit(old: str, new: str) -> Edit:
+def text_edit(old: str, new: str) -> Edit:
     """The smallest single replacement that turns `old` into `new`."""
     start = 0
     while start < min(len(old), len(new)) and old[start] == new[start]:

@@ -10,9 +10,12 @@ import os
 import stat
 import tempfile
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    from gradcheck_accum.lint.config import Resolver, Settings
 
 PYTHON_SUFFIXES = (".py", ".pyi", ".ipynb")
 SKIPPED_DIRS = {
@@ -28,27 +31,40 @@ class UnreadableFile(Exception):
 
 @dataclass(frozen=True)
 class Target:
-    """A file to lint: its path as shown to the user, and where to read it (None: standard input)."""
+    """A file to lint: its path as shown to the user, where to read it (None: standard input), and the
+    settings of the directory it lives in."""
 
     display: str
     path: Path | None
+    settings: Settings | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_notebook(self) -> bool:
         return self.display.endswith(".ipynb")
 
 
-def discover(paths: Iterable[str], exclude: list[str], root: Path | None,
-             stdin_filename: str | None = None) -> tuple[list[Target], list[tuple[str, str]]]:
+def discover(paths: Iterable[str], resolver: Resolver | None = None, stdin_filename: str | None = None,
+             ) -> tuple[list[Target], list[tuple[str, str]]]:
     """Expand files and directories into lint targets, in a stable order.
 
-    Returns (targets, errors); each error is (path, reason)."""
+    Directories are walked without what the settings there exclude or git ignores; a file named
+    explicitly is skipped only when excluded (as with ruff's --force-exclude). Standard input takes
+    the settings, and the excludes, of `--stdin-filename`. Returns (targets, errors); each error is
+    (path, reason)."""
+    if resolver is None:
+        from gradcheck_accum.lint.config import Resolver
+
+        resolver = Resolver()
     targets: list[Target] = []
     errors: list[tuple[str, str]] = []
     seen: set[Path] = set()
+    ignores = GitIgnores()
     for raw in paths:
         if raw == STDIN:
-            targets.append(Target(stdin_filename or STDIN, None))
+            named = Path(stdin_filename) if stdin_filename else Path.cwd() / "-"
+            settings = resolver.for_path(named)
+            if not (stdin_filename and excluded(named, settings)):
+                targets.append(Target(stdin_filename or STDIN, None, settings))
             continue
         path = Path(raw)
         if not path.exists() and not path.is_symlink():
@@ -58,61 +74,130 @@ def discover(paths: Iterable[str], exclude: list[str], root: Path | None,
             errors.append((raw, "broken symbolic link"))
             continue
         if path.is_dir():
-            for found in _walk(path, exclude, root, errors):
+            for found, settings in _walk(path, resolver, ignores, errors):
                 if found.resolve() not in seen:
                     seen.add(found.resolve())
-                    targets.append(Target(str(found), found))
+                    targets.append(Target(str(found), found, settings))
             continue
-        if _excluded(path, exclude, root):
+        settings = resolver.for_path(path)
+        if excluded(path, settings):
             continue
         if not raw.endswith(PYTHON_SUFFIXES):
             errors.append((raw, "not a Python file (expected .py, .pyi or .ipynb)"))
             continue
         if path.resolve() not in seen:
             seen.add(path.resolve())
-            targets.append(Target(raw, path))
+            targets.append(Target(raw, path, settings))
     return targets, errors
 
 
-def _walk(top: Path, exclude: list[str], root: Path | None, errors: list[tuple[str, str]]) -> Iterable[Path]:
+def _walk(top: Path, resolver: Resolver, ignores: GitIgnores, errors: list[tuple[str, str]],
+          ) -> list[tuple[Path, Settings]]:
     visited: set[str] = set()
-    found: list[Path] = []
+    found: list[tuple[Path, Settings]] = []
 
     def on_error(exc: OSError) -> None:
         errors.append((exc.filename or str(top), exc.strerror or str(exc)))
 
+    # A directory named explicitly is linted even when git ignores it (a vendored checkout, say): then
+    # only the ignore files inside it count.
+    floor = top.absolute() if ignores.ignored(top, True) else None
     for current, dirs, files in os.walk(top, followlinks=True, onerror=on_error):
         real = os.path.realpath(current)
         if real in visited:  # a symlink loop, or a directory reached twice through links
             dirs[:] = []
             continue
         visited.add(real)
+        settings = resolver.for_directory(Path(current))
+        gitignored = (lambda path, is_dir: ignores.ignored(path, is_dir, floor)) if settings.respect_gitignore \
+            else (lambda path, is_dir: False)
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.endswith(".egg-info")
-                         and not _excluded(Path(current, d), exclude, root))
+                         and not excluded(Path(current, d), settings) and not gitignored(Path(current, d), True))
         for name in sorted(files):
             if name.endswith(PYTHON_SUFFIXES):
                 path = Path(current, name)
                 # Dangling links, FIFOs and devices in a tree are not source files (named, they are errors).
-                if not _excluded(path, exclude, root) and path.is_file():
-                    found.append(path)
+                if not excluded(path, settings) and not gitignored(path, False) and path.is_file():
+                    found.append((path, settings))
     return found
 
 
-def _excluded(path: Path, patterns: list[str], root: Path | None) -> bool:
-    if not patterns:
-        return False
-    return matches(path, patterns, root)
+class GitIgnores:
+    """git's ignore rules: `.gitignore` files from the repository's root down to a path, and the
+    repository's `.git/info/exclude`; the deepest file with a matching pattern decides. Outside a git
+    repository the `.gitignore` files of the path's ancestors still count (ruff does the same)."""
+
+    def __init__(self) -> None:
+        self._specs: dict[tuple[Path, bool], object | None] = {}
+        self._roots: dict[Path, Path | None] = {}
+
+    def ignored(self, path: Path, is_dir: bool, floor: Path | None = None) -> bool:
+        """Does git ignore `path`? Ignore files above `floor` (a directory) are not consulted."""
+        path = path.absolute()
+        directory = path.parent
+        top = floor or self._repository(directory)
+        while True:
+            spec = self._spec(directory, info_exclude=directory == top and floor is None)
+            if spec is not None:
+                relative = path.relative_to(directory).as_posix() + ("/" if is_dir else "")
+                verdict = spec.check_file(relative).include
+                if verdict is not None:
+                    return verdict
+            if directory == top or directory.parent == directory:
+                return False
+            directory = directory.parent
+
+    def _repository(self, directory: Path) -> Path | None:
+        if directory not in self._roots:
+            if (directory / ".git").exists():
+                self._roots[directory] = directory
+            else:
+                self._roots[directory] = None if directory.parent == directory else self._repository(directory.parent)
+        return self._roots[directory]
+
+    def _spec(self, directory: Path, info_exclude: bool):
+        key = (directory, info_exclude)
+        if key not in self._specs:
+            lines: list[str] = []
+            sources = [directory / ".gitignore"] + ([directory / ".git" / "info" / "exclude"] if info_exclude else [])
+            for source in sources:
+                try:
+                    lines += source.read_text(encoding="utf-8", errors="replace").splitlines()
+                except OSError:
+                    continue
+            if lines:
+                import pathspec  # only runs that walk directories pay for it
+
+                self._specs[key] = pathspec.GitIgnoreSpec.from_lines(lines)
+            else:
+                self._specs[key] = None
+        return self._specs[key]
+
+
+def excluded(path: Path, settings: Settings) -> bool:
+    """Do the settings' `exclude` or `extend-exclude` globs cover this path?"""
+    patterns = settings.excludes()
+    return bool(patterns) and matches(path, patterns, settings.root)
 
 
 def matches(path: Path | str, patterns: Iterable[str], root: Path | None) -> bool:
-    """Glob match against the path relative to the config's directory, and against the file name."""
+    """Glob match against the path relative to the config's directory, against the file name, and
+    (for absolute patterns: those inherited through `extend` or given on the command line) against
+    the absolute path."""
     path = Path(path)
     candidates = {path.as_posix(), path.name}
+    absolute = path.absolute()
+    if any(p.startswith("/") for p in patterns):
+        candidates.add(absolute.as_posix())
+        candidates.add(path.resolve().as_posix())
     if root is not None:
         try:
-            candidates.add(path.resolve().relative_to(root.resolve()).as_posix())
+            candidates.add(absolute.relative_to(root.absolute()).as_posix())
         except ValueError:
-            pass
+            try:
+                candidates.add(path.resolve().relative_to(root.resolve()).as_posix())
+            except ValueError:
+                pass
     for pattern in patterns:
         pattern = pattern.rstrip("/")
         for candidate in candidates:

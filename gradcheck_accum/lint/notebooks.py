@@ -275,10 +275,10 @@ def write_back(notebook: Notebook, program: str) -> str | None:
             text += first_line_break(old)
         if text != old:
             new_sources[index] = text
-    return _replace_sources(notebook.text, new_sources) if new_sources else notebook.text
+    return replace_sources(notebook.text, new_sources) if new_sources else notebook.text
 
 
-def _replace_sources(text: str, sources: dict[int, str]) -> str:
+def replace_sources(text: str, sources: dict[int, str]) -> str:
     """`text` with the `source` of the given cells replaced, every other byte kept."""
     spans = _source_spans(text)
     ascii_only = text.isascii()
@@ -324,6 +324,17 @@ def _source_spans(text: str) -> dict[int, tuple[int, int]]:
             if key == "source":
                 spans[index] = (value_start, value_end)
     return spans
+
+
+def source_strings(text: str) -> dict[int, list[tuple[int, str]]]:
+    """Each cell's `source` as stored, by cell index: for each of its JSON strings (a list of lines, or
+    one string), the offset of its opening quote in `text` and the decoded string. For placing a
+    cell position on the file's own lines (GitHub annotations, SARIF)."""
+    strings: dict[int, list[tuple[int, str]]] = {}
+    for index, (start, end) in _source_spans(text).items():
+        items = _elements(text, start) if text[start] == "[" else [(start, end)]
+        strings[index] = [(at, _DECODER.raw_decode(text, at)[0]) for at, _ in items if text[at] == '"']
+    return strings
 
 
 def _skip(text: str, position: int) -> int:

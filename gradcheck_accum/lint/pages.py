@@ -1,9 +1,12 @@
-"""Rule pages: `rules/` in a checkout, `gradcheck_accum/rule_pages/` inside the wheel."""
+"""Rule pages: `rules/` in a checkout, `gradcheck_accum/rule_pages/` inside the wheel, and online in
+the repository (the URL that SARIF's `helpUri`, JSON's `url` and the editor's links carry)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+# The project's home; pyproject.toml's [project.urls] names the same (a test checks they agree).
+REPOSITORY = "https://github.com/accumcheck/accumcheck"
 _PACKAGE = Path(__file__).resolve().parent.parent
 _CANDIDATES = (_PACKAGE / "rule_pages", _PACKAGE.parent / "rules")
 
@@ -29,9 +32,11 @@ def page_text(code: str) -> str | None:
 
 
 def page_url(code: str) -> str | None:
-    """A file URI of the rule's page (the project has no web home yet)."""
-    path = page_path(code)
-    return path.as_uri() if path else None
+    """The rule's page in the repository: the same on every machine, unlike a path to the installed file."""
+    from gradcheck_accum.lint.registry import codes
+
+    name = codes().get(code)
+    return f"{REPOSITORY}/blob/main/rules/{code}-{name}.md" if name is not None else None
 
 
 def section(code: str, title: str) -> str | None:

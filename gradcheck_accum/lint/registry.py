@@ -75,3 +75,9 @@ def checks() -> tuple[Check, ...]:
     from gradcheck_accum.lint.suppressions import UNUSED_SUPPRESSION
 
     return tuple(sorted((*rules(), UNUSED_SUPPRESSION), key=lambda check: check.code))
+
+
+def severity(code: str) -> str:
+    """A check's severity: "error" (the gradients come out wrong) or "warning" (slow or memory-hungry)."""
+    found = {check.code: check for check in checks()}.get(code)
+    return getattr(found, "severity", "error")

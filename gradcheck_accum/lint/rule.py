@@ -32,6 +32,8 @@ class Rule(abc.ABC):
     code: ClassVar[str]
     name: ClassVar[str]
     summary: ClassVar[str]
+    # "error": the gradients or weights come out wrong; "warning": right, but slow or memory-hungry.
+    severity: ClassVar[str] = "error"
     # Every one of these must be possible in a file for the rule to report there (the prefilter
     # parses no file for a rule that cannot fire). Most rules report inside a training loop.
     requires: ClassVar[tuple[Need, ...]] = (Fact.TRAINING_LOOP,)

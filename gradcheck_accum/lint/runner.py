@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 from gradcheck_accum.lint import deep, lazy, notebooks, registry
 from gradcheck_accum.lint.config import Settings, expand
 from gradcheck_accum.lint.diagnostics import Finding
-from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source
+from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source, syntax_error
 from gradcheck_accum.lint.files import Source, Target, UnreadableFile, UnwritableFile, matches, read_source, write_source
 from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint.rule import Rule
@@ -47,24 +47,35 @@ class FileResult:
     fixed: list[Finding] = field(default_factory=list)
     diff: str = ""
     new_text: str | None = None  # standard input under --fix: the fixed text to print
+    source: str | None = None  # standard input: the text read (it cannot be read again)
     fingerprint: tuple | None = None  # (stat, content hash) for the cache
 
 
-def lint_targets(targets: list[Target], settings: Settings, options: Options = Options(),
+def lint_targets(targets: list[Target], settings: Settings | None = None, options: Options = Options(),
                  jobs: int | None = None, cache: Cache | None = None,
                  progress: Callable[[int], None] = lambda done: None) -> list[FileResult]:
-    rules = registry.selected(set(settings.selected()))
+    """Lint every target with its own settings (`Target.settings`, else `settings`)."""
+    default = settings or Settings()
+    rules_of: dict[int, list[type[Rule]]] = {}
+
+    def configured(target: Target) -> tuple[Settings, list[type[Rule]]]:
+        chosen = target.settings or default
+        if id(chosen) not in rules_of:
+            rules_of[id(chosen)] = registry.selected(set(chosen.selected()))
+        return chosen, rules_of[id(chosen)]
+
     results: dict[Target, FileResult] = {}
     work = []
     for target in targets:
         if target.path is None:
             continue
-        entry = cache.fresh(target.path) if cache else None
+        chosen, rules = configured(target)
+        entry = cache.fresh(target.path, chosen) if cache else None
         if entry is not None:  # unchanged since the last run: not even read
             results[target] = FileResult(target, *entry.restore(target.display))
             progress(1)
         else:
-            work.append((target, settings, rules, options, cache.candidate(target.path) if cache else None,
+            work.append((target, chosen, rules, options, cache.candidate(target.path, chosen) if cache else None,
                          cache is not None))
     workers = min(jobs or os.cpu_count() or 1, len(work))
     if len(work) >= PARALLEL_THRESHOLD and workers > 1:
@@ -74,15 +85,18 @@ def lint_targets(targets: list[Target], settings: Settings, options: Options = O
         for item in work:
             done.append(_run(item))
             progress(1)
+    original = {target: target for target in targets}  # results from the pool carry copies of the settings
     for result in done:
         results[result.target] = result
         if cache is not None and result.fingerprint is not None:
-            cache.store(result.target.path, *result.fingerprint, result.findings, result.error)
+            cache.store(result.target.path, configured(original[result.target])[0], *result.fingerprint,
+                        result.findings, result.error)
     if cache is not None:
         cache.save()
     for target in targets:
         if target.path is None:
-            results[target] = lint_file(target, settings, rules, options, stdin=getattr(sys.stdin, "buffer", None))
+            chosen, rules = configured(target)
+            results[target] = lint_file(target, chosen, rules, options, stdin=getattr(sys.stdin, "buffer", None))
     return [results[t] for t in targets]
 
 
@@ -158,6 +172,8 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
     except (UnreadableFile, OSError) as exc:
         result.error = str(exc) if isinstance(exc, UnreadableFile) else (exc.strerror or str(exc))
         return result
+    if target.path is None:
+        result.source = source.text
     if stat is not None:
         from gradcheck_accum.lint.cache import content_hash
 
@@ -174,7 +190,9 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
         # Fixes rewrite the whole parsed module, so they parse it whole: no hollowing for them.
         rules, hollowed = screen(text, rules, hollowing=not (options.fix or options.diff or options.fix_edits))
         if not rules and not (UNUSED_SUPPRESSION.code in enabled and could_report_unused(text)):
-            return result  # no enabled check can report here: the file is never parsed
+            # No enabled check can report here: libcst never sees the file, CPython checks it parses.
+            result.error = syntax_error(text)
+            return result
     return Pending(result, text, source.codec, rules, enabled, hollowed, options)
 
 

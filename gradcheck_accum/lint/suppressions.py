@@ -27,18 +27,20 @@ class Check:
     code: str
     name: str
     summary: str
+    severity: str = "error"  # as Rule.severity
 
 
 UNUSED_SUPPRESSION = Check("ACC900", "unused-suppression",
-                           "A noqa or accumcheck: ignore comment names an accumcheck code that suppresses nothing.")
+                           "A noqa or accumcheck: ignore comment names an accumcheck code that suppresses nothing.",
+                           severity="warning")  # about the comments, not the gradients
 # A comment with noqa or accumcheck followed on its line by a code, in any case, as the comments are
 # read below ("ACC" alone is in every "ACCURACY").
 _NAMES_A_CODE = re.compile(r"#[^\n]*(?:noqa|accumcheck)[^\n]*acc", re.IGNORECASE)
 
 
 def apply(source: str, path: str, reported: Reported, enabled: set[str], known: set[str]) -> Reported:
-    """The findings the file's comments leave, with ACC900's when it is among the `enabled` codes (it
-    judges a suppression unused only for enabled codes: a rule that is off reports nothing)."""
+    """The findings the file's comments leave, with ACC900's when it is among the `enabled` codes (a code
+    of a rule that is not enabled suppresses nothing either: see unused_codes)."""
     judge = UNUSED_SUPPRESSION.code in enabled
     if not reported and not (judge and could_report_unused(source)):
         return {}  # nothing to hide and no suppression to judge: the comments are never read
@@ -61,16 +63,25 @@ def _unused(path: str, suppressions: Suppressions, findings: list[Finding], enab
             known: set[str]) -> Iterator[tuple[Finding, Fix]]:
     check = UNUSED_SUPPRESSION
     for comment in suppressions.comments:
-        codes = unused_codes(comment, findings, enabled - {check.code}, known)
+        codes = [code for code in unused_codes(comment, findings, enabled, known) if code != check.code]
         if not codes:
             continue
         fixed = without_codes(comment.text, codes)
         fix = Fix(True, "Remove the unused suppression" if not fixed else f"Remove {', '.join(codes)}",
                   line_edit=(comment.line, comment.text, fixed))
         yield Finding(path, comment.line, comment.column, comment.line, comment.column + len(comment.text),
-                      check.code, check.name, f"the suppression names {', '.join(codes)} but nothing is reported "
-                      "here; remove it so it does not hide a future finding", fix.safety, fix.description,
+                      check.code, check.name, _unused_message(codes, enabled, known), fix.safety, fix.description,
                       snippet=comment.source_line), fix
+
+
+def _unused_message(codes: list[str], enabled: set[str], known: set[str]) -> str:
+    silent = [code for code in codes if code in enabled]
+    off = [code for code in codes if code in known and code not in enabled]
+    unknown = [code for code in codes if code not in known]
+    said = ([f"{', '.join(silent)} but nothing is reported here"] if silent else []) + \
+        ([f"{', '.join(off)}, not selected for this file"] if off else []) + \
+        ([f"{', '.join(unknown)}, which no rule has"] if unknown else [])
+    return f"the suppression names {'; '.join(said)}; remove it so it does not hide a future finding"
 
 ALL = "*"
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
@@ -132,11 +143,11 @@ def parse(source: str) -> Suppressions:
 
 
 def unused_codes(comment: Comment, findings: list[Finding], enabled: set[str], known: set[str]) -> list[str]:
-    """accumcheck codes a comment names that suppress nothing on its line: unknown codes, and enabled
-    rules that reported nothing there. Codes of disabled rules are left alone (they may fire elsewhere)."""
+    """accumcheck codes a comment names that suppress nothing on its line: unknown codes, codes of rules
+    not enabled for the file (as ruff's RUF100: they hide nothing today, and would hide a finding the
+    day the rule is turned on), and enabled rules that reported nothing there."""
     used = {f.code for f in findings if f.line == comment.line}
-    return [code for code in comment.codes if code.startswith("ACC") and code not in used
-            and (code not in known or code in enabled)]
+    return [code for code in comment.codes if code.startswith("ACC") and code not in used]
 
 
 def without_codes(comment: str, stale: list[str]) -> str:

@@ -135,7 +135,8 @@ def verify_command(target: str, steps: int | None, modes: tuple[str, ...], devic
         try:
             import torch  # noqa: F401
         except ImportError:
-            _fail("torch is not installed: install the verify extra (pip install 'accumcheck[verify]')")
+            _fail("torch is not installed: pip install torch (CPU build: add --index-url "
+                  "https://download.pytorch.org/whl/cpu); from a checkout, pip install -e '.[verify]'")
     from gradcheck_accum.verifier.errors import VerifyError
 
     try:

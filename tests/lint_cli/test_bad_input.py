@@ -36,9 +36,14 @@ def test_python2_code(run, tmp_path):
     check_one_bad_file(run, tmp_path, "old.py", LOOP + "print 'hello'\n", "syntax error")
 
 
-def test_files_no_rule_can_fire_on_are_not_parsed(run, tmp_path):
-    (tmp_path / "notes_pb2.py").write_text("print 'python 2, but nothing a rule looks for'\n")
-    assert run("lint", "notes_pb2.py").exit_code == 0
+def test_a_syntax_error_is_reported_where_no_rule_could_fire(run, tmp_path):
+    """Issue 15, item 7: libcst never parses such a file, but every file given is checked to parse."""
+    check_one_bad_file(run, tmp_path, "notes_pb2.py", "print 'python 2, and nothing a rule looks for'\n",
+                       "syntax error at line 1")
+    (tmp_path / "notes_pb2.py").unlink()
+    # what only CPython's compiler rejects, libcst accepts, as it does in the files it analyses
+    (tmp_path / "script.py").write_text("return 1\n")
+    assert run("lint", "script.py").exit_code == 0
 
 
 def test_undecodable_bytes(run, tmp_path):

@@ -1,10 +1,13 @@
 """The README's two commands, CI running the test command, and rule pages inside the wheel."""
 
+import email
 import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).parents[2]
 
@@ -30,12 +33,33 @@ def test_ci_runs_the_readme_test_command():
     assert "awk '/<!-- test-command -->/" in (ROOT / ".ci" / "run").read_text()
 
 
-def test_wheel_ships_the_rule_pages(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("wheel")
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
-                            "-q", "-w", str(tmp_path)], capture_output=True, text=True)
+                            "-q", "-w", str(out)], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
-    [wheel] = tmp_path.glob("*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+    [path] = out.glob("*.whl")
+    return zipfile.ZipFile(path)
+
+
+def test_wheel_ships_the_rule_pages(wheel):
+    names = wheel.namelist()
     pages = sorted(Path(n).name for n in names if n.startswith("gradcheck_accum/rule_pages/"))
     assert pages and pages == sorted(p.name for p in (ROOT / "rules").glob("ACC*.md"))
     assert "gradcheck_accum/lint/engine.py" in names
+
+
+def test_wheel_metadata_has_a_license_classifiers_and_project_urls(wheel):
+    """Issue 15, item 18."""
+    from gradcheck_accum.lint.pages import REPOSITORY
+
+    [metadata] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    fields = email.message_from_string(wheel.read(metadata).decode())
+    assert fields["License-Expression"] == "MIT" and fields.get_all("License-File") == ["LICENSE"]
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in wheel.namelist())
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+    classifiers = fields.get_all("Classifier")
+    assert "Programming Language :: Python :: 3.10" in classifiers and "Framework :: Pytest" in classifiers
+    urls = dict(url.split(", ", 1) for url in fields.get_all("Project-URL"))
+    assert urls["Homepage"] == urls["Source"] == REPOSITORY  # the rule-page URLs start there too

@@ -9,7 +9,7 @@ import pytest
 from cli_samples import BUGGY, CLEAN
 from gradcheck_accum.lint import runner
 from gradcheck_accum.lint.cache import Cache
-from gradcheck_accum.lint.config import Settings
+from gradcheck_accum.lint.config import Overrides, Resolver
 from gradcheck_accum.lint.files import discover
 
 ROOT = Path(__file__).parents[2]
@@ -27,8 +27,8 @@ def corpus() -> list[Path]:
 
 
 def lint(paths, **options):
-    targets, errors = discover([str(p) for p in paths], [], None)
-    results = runner.lint_targets(targets, Settings(), runner.Options(**options), jobs=1)
+    targets, errors = discover([str(p) for p in paths])
+    results = runner.lint_targets(targets, options=runner.Options(**options), jobs=1)
     return [(f.path, f.line, f.column, f.code) for r in results for f in r.findings], \
         sorted((r.target.display, r.error) for r in results if r.error)
 
@@ -49,9 +49,9 @@ def test_process_pool_keeps_the_order(tmp_path, other):
     # few by the main process.
     for i in range(runner.PARALLEL_THRESHOLD + 8):
         (tmp_path / f"m{i:03d}.py").write_text(BUGGY if i % 8 == 1 else other)
-    targets, _ = discover([str(tmp_path)], [], None)
-    serial = runner.lint_targets(targets, Settings(), jobs=1)
-    parallel = runner.lint_targets(targets, Settings(), jobs=2)
+    targets, _ = discover([str(tmp_path)])
+    serial = runner.lint_targets(targets, jobs=1)
+    parallel = runner.lint_targets(targets, jobs=2)
     assert [r.findings for r in serial] == [r.findings for r in parallel]
     assert [r.target for r in parallel] == targets
 
@@ -63,12 +63,10 @@ def tree(tmp_path):
     return tmp_path
 
 
-def run_cached(tree, settings=None):
-    settings = settings or Settings()
-    targets, _ = discover([str(tree)], [], None)
-    cache = Cache(tree / ".cache", settings)
-    return [(r.target.display, [f.code for f in r.findings]) for r in
-            runner.lint_targets(targets, settings, jobs=1, cache=cache)]
+def run_cached(tree, overrides=Overrides()):
+    targets, _ = discover([str(tree)], Resolver(overrides))
+    cache = Cache(tree / ".cache")
+    return [(r.target.display, [f.code for f in r.findings]) for r in runner.lint_targets(targets, jobs=1, cache=cache)]
 
 
 def test_warm_run_only_stats_files(tree, monkeypatch):
@@ -97,7 +95,7 @@ def test_changed_content_and_settings_invalidate(tree):
     (tree / "a.py").write_text(CLEAN + "\n")
     assert dict(run_cached(tree))[str(tree / "a.py")] == []
     (tree / "b.py").write_text(BUGGY)
-    assert dict(run_cached(tree, Settings(ignore=["ACC101"])))[str(tree / "b.py")] == []
+    assert dict(run_cached(tree, Overrides(ignore=("ACC101",))))[str(tree / "b.py")] == []
     assert dict(run_cached(tree))[str(tree / "b.py")] == ["ACC101"]
 
 

@@ -82,3 +82,12 @@ def test_console_script_end_to_end():
     out = subprocess.run([str(exe), "verify", f"{DEMO}:unscaled", "--mode", "eager"], capture_output=True,
                          text=True, cwd=ROOT)
     assert out.returncode == 1 and "4.00x" in out.stdout
+
+
+def test_install_hint_names_a_command_that_works_without_a_release(tmp_path):
+    """Issue 15, item 17: accumcheck is not on PyPI yet, so `pip install 'accumcheck[verify]'` cannot work;
+    the hint names torch itself (and the checkout's extra)."""
+    code = "import sys; sys.modules['torch'] = None; from gradcheck_accum.cli import main; main(['verify', 'x.py:f'])"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "pip install torch" in result.stderr and "accumcheck[verify]" not in result.stderr

@@ -1,8 +1,9 @@
-"""GitHub Actions workflow commands: one `::error` annotation per finding."""
+"""GitHub Actions workflow commands: one `::error` (or `::warning`) annotation per finding."""
 
 from __future__ import annotations
 
 from gradcheck_accum.lint.diagnostics import Finding
+from gradcheck_accum.lint.registry import severity
 
 
 def _escape(value: str, property_: bool = False) -> str:
@@ -10,11 +11,18 @@ def _escape(value: str, property_: bool = False) -> str:
     return value.replace(":", "%3A").replace(",", "%2C") if property_ else value
 
 
-def render(findings: list[Finding]) -> str:
+def render(findings: list[Finding], notebooks: dict[str, str] | None = None) -> str:
+    """In a notebook the annotation goes on the line of the `.ipynb` file that holds the code (GitHub
+    shows the file as stored; `notebooks` maps each notebook's path to its text); the message names
+    the cell and the line in it."""
+    from gradcheck_accum.lint.output.ipynb import FileRegions
+
+    regions = FileRegions(notebooks or {})
     out = []
     for f in findings:
-        where = f" (cell {f.cell})" if f.cell is not None else ""
-        props = (f"file={_escape(f.path, True)},line={f.line},col={f.column},endLine={f.end_line},"
-                 f"endColumn={f.end_column},title={_escape(f'{f.code} {f.name}', True)}")
-        out.append(f"::error {props}::{_escape(f'{f.code} {f.message}{where}')}\n")
+        where = f" (cell {f.cell}, line {f.line})" if f.cell is not None else ""
+        line, column, end_line, end_column = regions.region(f)
+        props = (f"file={_escape(f.path, True)},line={line},col={column},endLine={end_line},"
+                 f"endColumn={end_column},title={_escape(f'{f.code} {f.name}', True)}")
+        out.append(f"::{severity(f.code)} {props}::{_escape(f'{f.code} {f.message}{where}')}\n")
     return "".join(out)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.pages import page_url
+from gradcheck_accum.lint.registry import severity
 
 
 def record(f: Finding) -> dict:
     return {
         "path": f.path, "line": f.line, "column": f.column, "end_line": f.end_line, "end_column": f.end_column,
-        "code": f.code, "name": f.name, "message": f.message, "cell": f.cell,
+        "code": f.code, "name": f.name, "message": f.message, "cell": f.cell, "severity": severity(f.code),
         # ruff's shape
         "filename": f.path,
         "location": {"row": f.line, "column": f.column},

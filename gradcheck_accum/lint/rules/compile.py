@@ -46,6 +46,7 @@ class CompileInsideLoop(Rule):
     code = "ACC303"
     name = "compile-inside-loop"
     summary = "torch.compile is called inside a training loop body."
+    severity = "warning"  # recompiles cost time; the gradients are right
     requires = (Fact.TRAINING_LOOP, EventKind.COMPILE)
     reads_outside_windows = ()
 

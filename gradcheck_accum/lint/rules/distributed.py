@@ -12,6 +12,7 @@ class DdpSyncEveryMicroBatch(Rule):
     code = "ACC501"
     name = "ddp-sync-every-micro-batch"
     summary = "A DistributedDataParallel model all-reduces gradients on every micro-batch of a window."
+    severity = "warning"  # redundant all-reduces cost time; the gradients are right
     requires = (Fact.TRAINING_LOOP, EventKind.STEP, Role.DDP)
     reads_outside_windows = ()
 
@@ -35,6 +36,7 @@ class NoSyncMissesForward(Rule):
     code = "ACC502"
     name = "no-sync-misses-forward"
     summary = "model.no_sync() wraps the backward but not the forward call, so it has no effect."
+    severity = "warning"  # DDP still all-reduces every micro-batch: slow, not wrong
     requires = (Fact.TRAINING_LOOP, DDP_NO_SYNC)
     reads_outside_windows = (DDP_NO_SYNC,)  # every no_sync() of the file
 

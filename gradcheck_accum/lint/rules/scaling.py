@@ -91,6 +91,7 @@ class LossGraphKeptAlive(Rule):
     code = "ACC204"
     name = "loss-graph-kept-alive"
     summary = "A loss that still carries autograd history is accumulated into a running total."
+    severity = "warning"  # memory grows; the gradients are right
     requires = (Fact.TRAINING_LOOP, EventKind.LOSS_TOTAL)
     reads_outside_windows = ()
 
