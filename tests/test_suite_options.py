@@ -1,8 +1,13 @@
 """`pytest --nightly` turns the environment-driven test sizes up (tests/conftest.py)."""
 
+import importlib.util
 import os
+from pathlib import Path
 
-import conftest
+# By path: every test folder's conftest.py is a module named `conftest` to pytest.
+_SPEC = importlib.util.spec_from_file_location("suite_conftest", Path(__file__).with_name("conftest.py"))
+conftest = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(conftest)
 
 
 class _Options:
