@@ -1,9 +1,13 @@
 """The layering the linter promises: what loads what, and the one list of checks."""
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 from gradcheck_accum.lint import registry
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def loaded_after(statement: str) -> set[str]:
@@ -23,3 +27,19 @@ def test_settings_read_the_light_table_of_codes_not_the_rules():
 def test_the_light_table_and_the_rule_classes_agree():
     assert {code: name for code, name in registry.codes().items()} == \
         {check.code: check.name for check in registry.checks()}
+
+
+def test_the_import_contracts_hold():
+    """pyproject.toml's import-linter contracts: no circles, the layers, rules that only query the
+    model, a linter that never imports torch."""
+    done = subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; "
+                           "lint_imports_command()", "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout and "kept" in done.stdout
+
+
+def test_the_readme_lists_every_check():
+    rows = re.findall(r"^\| (ACC\d{3}) \| ([a-z0-9-]+) \|", (ROOT / "README.md").read_text(), flags=re.M)
+    assert dict(rows) == registry.codes()
+    assert [code for code, _ in rows] == sorted(code for code, _ in rows)

@@ -20,7 +20,8 @@ from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, cont
 from gradcheck_accum.lint.predicates import BoundaryKind, analyze, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
-from gradcheck_accum.lint.windows import Placement, Window, WindowShape, build_windows, same_target
+from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, inner_count,
+                                          is_micro_batch_loop, same_target)
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
@@ -155,6 +156,29 @@ class FileModel:
     def summed_loss_name(event: Event) -> str | None:
         """The loss a running total adds (`total += loss * n` adds `loss`)."""
         return summed_loss_name(event.expr)
+
+    def loss_of_last_micro_step(self, window: Window, backward: Event) -> Loop | None:
+        """The micro-step loop whose every iteration rebinds the loss this backward differentiates,
+        when the backward runs after that loop has finished: only the last iteration's loss reaches
+        it (`for micro_step in range(n): loss = model(x) / n`, then `loss.backward()`). None when the
+        loss is summed across the iterations, or the loop backpropagates itself."""
+        name = summed_loss_name(backward.expr)
+        if name is None:
+            return None
+        scope, depth = window.scope, len(backward.ctx.loops)
+        defs = scope.defs_of(name, backward.order)
+        while defs and _rescales(defs[-1], name):  # `loss = loss / n` after the loop keeps the last value
+            defs = defs[:-1]
+        if not defs or len(defs[-1].ctx.loops) <= depth or defs[-1].ctx.loops[:depth] != backward.ctx.loops:
+            return None
+        loop = defs[-1].ctx.loops[depth]
+        if not is_micro_batch_loop(loop, inner_count(loop)):
+            return None
+        if any(_accumulates(d, name) for d in defs if loop in d.ctx.loops):
+            return None
+        if any(e.kind is EventKind.BACKWARD and loop in e.ctx.loops for e in scope.events):
+            return None
+        return loop
 
     def framework_divides_loss(self, window: Window, backward: Event) -> bool:
         """Does this backward already divide the loss by N (catalogue semantics)? accelerator.backward
@@ -303,6 +327,20 @@ def _reached(methods: list[Scope], start: set[str]) -> set[str]:
         reached.add(name)
         todo.extend(e.target for e in by_name[name].events if e.kind is EventKind.HELPER_CALL and e.target)
     return reached
+
+
+def _accumulates(d, name: str) -> bool:
+    """`total += loss`, `total = total + loss`: the value of every iteration is kept."""
+    return d.op is DefOp.ADD or (d.op is DefOp.ASSIGN and isinstance(d.value, cst.BinaryOperation)
+                                 and isinstance(d.value.operator, cst.Add)
+                                 and name in (dotted(d.value.left), dotted(d.value.right)))
+
+
+def _rescales(d, name: str) -> bool:
+    """`loss /= n`, `loss = loss / n`: the same value, scaled."""
+    return d.op.scales or (d.op is DefOp.ASSIGN and isinstance(d.value, cst.BinaryOperation)
+                           and isinstance(d.value.operator, (cst.Divide, cst.Multiply))
+                           and dotted(d.value.left) == name)
 
 
 def _length_argument(call: cst.Call) -> cst.BaseExpression | None:

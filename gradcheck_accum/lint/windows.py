@@ -189,17 +189,27 @@ class Window:
         return condition is None or not invariant(condition, assigned_in(self.scope, self.loop))
 
     def is_micro_batch_loop(self) -> bool:
-        """For a nested window: does the inner loop clearly walk the micro-batches of one window?
-        (`for micro_step in range(grad_accum)`, `for chunk in batch.chunk(n)`; not `for task in ...`.)"""
-        if not isinstance(self.loop, cst.For):
-            return False
-        if self.n is not None and (is_accumulation_name(self.n) or _is_chunking(self.loop.iter)):
-            return True
-        names = list(iter_names(self.loop.iter)) + list(iter_names(self.loop.target))
-        return any(_MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in names)
+        """For a nested window: does the inner loop clearly walk the micro-batches of one window?"""
+        return is_micro_batch_loop(self.loop, self.n)
 
 
 _MICRO_WORDS = {"micro", "microbatch", "microbatches", "mb", "chunk", "chunks", "accum", "accumulation"}
+
+
+def is_micro_batch_loop(loop: Loop, n: cst.BaseExpression | None) -> bool:
+    """Does the loop clearly walk the micro-batches of one window, N of them? (`for micro_step in
+    range(grad_accum)`, `for chunk in batch.chunk(n)`; not `for task in ...`.)"""
+    if not isinstance(loop, cst.For):
+        return False
+    if n is not None and (is_accumulation_name(n) or _is_chunking(loop.iter)):
+        return True
+    names = list(iter_names(loop.iter)) + list(iter_names(loop.target))
+    return any(_MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in names)
+
+
+def inner_count(loop: Loop) -> cst.BaseExpression | None:
+    """N of `for _ in range(N)` or `for chunk in x.chunk(N)`."""
+    return _inner_count(loop)
 
 
 def same_target(zero: Event, step: Event) -> bool:

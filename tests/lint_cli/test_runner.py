@@ -33,6 +33,7 @@ def lint(paths, **options):
         sorted((r.target.display, r.error) for r in results if r.error)
 
 
+@pytest.mark.slow
 def test_prefilter_never_changes_results():
     paths = corpus()
     assert len(paths) > 100

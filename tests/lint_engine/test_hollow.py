@@ -181,6 +181,7 @@ def test_a_rule_that_reads_the_whole_file_keeps_everything(monkeypatch):
     assert hollowed(source) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", sorted((ROOT / "fixtures").glob("*.py")), ids=lambda p: p.name)
 def test_fixtures_lint_the_same_hollowed(path):
     source = path.read_text(encoding="utf-8")

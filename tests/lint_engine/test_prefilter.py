@@ -91,6 +91,7 @@ def test_answers_no_where_it_can():
     assert loop_reaches_backward(CASES["lightning"]) and loop_reaches_backward(CASES["defined and called"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TORCH.is_dir(), reason="needs the installed torch package as a corpus")
 def test_torch_corpus():
     files = [p for p in sorted(TORCH.rglob("*.py")) if "backward" in p.read_text(errors="replace")]

@@ -1,19 +1,22 @@
 """Generated programs never crash the linter, unsafe fixes always leave code that parses, and
 hollowing (leaving out definitions no training loop depends on) never changes the findings.
 
-CI runs a small derandomized sample; ACCUMCHECK_FUZZ_EXAMPLES=2000 runs a nightly-size one.
+CI runs a small derandomized sample; `pytest --nightly` (or ACCUMCHECK_FUZZ_EXAMPLES=2000) a nightly-size one.
 """
 
 import os
 
 import hypothesmith
 import libcst
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source, lint_source
 from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint import registry
+
+pytestmark = pytest.mark.slow
 
 EXAMPLES = int(os.environ.get("ACCUMCHECK_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize="ACCUMCHECK_FUZZ_EXAMPLES" not in os.environ,

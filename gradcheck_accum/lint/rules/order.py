@@ -98,9 +98,27 @@ class StepEveryMicroBatch(Rule):
                                             "inverted: step when `(i + 1) % N == 0`")
             if window.shape is not WindowShape.UNGUARDED:
                 continue
+            if any(model.loss_of_last_micro_step(window, b) for b in window.backwards):
+                continue  # the micro-batches are the inner loop's: ACC105 says what is wrong
             steps = [s for s in window.steps if not s.via_helper and window.placement(s) is Placement.EVERY
                      and model.declares_accumulation(window, s)]
             if steps:
                 yield Report(steps[0].node, "the loss is prepared for accumulation but the optimizer steps on every "
                                             "micro-batch, so parameters change inside the window; step only when "
                                             "the window is complete")
+
+
+class BackwardAfterMicroStepLoop(Rule):
+    code = "ACC105"
+    name = "backward-after-micro-step-loop"
+    summary = "The backward call runs once after a micro-step loop, on the last micro-batch's loss only."
+    requires = (Fact.TRAINING_LOOP, EventKind.STEP)
+    reads_outside_windows = ()
+
+    def check(self, model: FileModel) -> Iterator[Report]:
+        for window in model.windows:
+            for backward in window.backwards:
+                if not backward.via_helper and model.loss_of_last_micro_step(window, backward):
+                    yield Report(backward.node, "the loss is computed on every micro-step of the loop above but "
+                                                "backpropagated once after it, so only the last micro-batch "
+                                                "reaches the gradient; call backward inside the loop")
