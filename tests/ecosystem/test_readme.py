@@ -31,7 +31,7 @@ NOTES = {m.group("name"): m.group("note") for m in MARKER.finditer(README) if m.
 TESTED = {
     "demo", "test-command", "cpu-torch", "lint", "settings", "pre-commit-remote", "pre-commit-local",
     "ruff-external", "action", "bench", "verify", "verify-commands", "verify-fixture", "verify-loop",
-    "verify-loop-commands", "guard", "guard-frameworks",
+    "verify-loop-commands", "verify-trainer", "guard", "guard-frameworks",
 }
 BIN = Path(sys.executable).parent
 
@@ -42,7 +42,7 @@ def test_every_block_has_a_marker_and_a_test():
     for name, note in NOTES.items():  # the exceptions say why they are exceptions
         if name in ("cpu-torch", "pre-commit-remote", "action"):
             assert note and ("network" in note or "GitHub" in note), name
-    assert "sketch" in NOTES["guard-frameworks"]
+    assert "sketch" in NOTES["guard-frameworks"] and "sketch" in NOTES["verify-trainer"]
 
 
 def clean_env(**extra: str) -> dict:
@@ -330,3 +330,19 @@ def test_guard_frameworks(tmp_path):
         """).replace("HF", callbacks(hf_line)).replace("PL", callbacks(lightning_line)))
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0 and result.stdout.split()[-1] == "ok", result.stderr[-3000:]
+
+
+def test_verify_trainer_sketch_calls_what_the_package_exports():
+    """A sketch cannot run (its objects are the reader's), but every call in it must bind to the
+    exported function's signature, so a renamed or dropped argument fails here."""
+    import ast
+    import inspect
+
+    import gradcheck_accum
+
+    calls = [node for node in ast.walk(ast.parse(BLOCKS["verify-trainer"]))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id.startswith("verify")]
+    assert len(calls) == 3
+    for call in calls:
+        signature = inspect.signature(getattr(gradcheck_accum, call.func.id))
+        signature.bind(*call.args, **{keyword.arg: keyword.value for keyword in call.keywords})
