@@ -384,8 +384,8 @@ main.add_command(lint, "check")  # ruff's name for the same command
               show_default=True, help="`json`: code, name, summary, severity, url and the page of each rule.")
 def rule(code: str | None, show_all: bool, output_format: str) -> None:
     """Print the documentation page of a rule (by code or name), or list all rules."""
-    from gradcheck_accum.lint.pages import page_text, page_url
-    from gradcheck_accum.lint.registry import checks, severity
+    from gradcheck_accum.lint.pages import page_text
+    from gradcheck_accum.lint.registry import checks, page_url, severity
 
     if show_all or not code:
         chosen = list(checks())

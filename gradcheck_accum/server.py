@@ -21,7 +21,8 @@ from pygls.workspace import TextDocument
 
 from gradcheck_accum import __version__
 from gradcheck_accum.lint.diagnostics import Finding
-from gradcheck_accum.lint.pages import page_text, page_url
+from gradcheck_accum.lint.pages import page_text
+from gradcheck_accum.lint.registry import page_url
 from gradcheck_accum.lint.registry import severity
 
 SOURCE = "accumcheck"

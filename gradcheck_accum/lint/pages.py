@@ -31,14 +31,6 @@ def page_text(code: str) -> str | None:
     return path.read_text(encoding="utf-8") if path else None
 
 
-def page_url(code: str) -> str | None:
-    """The rule's page in the repository: the same on every machine, unlike a path to the installed file."""
-    from gradcheck_accum.lint.registry import codes
-
-    name = codes().get(code)
-    return f"{REPOSITORY}/blob/main/rules/{code}-{name}.md" if name is not None else None
-
-
 def section(code: str, title: str) -> str | None:
     """The text of one `## title` section of a rule page (for SARIF help text)."""
     text = page_text(code)

@@ -18,7 +18,7 @@ import pkgutil
 import re
 from typing import TYPE_CHECKING, Protocol
 
-from gradcheck_accum.lint.pages import pages_dir
+from gradcheck_accum.lint.pages import REPOSITORY, pages_dir
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.rule import Rule
@@ -47,6 +47,12 @@ def codes() -> dict[str, str]:
     if not found:  # an installation without its pages: ask the checks themselves
         found = {check.code: check.name for check in checks()}
     return dict(sorted(found.items()))
+
+
+def page_url(code: str) -> str | None:
+    """The rule's page in the repository: the same on every machine, unlike a path to the installed file."""
+    name = codes().get(code)
+    return f"{REPOSITORY}/blob/main/rules/{code}-{name}.md" if name is not None else None
 
 
 @functools.cache

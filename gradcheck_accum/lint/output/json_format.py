@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gradcheck_accum.lint.diagnostics import Finding
-from gradcheck_accum.lint.pages import page_url
+from gradcheck_accum.lint.registry import page_url
 from gradcheck_accum.lint.registry import severity
 
 

@@ -17,7 +17,8 @@ from urllib.parse import quote
 from gradcheck_accum import __version__
 from gradcheck_accum.lint import registry
 from gradcheck_accum.lint.diagnostics import Finding
-from gradcheck_accum.lint.pages import REPOSITORY, page_text, page_url, section
+from gradcheck_accum.lint.pages import REPOSITORY, page_text, section
+from gradcheck_accum.lint.registry import page_url
 
 ROOT_ID = "%SRCROOT%"
 FINGERPRINT = "accumcheck/v1"  # our own key: GitHub computes (and owns) primaryLocationLineHash
