@@ -200,67 +200,66 @@ def test_bench():
         assert result.returncode == 0, (command, result.stderr[-2000:])
 
 
-# --- verify: the names the prose leaves to the reader, defined as a reader would
-VERIFY_PREAMBLE = """
-import torch
-import torch.nn.functional as F
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-batch = (torch.randn(16, 8), torch.randn(16, 1))
-def loss_fn(model, micro_batch):
-    x, y = micro_batch
-    return F.mse_loss(model(x), y)
-"""
+# --- verify: the Python blocks are whole programs; each runs as written, in its own process
+def run_python(tmp_path: Path, code: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "snippet.py"
+    script.write_text(code + "\n")
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900)
 
 
 def test_verify(tmp_path):
-    """The block is whole (it builds its own model and batch): it runs alone and prints what its
-    comment says it prints."""
-    script = tmp_path / "snippet.py"
-    script.write_text(BLOCKS["verify"] + "\n")
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900)
+    """The block's own comment says what it prints."""
+    printed = re.search(r"print\(report\.verdict, report\.diagnosis\)\s+# (.*?)\s*\.\.\.$", BLOCKS["verify"], re.M)
+    result = run_python(tmp_path, BLOCKS["verify"])
     assert result.returncode == 0, result.stderr[-3000:]
-    promised = re.search(r"# (mismatch [\d.]+x: [^.]+)", BLOCKS["verify"]).group(1)
-    assert result.stdout.startswith(promised), result.stdout
+    assert result.stdout.startswith(printed.group(1)), result.stdout
 
 
-@pytest.mark.slow  # each command is a process that imports torch; two of them compile
+@pytest.mark.slow  # each command is a process that imports torch; the first compiles
 @pytest.mark.parametrize("line", [line for line in BLOCKS["verify-commands"].splitlines() if line.strip()])
 def test_verify_commands(checkout, line):
     result = shell(line, checkout, timeout=900)
     assert result.returncode == expected_status(line), result.stdout[-2000:] + result.stderr[-2000:]
 
 
-@pytest.mark.slow
+# The property's negative control: the same test with the README's mean-of-means bug (a per-micro-batch
+# token mean, divided by N) must fail, naming it, and shrink to a two-micro-batch window.
+MEAN_OF_MEANS_TWIN = '''
+import re
+import pytest
+import test_readme_property as readme
+
+token_loss_sum = readme.token_loss_sum
+
+
+def token_loss_mean(model, batch):
+    return token_loss_sum(model, batch) / int((batch["labels"] != -100).sum())
+
+
+def test_the_property_fails_on_a_mean_of_means(accumcheck, monkeypatch):
+    monkeypatch.setattr(readme, "token_loss_sum", token_loss_mean)
+    monkeypatch.setattr(readme, "window_tokens", lambda micro_batch, window: len(window))
+    with pytest.raises(pytest.fail.Exception, match="mean-of-means") as failed:
+        readme.test_loss_accumulates(accumcheck=accumcheck)
+    [plan] = re.findall(r"plan=\\((\\d+), \\[(.*?)\\]\\)", "\\n".join(getattr(failed.value, "__notes__", [])))
+    assert len(plan[1].split(",")) == 2, plan
+'''
+
+
+@pytest.mark.slow  # hypothesis runs the model a few hundred times, and shrinks the control's failure
 def test_verify_fixture(tmp_path):
-    (tmp_path / "test_snippet.py").write_text(textwrap.dedent("""
-        import hypothesis
-        import torch
-        import torch.nn.functional as F
-        from fixtures.verify_demo import model_factory as make_model, token_batch, token_loss_sum as loss_fn
-        from fixtures.verify_demo import window_tokens
-
-        def make_batch(rows):
-            return token_batch(rows=rows)
-
-        # as a project's conftest would: fewer examples than hypothesis' default, no per-example deadline
-        hypothesis.settings.register_profile("readme", max_examples=8, deadline=None)
-        hypothesis.settings.load_profile("readme")
-        """) + BLOCKS["verify-fixture"] + "\n")
-    (tmp_path / "fixtures").symlink_to(ROOT / "fixtures")
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             "-o", "addopts=", "test_snippet.py"], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:]
-    assert "1 passed" in result.stdout
+    """The block as a test module, run by pytest with the installed plugin, beside its negative control."""
+    (tmp_path / "test_readme_property.py").write_text(BLOCKS["verify-fixture"] + "\n")
+    (tmp_path / "test_mean_of_means_control.py").write_text(MEAN_OF_MEANS_TWIN)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                             "test_readme_property.py", "test_mean_of_means_control.py"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0 and "2 passed" in result.stdout, result.stdout[-3000:]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a process that imports torch
 def test_verify_loop(tmp_path):
-    preamble = VERIFY_PREAMBLE + "micro_batches = [(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(10)]\n"
-    script = tmp_path / "snippet.py"
-    script.write_text(preamble + BLOCKS["verify-loop"] + "\nprint(report.verdict)\n")
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900)
+    result = run_python(tmp_path, BLOCKS["verify-loop"] + "\nprint(report.verdict)")
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split()[-1] == "match"
 
