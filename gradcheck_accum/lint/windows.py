@@ -207,11 +207,6 @@ def is_micro_batch_loop(loop: Loop, n: cst.BaseExpression | None) -> bool:
     return any(_MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in names)
 
 
-def inner_count(loop: Loop) -> cst.BaseExpression | None:
-    """N of `for _ in range(N)` or `for chunk in x.chunk(N)`."""
-    return _inner_count(loop)
-
-
 def same_target(zero: Event, step: Event) -> bool:
     """Does clearing `zero` affect the gradients `step` uses? Unknown or model-wide clears do."""
     if zero.model_wide or zero.target is None or step.target is None:
@@ -308,7 +303,7 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
         later = [e for e in after if e.kind is EventKind.STEP and e.ctx.loops == outer]
         if later:
             window.shape = NESTED
-            window.n = _inner_count(loop)
+            window.n = inner_count(loop)
 
     for event in inside:
         window.placements[id(event)] = _place_inside(window, event, variant)
@@ -340,7 +335,8 @@ def _accumulate_call(event: Event) -> cst.Call | None:
     return None
 
 
-def _inner_count(loop: Loop) -> cst.BaseExpression | None:
+def inner_count(loop: Loop) -> cst.BaseExpression | None:
+    """N of `for _ in range(N)` or `for chunk in x.chunk(N)`."""
     if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call):
         return None
     _, name = call_receiver(loop.iter)
