@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ecosystem.working_tree import copy_working_tree
 from lint_cli.cli_samples import BUGGY, CLEAN
 
 ROOT = Path(__file__).parents[2]
@@ -79,12 +80,7 @@ def checkout(project):
 
 @pytest.mark.slow  # a fresh virtual environment and an editable install
 def test_demo(tmp_path):
-    checkout = tmp_path / "accumcheck"
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    for name in filter(None, files.decode().split("\0")):
-        if (ROOT / name).is_file():
-            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, checkout / name)
+    checkout = copy_working_tree(tmp_path / "accumcheck")
     result = shell(BLOCKS["demo"], checkout, timeout=900)
     assert result.returncode == 0, result.stderr
     assert "fixtures/manual_zero_grad_every_micro_batch.py:" in result.stdout and " ACC101 " in result.stdout

@@ -16,3 +16,7 @@ BUGGY = textwrap.dedent(
 )
 CLEAN = BUGGY.replace("    optimizer.zero_grad()\n", "").replace(
     "        optimizer.step()\n", "        optimizer.step()\n        optimizer.zero_grad()\n")
+
+# ACC302, whose fix is safe: a compiled module's state_dict saved (its keys start with `_orig_mod.`).
+CHECKPOINT = "import torch\nm = torch.compile(m)\ntorch.save(m.state_dict(), 'p')\n"
+CHECKPOINT_FIXED = "import torch\nm = torch.compile(m)\ntorch.save(getattr(m, \"_orig_mod\", m).state_dict(), 'p')\n"

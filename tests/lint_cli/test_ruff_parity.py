@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_samples import BUGGY, CLEAN
+from cli_samples import BUGGY, CHECKPOINT, CHECKPOINT_FIXED, CLEAN
 
 # ACC204 (a performance-only warning): the loss, with its graph, summed into a running total.
 WARNING_ONLY = """\
@@ -311,7 +311,6 @@ def test_add_noqa_on_a_notebook_and_on_standard_input(run, tmp_path):
 
 
 # 12
-CHECKPOINT = "import torch\nm = torch.compile(m)\ntorch.save(m.state_dict(), 'p')\n"
 
 
 def test_standard_input_keeps_its_snippet_in_full_and_its_fixes_in_sarif(run, tmp_path):
@@ -323,7 +322,7 @@ def test_standard_input_keeps_its_snippet_in_full_and_its_fixes_in_sarif(run, tm
     [replacement] = result["fixes"][0]["artifactChanges"][0]["replacements"]
     start, length = replacement["deletedRegion"]["charOffset"], replacement["deletedRegion"]["charLength"]
     fixed = CHECKPOINT[:start] + replacement["insertedContent"]["text"] + CHECKPOINT[start + length:]
-    assert fixed.endswith("torch.save(getattr(m, \"_orig_mod\", m).state_dict(), 'p')\n")
+    assert fixed == CHECKPOINT_FIXED
 
 
 # 13
