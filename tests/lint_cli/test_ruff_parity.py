@@ -27,6 +27,18 @@ for epoch in range(3):
     print(epoch_loss)
 """
 
+SCHEMA = Path(__file__).parents[1] / "data" / "sarif-schema-2.1.0.json"
+
+
+def sarif_log(result) -> dict:
+    """The SARIF log a run printed, checked against the official SARIF 2.1.0 schema."""
+    import jsonschema
+
+    log = json.loads(result.stdout)
+    jsonschema.validate(log, json.loads(SCHEMA.read_text()))
+    return log
+
+
 def codes(result) -> list[str]:
     return [line.split(": ")[1].split()[0] for line in result.stdout.splitlines()]
 
@@ -283,7 +295,7 @@ def test_severity_per_rule_and_fail_on(run, tmp_path):
     record = json.loads(run("lint", "--output-format", "json", "t.py").stdout)[0]
     assert record["severity"] == "warning"
     assert run("lint", "--output-format", "github", "t.py").stdout.startswith("::warning file=t.py,")
-    sarif = json.loads(run("lint", "--output-format", "sarif", "t.py").stdout)
+    sarif = sarif_log(run("lint", "--output-format", "sarif", "t.py"))
     assert sarif["runs"][0]["results"][0]["level"] == "warning"
 
 
@@ -316,8 +328,7 @@ def test_add_noqa_on_a_notebook_and_on_standard_input(run, tmp_path):
 def test_standard_input_keeps_its_snippet_in_full_and_its_fixes_in_sarif(run, tmp_path):
     full = run("lint", "--output-format", "full", "-", "--stdin-filename", "train.py", input=BUGGY)
     assert full.stdout.splitlines()[1:3] == ["4 |     optimizer.zero_grad()", "        " + "^" * 21]
-    sarif = json.loads(run("lint", "--output-format", "sarif", "-", "--stdin-filename", "ckpt.py",
-                           input=CHECKPOINT).stdout)
+    sarif = sarif_log(run("lint", "--output-format", "sarif", "-", "--stdin-filename", "ckpt.py", input=CHECKPOINT))
     [result] = sarif["runs"][0]["results"]
     [replacement] = result["fixes"][0]["artifactChanges"][0]["replacements"]
     start, length = replacement["deletedRegion"]["charOffset"], replacement["deletedRegion"]["charLength"]
@@ -336,7 +347,7 @@ def test_notebook_findings_sit_on_the_ipynb_lines_in_github_and_sarif(run, tmp_p
     line, column = int(fields["line"]), int(fields["col"])
     assert stored[line - 1][column - 1:].startswith("optimizer.zero_grad()"), (fields, stored[line - 1])
     assert github.rstrip().endswith("(cell 3, line 4)")
-    sarif = json.loads(run("lint", "--output-format", "sarif", "train.ipynb").stdout)
+    sarif = sarif_log(run("lint", "--output-format", "sarif", "train.ipynb"))
     [result] = sarif["runs"][0]["results"]
     region = result["locations"][0]["physicalLocation"]["region"]
     assert (region["startLine"], region["startColumn"]) == (line, column)
@@ -347,21 +358,14 @@ def test_notebook_findings_sit_on_the_ipynb_lines_in_github_and_sarif(run, tmp_p
 
 
 # 19
-SCHEMA = Path(__file__).parents[1] / "data" / "sarif-schema-2.1.0.json"
-
-
 def test_sarif_has_repository_paths_fingerprints_and_stable_help(run, tmp_path, monkeypatch):
-    import jsonschema
-
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "src" / "pkg").mkdir(parents=True)
     (tmp_path / "src" / "pkg" / "train loop.py").write_text(BUGGY)
     monkeypatch.chdir(tmp_path / "src")
 
     def sarif(*args):
-        log = json.loads(run("lint", "--output-format", "sarif", *args).stdout)
-        jsonschema.validate(log, json.loads(SCHEMA.read_text()))
-        return log["runs"][0]
+        return sarif_log(run("lint", "--output-format", "sarif", *args))["runs"][0]
 
     run_ = sarif("pkg")
     assert run_["originalUriBaseIds"] == {"%SRCROOT%": {"uri": tmp_path.as_uri() + "/"}}
