@@ -294,7 +294,7 @@ def _settle(plan: _Plan, first: _Pass, freeze_batchnorm: bool) -> tuple[str, str
     if d.code in _CONFIDENT:
         return ("mismatch", _mismatch_sentence(first), first, first.notes)
     couplings = []
-    if first.prepared.batch_stat_layers and not freeze_batchnorm and _freezable(first.prepared):
+    if first.prepared.batch_stat_layers and not freeze_batchnorm and first.prepared.batch_stats_freezable():
         couplings.append(("BatchNorm frozen", lambda: _run_pass(plan, freeze_batchnorm=True, label="BatchNorm frozen"),
                           _batchnorm_cause(first)))
     for term in first.terms if len(first.terms) > 1 else ():
@@ -318,18 +318,12 @@ def _settle(plan: _Plan, first: _Pass, freeze_batchnorm: bool) -> tuple[str, str
         return "mismatch", (f"{_mismatch_sentence(second)} (found with {label}: {cause}, cosine {d.cosine:.4f} "
                             "with it in)"), second, second.notes
     if first.prepared.batch_stat_layers:
-        how = "" if _freezable(first.prepared) else "; BatchNorm without running statistics cannot be frozen to check the rest"
+        how = "" if first.prepared.batch_stats_freezable() else "; BatchNorm without running statistics cannot be frozen to check the rest"
         return "inherent", f"{_batchnorm_cause(first)}, so accumulation cannot reproduce the big batch ({measured}){how}", \
             first, first.notes
     if d.code == "coupled" and first.primary is first.diagnoses.get("eager"):
         return "inherent", d.cause, first, first.notes
     return "mismatch", _mismatch_sentence(first), first, first.notes
-
-
-def _freezable(prepared: PreparedModel) -> bool:
-    """Every batch-statistic layer keeps running statistics, so eval mode can stand in for it."""
-    return all(getattr(m, "track_running_stats", False) for m in prepared.module.modules()
-               if isinstance(m, torch.nn.modules.batchnorm._BatchNorm))
 
 
 def _batchnorm_cause(first: _Pass) -> str:

@@ -16,7 +16,7 @@ by k gives the mean exactly. Both are accepted (the row says which); anything el
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -78,16 +78,38 @@ def verify_loop(
     steps = _check_args(train_fn, micro_batches, loss_fn, accumulation_steps, world_size)
     if parallel not in SYNCS:
         raise VerifyError(f"parallel must be one of {', '.join(map(repr, SYNCS))}, got {parallel!r}")
-    run = LoopRun.prepare(model, micro_batches, device=device, dtype=dtype, world_size=world_size,
-                          freeze_batchnorm=freeze_batchnorm)
-    outcome = run.check(train_fn, loss_fn, steps, optimizer, world_size=world_size, timeout=timeout,
-                        start_method=start_method, find_unused_parameters=find_unused_parameters, seed=seed,
-                        item_counts_fn=item_counts_fn, parallel=parallel)
+    def checked(freeze: bool) -> tuple[LoopRun, LoopOutcome]:
+        run = LoopRun.prepare(model, micro_batches, device=device, dtype=dtype, world_size=world_size,
+                              freeze_batchnorm=freeze)
+        return run, run.check(train_fn, loss_fn, steps, optimizer, world_size=world_size, timeout=timeout,
+                              start_method=start_method, find_unused_parameters=find_unused_parameters, seed=seed,
+                              item_counts_fn=item_counts_fn, parallel=parallel)
+
+    run, outcome = checked(freeze_batchnorm)
+    if outcome.verdict == "inherent" and run.prepared.batch_stat_layers and run.prepared.batch_stats_freezable():
+        # BatchNorm hides whatever else is wrong: check the loop again with it frozen, as verify does.
+        frozen_run, frozen = checked(True)
+        run, outcome = (frozen_run, frozen) if frozen.verdict == "mismatch" else (run, outcome)
+        outcome = _with_batchnorm_frozen(outcome, frozen, run.prepared)
     diagnosis = outcome.diagnosis
     if world_size > 1 and outcome.verdict == "match":
         diagnosis = f"on {world_size} {SYNCS[parallel].wrapper} ranks, " + diagnosis
     return Report(outcome.verdict, diagnosis, outcome.rows, outcome.modes, run.notes + outcome.notes,
                   {**outcome.settings, **run.settings(world_size)})
+
+
+def _with_batchnorm_frozen(outcome: "LoopOutcome", frozen: "LoopOutcome", prepared: PreparedModel) -> "LoopOutcome":
+    """The verdict once the loop ran again with BatchNorm frozen: a bug that pass names is the
+    verdict; a match there leaves BatchNorm as the only cause."""
+    layers = ", ".join(prepared.batch_stat_layers or prepared.frozen_batch_stat_layers)
+    if frozen.verdict == "mismatch":
+        diagnosis = (f"{frozen.diagnosis} (found with BatchNorm frozen: batch-statistic layers ({layers}) "
+                     "normalise each micro-batch with its own statistics)")
+        return replace(frozen, diagnosis=diagnosis)
+    if frozen.verdict == "match":
+        return replace(outcome, diagnosis=f"{outcome.diagnosis}; with BatchNorm frozen the rest of the "
+                                                      "loop matches")
+    return outcome
 
 
 @dataclass(frozen=True)

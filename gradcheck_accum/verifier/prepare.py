@@ -47,6 +47,12 @@ class PreparedModel:
     def trainable(self) -> list[str]:
         return [n for n, p in self.module.named_parameters() if p.requires_grad]
 
+    def batch_stats_freezable(self) -> bool:
+        """Every batch-statistic layer keeps running statistics, so eval mode can stand in for it
+        (a second pass with them frozen checks the rest)."""
+        return all(getattr(m, "track_running_stats", False) for m in self.module.modules()
+                   if isinstance(m, nn.modules.batchnorm._BatchNorm))
+
 
 def _state(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [*module.named_parameters(), *module.named_buffers()]

@@ -3,6 +3,8 @@ run, so the check stays exact (a match is a match within rounding) or says it ca
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -116,3 +118,81 @@ def test_attention_without_dropout_draws_nothing_even_with_a_padding_mask():
     mask[::2, 3:] = 0
     report = verify(factory, (x, mask), lambda m, b: m(*b).pow(2).mean(), **EAGER)
     assert report.ok and not any("random draws" in n for n in report.notes), report.render()
+
+
+class NoiseInjection(nn.Module):
+    """Gaussian noise added to a hidden layer while training (a regulariser, drawn in forward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 16), nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.a(x))
+        if self.training:
+            h = h + 0.3 * torch.randn_like(h)
+        return self.b(h)
+
+
+def noise_injection() -> NoiseInjection:
+    torch.manual_seed(0)
+    return NoiseInjection()
+
+
+def labelled(rows: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(4)
+    return torch.randn(rows, 6, generator=g), torch.randint(0, 3, (rows,), generator=g)
+
+
+def ce(model, batch):
+    return F.cross_entropy(model(batch[0]), batch[1])
+
+
+@pytest.mark.parametrize("kwargs, verdict, phrase", [
+    ({}, "match", "within rounding"),
+    ({"scaling": "none"}, "mismatch", "4.00x: loss not divided by the accumulation steps"),
+    ({"splits": [2, 6, 8]}, "mismatch", "mean-of-means; rows = [2, 6, 8]"),
+], ids=["correct", "not divided", "mean of means"])
+def test_noise_injected_in_forward_is_replayed_and_bugs_are_named(kwargs, verdict, phrase):
+    report = verify(noise_injection, labelled(), ce, **kwargs, **EAGER)
+    assert report.verdict == verdict and phrase in report.diagnosis, report.render()
+    assert any("random draws (randn_like) recorded" in n for n in report.notes)
+
+
+def mixup(model, batch):
+    # Rows mixed with other rows of the same batch: a micro-batch cannot draw the big batch's pairs.
+    x, y = batch
+    perm = torch.randperm(len(x))
+    out = model(0.7 * x + 0.3 * x[perm])
+    return 0.7 * F.cross_entropy(out, y) + 0.3 * F.cross_entropy(out, y[perm])
+
+
+def flattened_token_noise(model, batch):
+    # Noise drawn over (rows * tokens) flattened: its dim 0 is not the batch's.
+    x, y = batch
+    tokens = x.unflatten(1, (3, 2)).flatten(0, 1)
+    jitter = torch.empty_like(tokens).uniform_(0.9, 1.1)
+    return F.cross_entropy(model((tokens * jitter).unflatten(0, (len(x), 3)).flatten(1)), y)
+
+
+def numpy_draws():
+    """A loss weighted by a draw the check cannot see (numpy's generator): the big batch differs
+    from run to run. Seeded here, so the test draws the same numbers every time it runs."""
+    rng = np.random.default_rng(0)
+
+    def loss(model, batch):
+        return float(rng.uniform(0.5, 1.5)) * ce(model, batch)
+
+    return loss
+
+
+@pytest.mark.parametrize("make_loss, why", [
+    (lambda: mixup, "randperm draws shape (4,) in a micro-batch of 4 rows but (16,)"),
+    (lambda: flattened_token_noise, "uniform_ draws shape (12, 2) in a micro-batch of 4 rows but (48, 2)"),
+    (numpy_draws, "far beyond rounding"),
+], ids=["mixup", "flattened tokens", "numpy"])
+@pytest.mark.parametrize("scaling", ["steps", "none"], ids=["correct", "not divided"])
+def test_draws_that_cannot_be_lined_up_are_uncheckable_never_a_match(make_loss, why, scaling):
+    report = verify(noise_injection, labelled(), make_loss(), scaling=scaling, **EAGER)
+    assert report.verdict == "uncheckable" and not report.ok, report.render()
+    assert report.diagnosis.startswith("the check cannot be made") and why in report.diagnosis, report.render()

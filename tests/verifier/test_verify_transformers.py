@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from gradcheck_accum import verify, verify_loop
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.slow  # tiny GPT-2 and Llama, several verify runs each
 transformers.logging.set_verbosity_error()
 
 EAGER = {"modes": ("eager",)}
@@ -85,9 +86,10 @@ def hf_style_loop(model, optimizer, micro_batches, n):
             optimizer.zero_grad()
 
 
-def test_loop_mean_of_means_weights_come_from_token_counts_not_rows():
+@pytest.mark.parametrize("factory", [gpt2, llama])
+def test_loop_mean_of_means_weights_come_from_token_counts_not_rows(factory):
     micro_batches = [padded_batch(rows=2, seed=s) for s in range(4)]
-    report = verify_loop(hf_style_loop, gpt2(), micro_batches, token_sum_mean, 4)
+    report = verify_loop(hf_style_loop, factory(), micro_batches, token_sum_mean, 4)
     assert report.settings["findings"][0] == "mean-of-means", report.render()
     assert "batch['labels'][:, 1:]" in report.diagnosis and "expected" not in report.diagnosis
 

@@ -142,14 +142,24 @@ def test_bad_input_gets_one_line_error(kwargs, message):
     assert "\n" not in str(info.value)
 
 
-def test_batchnorm_model_is_inherent_not_a_loop_bug():
+def test_batchnorm_is_inherent_and_a_4x_bug_under_it_is_named():
     def model():
         torch.manual_seed(0)
         return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2))
 
     report = verify_loop(cases.guarded_with_flush, model, micro_batches(), cases.micro_loss, N)
     assert report.verdict == "inherent", report.render()
-    assert "BatchNorm" in report.diagnosis
+    assert "BatchNorm" in report.diagnosis and "with BatchNorm frozen the rest of the loop matches" in report.diagnosis
+    # BatchNorm hides no bug: named at once when it leaves its own trace (only the last micro-batch
+    # contributes), else by a second pass with BatchNorm frozen (a 4x scale looks like a coupling).
+    for buggy, kind, phrase in [(cases.loss_not_divided, "loss-not-divided",
+                                 "4.00x: loss not divided by the accumulation steps (every micro-batch counts 4.00 "
+                                 "times) (found with BatchNorm frozen"),
+                                (cases.zero_grad_every_micro_batch, "grad-cleared-every-micro-batch",
+                                 "gradients cleared every micro-batch")]:
+        bad = verify_loop(buggy, model, micro_batches(), cases.micro_loss, N)
+        assert bad.verdict == "mismatch" and bad.settings["findings"][0] == kind, bad.render()
+        assert phrase in bad.diagnosis, bad.render()
     # Frozen on running statistics (although the loop calls model.train()), the loop checks exactly.
     frozen = verify_loop(cases.guarded_with_flush, model, micro_batches(), cases.micro_loss, N, freeze_batchnorm=True)
     assert frozen.ok, frozen.render()

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 accelerate = pytest.importorskip("accelerate")
+pytestmark = pytest.mark.slow  # an Accelerator per test
 
 from trainer_cases import micro_batches, mse  # noqa: E402
 

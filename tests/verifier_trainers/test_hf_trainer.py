@@ -6,6 +6,7 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.slow  # a Trainer per test
 
 from trainer_cases import MeanLossLM, predicted_tokens, tiny_llama, token_batch, token_micro_batches  # noqa: E402
 

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 pl = pytest.importorskip("lightning.pytorch")
+pytestmark = pytest.mark.slow  # a Trainer per test
 
 from trainer_cases import micro_batches, mse  # noqa: E402
 
