@@ -69,7 +69,8 @@ def verify_loop(
     parallel="fsdp" (each micro-batch split evenly across the ranks), and compares the averaged
     gradients with the single-process big batch.
     freeze_batchnorm: keep BatchNorm layers on running statistics (eval) even when train_fn
-    calls model.train(), so the rest of the loop can be checked exactly. seed: random ops in
+    calls model.train(), so the rest of the loop can be checked exactly (without it, a loop that
+    BatchNorm makes 'inherent' is run again frozen, so a bug under BatchNorm is still named). seed: random ops in
     train_fn and in the references start from this seed. item_counts_fn(micro_batch) -> int: how
     many items loss_fn averages over in a micro-batch (e.g. label tokens != -100; default its
     rows); a failing step's micro-batch weights are judged against these counts (mean-of-means,
