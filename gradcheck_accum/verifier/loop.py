@@ -16,13 +16,15 @@ by k gives the mean exactly. Both are accepted (the row says which); anything el
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
 from gradcheck_accum.verifier.batches import batch_size, check_finite_data, item_counts, map_batch, shard
 from gradcheck_accum.verifier.compare import Tolerance, global_scale_cosine
+from gradcheck_accum.verifier.draws import Draws, same_supply, window_supply
 from gradcheck_accum.verifier.errors import VerifyError
 from gradcheck_accum.verifier.judge import compare_rows, judge, magnitudes
 from gradcheck_accum.verifier.loop_findings import (
@@ -123,6 +125,7 @@ class LoopOutcome:
     modes: list[ModeResult]
     notes: list[str]
     settings: dict[str, Any]
+    random_ops: tuple[str, ...] = ()  # what the windows' big batches drew (the loss's random ops)
 
 
 @dataclass
@@ -184,15 +187,38 @@ class LoopRun:
                 )
                 recording = ranks[0]
             else:
-                run_copy = copy.deepcopy(module).to(self.device)
-                on_device = [map_batch(mb, lambda t: t.to(self.device)) for mb in self.micro_batches]
-                recording = record_loop(train_fn, run_copy, on_device, steps, optimizer, seed=seed)
+                recording = self._record(train_fn, steps, optimizer, seed)
             module.train(recording.training)  # references run in the mode the loop left the model in
             batch_stats = bool(self.prepared.batch_stat_layers) and recording.training
             big = BigBatch(self.prepared, loss_fn, device=torch.device(self.device), dtype=self.dtype, seed=seed)
-            return analyse(recording, big, self.micro_batches, steps, ranks=ranks, world_size=world_size,
-                           batch_stats=batch_stats, where=where, mode=mode, check_remainder=check_remainder,
-                           item_counts_fn=item_counts_fn, parallel=parallel)
+            judge_loop = functools.partial(analyse, big=big, micro_batches=self.micro_batches, steps_n=steps,
+                                           ranks=ranks, world_size=world_size, batch_stats=batch_stats, where=where,
+                                           mode=mode, check_remainder=check_remainder,
+                                           item_counts_fn=item_counts_fn, parallel=parallel)
+            outcome = judge_loop(recording)
+            if outcome.random_ops and world_size == 1 and not outcome.verdict == "match":
+                # The loss draws random numbers: run the loop again recording its draws, so each
+                # window's big batch is given the draws its micro-batches made.
+                recording = self._record(train_fn, steps, optimizer, seed, record_draws=True)
+                outcome = judge_loop(recording, loop_draws=draws_per_micro_batch(recording, len(self.micro_batches)))
+            return outcome
+
+    def _record(self, train_fn: Callable, steps: int, optimizer: Optional[Callable], seed: int,
+                record_draws: bool = False) -> Recording:
+        run_copy = copy.deepcopy(self.prepared.module).to(self.device)
+        on_device = [map_batch(mb, lambda t: t.to(self.device)) for mb in self.micro_batches]
+        return record_loop(train_fn, run_copy, on_device, steps, optimizer, seed=seed, record_draws=record_draws)
+
+
+def draws_per_micro_batch(recording: Recording, total: int) -> Union[list[Draws], str]:
+    """The loop's random draws, micro-batch by micro-batch: each made the same number of draws (as a
+    loss drawing per call does), so they split evenly in the order made; else why not."""
+    made = recording.draws.draws if recording.draws else []
+    if recording.forwards != total or len(made) % total:
+        return (f"the loop made {len(made)} random draw(s) over {recording.forwards} forward(s) of {total} "
+                "micro-batches, not the same number for each, so they cannot be given to the windows' big batches")
+    each = len(made) // total
+    return [Draws(made[i * each:(i + 1) * each]) for i in range(total)]
 
 
 def _counted(item_counts_fn: Callable[[Any], int], micro_batches: Sequence[Any]) -> list[int]:
@@ -266,7 +292,11 @@ def analyse(
     check_remainder: bool = True,
     item_counts_fn: Optional[Callable[[Any], int]] = None,
     parallel: str = "ddp",
+    loop_draws: Union[None, list[Draws], str] = None,
 ) -> LoopOutcome:
+    """Judge every step of a recorded loop against its window's big batch. loop_draws: the random
+    draws the loop made per micro-batch (draws_per_micro_batch), given to the big batches; or why
+    they cannot be."""
     total = len(micro_batches)
     windows, findings, notes = windows_of(recording, total, steps_n, check_remainder=check_remainder)
     if recording.moved_before:
@@ -278,6 +308,9 @@ def analyse(
     modes: list[ModeResult] = []
     grad_findings: list[Finding] = []
     uncheckable: Optional[str] = None
+    if isinstance(loop_draws, str):
+        uncheckable, loop_draws = f"the check cannot be made: {loop_draws}; pass the noise in the batch", None
+    random_ops: set[str] = set()
     for j, ((a, b), step) in enumerate(zip(windows, recording.steps)):
         if a == b:
             continue
@@ -288,14 +321,18 @@ def analyse(
         except RuntimeError as exc:
             raise VerifyError(f"micro-batches {a}..{b - 1} cannot be concatenated into one window batch "
                               f"(the reference needs it): {str(exc).splitlines()[0]}") from None
-        reference = big.reference(whole, weights)
+        supply = None if loop_draws is None else window_supply(loop_draws[a:b], [batch_size(mb) for mb in window])
+        reference = big.reference(whole, weights, supply)
+        random_ops.update(reference.random_ops)
         if all(g is None for g in reference.baseline.grads.values()):
             raise VerifyError("no parameter received a gradient from loss_fn on the window: does loss_fn use the model?")
         # Under DDP each rank's shard of a micro-batch is weighed on its own (a per-rank mean is one).
         parts = [piece for i, mb in enumerate(window) for piece in (shard(mb, world_size, a + i) if world_size > 1 else [mb])]
         part_rows = [batch_size(piece) for piece in parts]
-        per_part = _Lazy(lambda parts=parts, weights=weights, reference=reference:
-                         [big.exact(piece, weights) for piece in parts] if len(parts) > 1 else [reference.exact])
+        supplies = [None] * len(parts) if loop_draws is None else [same_supply(d) for d in loop_draws[a:b]]
+        per_part = _Lazy(lambda parts=parts, weights=weights, reference=reference, supplies=supplies:
+                         [big.exact(piece, weights, supply) for piece, supply in zip(parts, supplies)]
+                         if len(parts) > 1 else [reference.exact])
         label = mode or where(j + 1)
         # The accumulated gradient as the loop made it: before clipping when the loop clipped.
         candidate = step.clips[-1].grads if step.clips else step.grads
@@ -325,7 +362,7 @@ def analyse(
                              "(accepted)")
         rows += step_rows
         ok = all(r.ok for r in step_rows)
-        uncheckable = uncheckable or _cannot_compare(reference, big.dtype, ok)
+        uncheckable = uncheckable or _cannot_compare(reference, big.dtype, ok, replayed=loop_draws is not None)
         scale, cosine = global_scale_cosine(candidate, reference.best)
         clipping, clipped = clip_findings(where(j + 1), step, reference.best, shapes, ok, tol.eps)
         diagnosis, fitted = "", None
@@ -370,10 +407,14 @@ def analyse(
         calls = [s.syncs for s in recording.steps]
         settings[f"{sync.key[:-1]}_calls_per_window"] = [b - a for a, b in zip([0] + calls, calls)]
     if uncheckable and not any(f.error and f.kind != "grad-mismatch" for f in findings):
-        return LoopOutcome("uncheckable", uncheckable, rows, modes, [f.sentence for f in findings] + notes, settings)
+        return LoopOutcome("uncheckable", uncheckable, rows, modes, [f.sentence for f in findings] + notes, settings,
+                           tuple(sorted(random_ops)))
     verdict, diagnosis = _verdict(findings, batch_stats, len(recording.steps), total, steps_n)
     extra = [f.sentence for f in findings if f.sentence != diagnosis and not diagnosis.endswith(f.sentence)]
-    return LoopOutcome(verdict, diagnosis, rows, modes, extra + notes, settings)
+    if loop_draws is not None and random_ops:
+        extra.append(f"random draws ({', '.join(sorted(random_ops))}) the loop made recorded and given to each "
+                     "window's big batch")
+    return LoopOutcome(verdict, diagnosis, rows, modes, extra + notes, settings, tuple(sorted(random_ops)))
 
 
 def _counts(parts: list[Any], item_counts_fn: Optional[Callable[[Any], int]]) -> dict[str, list[int]]:
@@ -383,13 +424,13 @@ def _counts(parts: list[Any], item_counts_fn: Optional[Callable[[Any], int]]) ->
     return counts
 
 
-def _cannot_compare(reference: Reference, dtype: torch.dtype, ok: bool) -> Optional[str]:
+def _cannot_compare(reference: Reference, dtype: torch.dtype, ok: bool, replayed: bool = False) -> Optional[str]:
     """Why a step cannot be judged: the window's big batch draws random numbers, which the loop drew
     differently (a mismatch then says nothing), or its float32 and float64 runs are not the same
     computation (a budget that wide would let anything pass)."""
     if reference.draw_failure:
         return f"the check cannot be made: {reference.draw_failure}"
-    if reference.random_ops and not ok:
+    if reference.random_ops and not ok and not replayed:
         return (f"the check cannot be made: the loss draws random numbers ({', '.join(reference.random_ops)}), and "
                 "the loop drew them per micro-batch, not as the window's big batch does; pass the noise in the batch "
                 "(or switch the op off for the check)")

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 
 from gradcheck_accum.verifier.accumulate import seeded
+from gradcheck_accum.verifier.draws import DrawMode, Draws
 from gradcheck_accum.verifier.errors import VerifyError
 from gradcheck_accum.verifier.user_errors import one_line, user_frame
 
@@ -67,6 +68,7 @@ class Recording:
     final_scheduler_steps: Optional[int] = None
     training: bool = True  # the mode train_fn left the model in; references run in it
     trailing_clips: list[ClipCall] = field(default_factory=list)  # clip calls after the last step
+    draws: Optional[Draws] = None  # the random draws train_fn made, in order (when asked to record them)
 
     @property
     def forwards(self) -> int:
@@ -123,12 +125,14 @@ def record_loop(
     wrapped: Optional[torch.nn.Module] = None,
     sync_count: Optional[Callable[[], int]] = None,
     seed: int = 0,
+    record_draws: bool = False,
 ) -> Recording:
     """Run ``train_fn(wrapped or module, optimizer, micro_batches, accumulation_steps)`` and record it.
 
     ``module`` is the private copy whose parameters the optimizer owns; ``wrapped`` is what
     train_fn receives when it differs (a DistributedDataParallel around ``module``, or a compiled
-    module): forwards are counted on it, outside any compiled code. Random ops start from ``seed``.
+    module): forwards are counted on it, outside any compiled code. Random ops start from ``seed``;
+    record_draws: keep every random draw train_fn makes (the windows' big batches replay them).
     """
     params = dict(module.named_parameters())
     optimizer = make_optimizer(optimizer_factory, list(params.values()))
@@ -226,6 +230,7 @@ def record_loop(
         running[0] -= 1
 
     watched = wrapped if wrapped is not None else module
+    draws = DrawMode() if record_draws else contextlib.nullcontext()
     handles = [
         watched.register_forward_pre_hook(before_forward),
         watched.register_forward_hook(after_forward, always_call=True),
@@ -233,7 +238,7 @@ def record_loop(
         optimizer.register_step_post_hook(after_step),
     ]
     try:
-        with seeded(seed), watching_clips(on_clip):
+        with seeded(seed), watching_clips(on_clip), draws:
             train_fn(wrapped if wrapped is not None else module, optimizer, micro_batches, accumulation_steps)
     except VerifyError:
         raise
@@ -246,6 +251,7 @@ def record_loop(
         for handle in handles:
             handle.remove()
     rec.trailing_clips = list(clips)
+    rec.draws = draws.drawn if record_draws else None
     rec.leftover = {n: (None if p.grad is None else p.grad.detach().clone()) for n, p in params.items()}
     rec.final_weights = _snapshot(params)
     rec.final_syncs = sync_count() if sync_count else None

@@ -58,3 +58,21 @@ def test_verify_loop_on_cuda_with_a_binding_clip():
     assert "clipped to" in report.mode("step 1").diagnosis
     bad = verify_loop(lambda *a: clipped_loop(*a, divide=False), mlp(), micro_batches, ce, 4)
     assert bad.settings["findings"][0] == "loss-not-divided", bad.render()
+
+
+def noisy_loop(model, optimizer, micro_batches, n, divide=True):
+    for i, batch in enumerate(micro_batches):
+        (noisy(model, batch) / (n if divide else 1)).backward()
+        if (i + 1) % n == 0 or i + 1 == len(micro_batches):
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+def test_verify_loop_on_cuda_gives_the_loops_draws_to_each_window():
+    g = torch.Generator().manual_seed(2)
+    micro_batches = [(torch.randn(3, 6, generator=g), torch.arange(3)) for _ in range(9)]
+    report = verify_loop(noisy_loop, mlp(), micro_batches, noisy, 4)
+    assert report.settings["device"].startswith("cuda") and report.ok, report.render()
+    assert any("the loop made recorded" in n for n in report.notes)
+    bad = verify_loop(lambda *a: noisy_loop(*a, divide=False), mlp(), micro_batches, noisy, 4)
+    assert bad.settings["findings"][0] == "loss-not-divided", bad.render()
