@@ -76,3 +76,27 @@ def token_sum(model: nn.Module, batch: dict) -> torch.Tensor:
 
 def window_tokens(micro_batch: dict, window: list) -> int:
     return sum(int((mb["labels"] != -100).sum()) for mb in window)
+
+
+class Denoiser(nn.Module):
+    """A diffusion-style noise predictor: input x_t and the timestep, output the noise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(7, 32), nn.Tanh(), nn.Linear(32, 6))
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([x, t[:, None].float() / 100], 1))
+
+
+def denoiser() -> Denoiser:
+    torch.manual_seed(0)
+    return Denoiser()
+
+
+def diffusion_loss(model, x):
+    # As DDPM training code writes it: timesteps and noise drawn inside the loss, one per row.
+    t = torch.randint(0, 100, (x.shape[0],), device=x.device)
+    noise = torch.randn_like(x)
+    keep = (1 - t.to(x.dtype) / 100)[:, None]
+    return F.mse_loss(model(keep * x + (1 - keep) * noise, t), noise)

@@ -7,33 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from gradcheck_accum import verify_loop
+from verifier.verifier_models import denoiser, diffusion_loss
 
 N = 4
-
-
-class Denoiser(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(7, 32), nn.Tanh(), nn.Linear(32, 6))
-
-    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([x, t[:, None].to(x.dtype) / 100], 1))
-
-
-def denoiser() -> Denoiser:
-    torch.manual_seed(0)
-    return Denoiser()
-
-
-def diffusion_loss(model, x):
-    """DDPM-style: a timestep and noise per row, drawn inside the loss; the mean over the rows."""
-    t = torch.randint(0, 100, (x.shape[0],), device=x.device)
-    noise = torch.randn_like(x)
-    keep = (1 - t.to(x.dtype) / 100)[:, None]
-    return F.mse_loss(model(keep * x + (1 - keep) * noise, t), noise)
 
 
 def images(sizes=(4,) * 9, seed=1):
