@@ -72,8 +72,8 @@ def verify_loop(
     gradients with the single-process big batch.
     freeze_batchnorm: keep BatchNorm layers on running statistics (eval) even when train_fn
     calls model.train(), so the rest of the loop can be checked exactly (without it, a loop that
-    BatchNorm makes 'inherent' is run again frozen, so a bug under BatchNorm is still named). seed: random ops in
-    train_fn and in the references start from this seed. item_counts_fn(micro_batch) -> int: how
+    BatchNorm makes 'inherent' runs again frozen, so a bug under BatchNorm is still named).
+    seed: random ops in train_fn and in the references start from this seed. item_counts_fn(micro_batch) -> int: how
     many items loss_fn averages over in a micro-batch (e.g. label tokens != -100; default its
     rows); a failing step's micro-batch weights are judged against these counts (mean-of-means,
     a divisor that counts other items).
@@ -101,17 +101,15 @@ def verify_loop(
                   {**outcome.settings, **run.settings(world_size)})
 
 
-def _with_batchnorm_frozen(outcome: "LoopOutcome", frozen: "LoopOutcome", prepared: PreparedModel) -> "LoopOutcome":
+def _with_batchnorm_frozen(outcome: LoopOutcome, frozen: LoopOutcome, prepared: PreparedModel) -> LoopOutcome:
     """The verdict once the loop ran again with BatchNorm frozen: a bug that pass names is the
     verdict; a match there leaves BatchNorm as the only cause."""
-    layers = ", ".join(prepared.batch_stat_layers or prepared.frozen_batch_stat_layers)
     if frozen.verdict == "mismatch":
-        diagnosis = (f"{frozen.diagnosis} (found with BatchNorm frozen: batch-statistic layers ({layers}) "
-                     "normalise each micro-batch with its own statistics)")
-        return replace(frozen, diagnosis=diagnosis)
+        layers = ", ".join(prepared.frozen_batch_stat_layers)
+        return replace(frozen, diagnosis=f"{frozen.diagnosis} (found with BatchNorm frozen: batch-statistic layers "
+                                         f"({layers}) normalise each micro-batch with its own statistics)")
     if frozen.verdict == "match":
-        return replace(outcome, diagnosis=f"{outcome.diagnosis}; with BatchNorm frozen the rest of the "
-                                                      "loop matches")
+        return replace(outcome, diagnosis=f"{outcome.diagnosis}; with BatchNorm frozen the rest of the loop matches")
     return outcome
 
 
@@ -196,7 +194,7 @@ class LoopRun:
                                            mode=mode, check_remainder=check_remainder,
                                            item_counts_fn=item_counts_fn, parallel=parallel)
             outcome = judge_loop(recording)
-            if outcome.random_ops and world_size == 1 and not outcome.verdict == "match":
+            if outcome.random_ops and world_size == 1 and outcome.verdict != "match":
                 # The loss draws random numbers: run the loop again recording its draws, so each
                 # window's big batch is given the draws its micro-batches made.
                 recording = self._record(train_fn, steps, optimizer, seed, record_draws=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from gradcheck_accum import verify_loop
 from verifier.verifier_models import denoiser, diffusion_loss

@@ -153,8 +153,8 @@ def test_batchnorm_is_inherent_and_a_4x_bug_under_it_is_named():
     # BatchNorm hides no bug: named at once when it leaves its own trace (only the last micro-batch
     # contributes), else by a second pass with BatchNorm frozen (a 4x scale looks like a coupling).
     for buggy, kind, phrase in [(cases.loss_not_divided, "loss-not-divided",
-                                 "4.00x: loss not divided by the accumulation steps (every micro-batch counts 4.00 "
-                                 "times) (found with BatchNorm frozen"),
+                                 ("4.00x: loss not divided by the accumulation steps (every micro-batch counts 4.00 "
+                                  "times) (found with BatchNorm frozen")),
                                 (cases.zero_grad_every_micro_batch, "grad-cleared-every-micro-batch",
                                  "gradients cleared every micro-batch")]:
         bad = verify_loop(buggy, model, micro_batches(), cases.micro_loss, N)
