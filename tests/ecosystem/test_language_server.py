@@ -116,3 +116,15 @@ def test_without_pygls_the_server_says_what_to_install(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert "pip install pygls lsprotocol" in result.stderr
+
+
+@pytest.mark.asyncio
+async def test_a_broken_configuration_is_one_diagnostic_and_closing_clears_them(client: LanguageClient, tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.accumcheck]\nselect = ["ACC999"]\n')
+    path = tmp_path / "train.py"
+    [found] = await open_document(client, path, BUGGY)
+    assert "ACC999" in found.message and found.range.start.line == 0 and found.code is None, found.message
+    client.text_document_did_close(types.DidCloseTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=path.as_uri())))
+    await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    assert list(client.diagnostics[path.as_uri()]) == []
