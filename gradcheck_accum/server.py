@@ -24,6 +24,7 @@ from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.pages import page_text
 from gradcheck_accum.lint.registry import page_url
 from gradcheck_accum.lint.registry import severity
+from gradcheck_accum.lint.suppressions import UNUSED_SUPPRESSION
 
 SOURCE = "accumcheck"
 FIX_ALL = f"{types.CodeActionKind.SourceFixAll.value}.{SOURCE}"
@@ -107,6 +108,8 @@ def diagnostic(document: TextDocument, finding: Finding) -> types.Diagnostic:
         code=finding.code,
         code_description=types.CodeDescription(href=url) if url else None,
         source=SOURCE,
+        # an unused noqa is shown faded, as editors show ruff's RUF100 and unused imports
+        tags=[types.DiagnosticTag.Unnecessary] if finding.code == UNUSED_SUPPRESSION.code else None,
         data={"name": finding.name, "fix": finding.fix_safety},
     )
 

@@ -46,10 +46,19 @@ async def test_diagnostics_on_open_change_and_save_with_the_rule_page(client: La
         content_changes=[types.TextDocumentContentChangeWholeDocument(text=CLEAN)]))
     await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
     assert list(client.diagnostics[path.as_uri()]) == []
+    # a noqa that hides nothing is a warning, shown faded
+    unused_noqa = CLEAN.replace("loss.backward()", "loss.backward()  # noqa: ACC101")
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=path.as_uri(), version=3),
+        content_changes=[types.TextDocumentContentChangeWholeDocument(text=unused_noqa)]))
+    await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    [unused] = client.diagnostics[path.as_uri()]
+    assert (unused.code, unused.severity, list(unused.tags)) == ("ACC900", types.DiagnosticSeverity.Warning,
+                                                                 [types.DiagnosticTag.Unnecessary])
     # the file's own pyproject.toml applies; saving re-reads it
     (tmp_path / "pyproject.toml").write_text('[tool.accumcheck]\nignore = ["ACC101"]\n')
     client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=path.as_uri(), version=3),
+        text_document=types.VersionedTextDocumentIdentifier(uri=path.as_uri(), version=4),
         content_changes=[types.TextDocumentContentChangeWholeDocument(text=BUGGY)]))
     await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
     assert list(client.diagnostics[path.as_uri()]) == []
