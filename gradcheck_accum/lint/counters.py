@@ -29,7 +29,7 @@ from gradcheck_accum.lint.names import call_receiver, dotted, iter_names, keywor
 from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import BoundaryKind, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import DefOp, Event, EventKind, Scope, Tag
-from gradcheck_accum.lint.windows import Window, assigned_in, same_target
+from gradcheck_accum.lint.windows import Window, assigned_in, increment, same_target
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Def, Loop
@@ -196,7 +196,7 @@ def _lifetime(node: cst.BaseExpression, window: Window, depth: int) -> Lifetime 
     if not inside:
         changed = any(any(lp in d.ctx.loops for lp in nest) for d in defs)
         return Lifetime.UNKNOWN if changed else None
-    if all(_advances(d, name) or _is_constant(d) for d in inside):
+    if all(increment(d, name) is not None or _is_constant(d) for d in inside):
         start = scope.loop_start.get(id(loop), 0)
         inits = [d for d in defs if loop not in d.ctx.loops and d.order < start and d.op.rebinds]
         if not inits:
@@ -235,19 +235,6 @@ def _index_lifetime(loop: Loop) -> Lifetime:
         if start is not None and not isinstance(start, cst.Integer):
             return Lifetime.ACROSS_PASSES
     return Lifetime.PER_PASS
-
-
-def _advances(d: Def, name: str) -> bool:
-    """`c += 1`, `c = c + 1`, `c = (c + 1) % N`."""
-    if d.op is DefOp.ADD:
-        return True
-    value = d.value
-    if d.op is not DefOp.ASSIGN or value is None:
-        return False
-    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Modulo):
-        value = value.left
-    return isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add) and \
-        name in (dotted(value.left), dotted(value.right))
 
 
 def _is_constant(d: Def) -> bool:
@@ -293,4 +280,59 @@ def pass_boundary_clear(window: Window) -> Event | None:
             continue
         if any(same_target(event, step) for step in steps):
             return event
+    return None
+
+
+# -- distance boundaries --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Shift:
+    """How many micro-batches a distance boundary's windows hold beyond N: the first window (where
+    the counter and the reference start) and every later one (`>` where `>=` was meant)."""
+
+    first: int
+    later: int
+    counter_start: int | None = None
+    reference_start: int | None = None
+
+
+def distance_shift(window: Window) -> Shift | None:
+    """For `counter - last >= N` (with `last = counter` on the boundary) or `count >= N` (with
+    `count = 0` on the boundary): the windows' excess, when the starting values are certain. The
+    value tested grows by one per micro-batch; the first window closes when it first reaches N."""
+    boundary = window.boundary
+    if boundary is None or boundary.kind is not BoundaryKind.DISTANCE or not window.boundary_steps:
+        return None
+    if window.n is None or window.n_varies:
+        return None  # N changes during the run (a warm-up ramp): the arithmetic below does not hold
+    start = window.counter_start
+    if start is None:
+        return None
+    threshold = 2 if boundary.strict else 1  # the tested value on the first micro-batch of a right window
+    if boundary.reference is None:
+        return Shift(threshold - start, threshold - 1)
+    reference = dotted(boundary.reference)
+    counter = dotted(boundary.counter)
+    if reference is None or counter is None:
+        return None
+    scope, loop = window.scope, window.loop
+    defs = scope.defs_of(reference)
+    loop_start = scope.loop_start.get(id(loop), 0)
+    inits = [d for d in defs if not any(lp in d.ctx.loops for lp in window.loop_nest) and d.order < loop_start
+             and d.op.rebinds]
+    resets = [d for d in defs if loop in d.ctx.loops]
+    if not inits or not resets or not all(dotted(d.value) == counter and window.placement_of_def(d) for d in resets):
+        return None
+    initial = _integer(inits[-1].value)
+    if initial is None:
+        return None
+    return Shift(threshold - (start - initial), threshold - 1, start, initial)
+
+
+def _integer(node: cst.BaseExpression | None) -> int | None:
+    if isinstance(node, cst.Integer):
+        return int(node.value, 0)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus) and \
+            isinstance(node.expression, cst.Integer):
+        return -int(node.expression.value, 0)
     return None

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Iterator
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import ACCUM_NAME, constructor_roles, no_roles
 from gradcheck_accum.lint.catalogue import DDP_NO_SYNC, LossScaling
-from gradcheck_accum.lint.counters import Lifetime, PassKind, Repetition, Tail, TailFate, unstepped_tail
+from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift, Tail, TailFate, distance_shift,
+                                          unstepped_tail)
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.losses import LossFacts, LossTracer, returned_loss, summed_loss_name
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
                                         keyword, last_part, positional)
-from gradcheck_accum.lint.predicates import BoundaryKind, analyze, is_accumulation_count
+from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, inner_count,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FileModel", "Window", "Event", "Scope", "LossFacts", "ScheduleLength", "EventKind", "Role", "Framework",
            "Fact", "Placement", "WindowShape", "BoundaryKind", "DDP_NO_SYNC", "same_target", "Tail", "TailFate",
-           "Lifetime", "PassKind", "Repetition"]
+           "Lifetime", "PassKind", "Repetition", "Shift", "Boundary"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,11 @@ class FileModel:
         if not callers:
             return Repetition.UNKNOWN
         return Repetition.REPEATED if any(call.ctx.loops for call in callers) else Repetition.ONCE
+
+    @staticmethod
+    def distance_shift(window: Window) -> Shift | None:
+        """How many micro-batches beyond N a distance boundary's windows hold (counters.py)."""
+        return distance_shift(window)
 
     def unstepped_tail(self, window: Window) -> Tail | None:
         """The micro-batches after the last boundary of each pass, when they are backpropagated and

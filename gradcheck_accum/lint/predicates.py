@@ -56,6 +56,8 @@ class Boundary:
     comparison: cst.BaseExpression | None = None  # the test itself (`i % N` when it stands alone)
     # `or (<configuration> and <end of data>)`: the flush exists only where the configuration holds
     flush_condition: cst.BaseExpression | None = None
+    reference: cst.BaseExpression | None = None  # distance: `last_opt_step` in `ni - last_opt_step >= N`
+    strict: bool = False  # distance: `>` rather than `>=`
 
     @property
     def family(self) -> tuple[BoundaryKind, str | None]:
@@ -128,9 +130,10 @@ def _comparison(test: cst.Comparison, scope: Scope) -> Boundary | None:
             and not isinstance(left, cst.Integer) and (
             is_accumulation_name(right) or (isinstance(left, cst.BinaryOperation)
                                             and isinstance(left.operator, cst.Subtract))):
-        counter = left.left if isinstance(left, cst.BinaryOperation) else left
-        return Boundary(BoundaryKind.DISTANCE, resolve_n(right, scope), True, n=right, counter=counter,
-                        comparison=test)
+        distance = isinstance(left, cst.BinaryOperation)
+        return Boundary(BoundaryKind.DISTANCE, resolve_n(right, scope), True, n=right,
+                        counter=left.left if distance else left, reference=left.right if distance else None,
+                        strict=isinstance(op, cst.GreaterThan), comparison=test)
     return None
 
 

@@ -20,7 +20,7 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import call_receiver, dotted, iter_names, keyword, last_part, positional
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
-from gradcheck_accum.lint.vocabulary import DefOp, Event, EventKind, Framework, Guard, Role, Scope, Tag
+from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Framework, Guard, Role, Scope, Tag
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
@@ -106,6 +106,12 @@ class Window:
         outermost = self.loop_nest[0]
         return [e for e in self.scope.events if outermost in e.ctx.loops]
 
+    @property
+    def n_varies(self) -> bool:
+        """N is assigned inside the window's loops (a warm-up ramp of the accumulation count)."""
+        name = dotted(self.n) if self.n is not None else None
+        return bool(name) and self.assigned_in_nest(name)
+
     def assigned_in_nest(self, name: str) -> bool:
         """Is `name` bound inside the window's loops (an optimizer built anew every iteration)?"""
         return any(loop in d.ctx.loops for d in self.scope.defs_of(name) for loop in self.loop_nest)
@@ -124,9 +130,13 @@ class Window:
     @property
     def counter_start(self) -> int | None:
         """0 or 1: the value of the boundary test's counter on the first micro-batch, when the code
-        makes it certain (`enumerate(x, start=1)`, `step = 0` then `step += 1` before the test)."""
-        name = dotted(self.boundary.counter) if self.boundary is not None else None
-        if name is None:
+        makes it certain (`enumerate(x, start=1)`, `step = 0` then `step += 1` before the test,
+        `ni = i + nb * epoch` in the first epoch)."""
+        return self._first_value(self.boundary.counter, 0) if self.boundary is not None else None
+
+    def _first_value(self, counter: cst.BaseExpression | None, depth: int) -> int | None:
+        name = dotted(counter)
+        if name is None or depth > 2:
             return None
         loop, scope = self.loop, self.scope
         defs = scope.defs_of(name)
@@ -134,15 +144,46 @@ class Window:
         if loop_target:
             return _enumerate_start(loop, loop_target[0].index, scope)
         inside = [d for d in defs if loop in d.ctx.loops]
-        before = [d for d in defs if loop not in d.ctx.loops and d.order < scope.loop_start.get(id(loop), 0)]
-        if len(inside) != 1 or inside[0].op is not DefOp.ADD or not before:
+        if len(inside) == 1 and inside[0].op is DefOp.ASSIGN and isinstance(inside[0].value, cst.BinaryOperation) \
+                and isinstance(inside[0].value.operator, cst.Add):
+            value = inside[0].value  # `ni = i + nb * epoch`: the loop index, offset by whole epochs
+            for index, offset in ((value.left, value.right), (value.right, value.left)):
+                if dotted(index) is not None and self._zero_in_first_pass(offset):
+                    return self._first_value(index, depth + 1)
             return None
-        init, step = before[-1].value, inside[0]
-        if not (isinstance(init, cst.Integer) and init.value == "0" and isinstance(step.value, cst.Integer)
-                and step.value.value == "1" and not step.ctx.guards):
+        steps = [d for d in inside if increment(d, name) is not None]
+        resets = [d for d in inside if d not in steps]
+        before = [d for d in defs if loop not in d.ctx.loops and d.order < scope.loop_start.get(id(loop), 0)]
+        if len(steps) != 1 or not before or not self.boundary_steps:
             return None
         first_step = min(s.order for s in self.boundary_steps)
+        # a reset to 0 that runs with the step (`count = 0` on the boundary) restarts the count
+        if any(not (isinstance(d.value, cst.Integer) and d.value.value == "0" and self.placement_of_def(d))
+               for d in resets):
+            return None
+        init, step = before[-1].value, steps[0]
+        by = increment(step, name)
+        if not (isinstance(init, cst.Integer) and init.value == "0" and isinstance(by, cst.Integer)
+                and by.value == "1" and not step.ctx.guards):
+            return None
         return 1 if step.order < first_step else 0
+
+    def placement_of_def(self, d: Def) -> bool:
+        """Does this assignment run on the boundary (under the step's boundary test)?"""
+        steps = self.boundary_steps
+        return bool(steps) and any(g in steps[0].ctx.guards for g in d.ctx.guards if analyze(g.test, self.scope))
+
+    def _zero_in_first_pass(self, offset: cst.BaseExpression) -> bool:
+        """`nb * epoch`, `epoch * len(loader)`: a multiple of an enclosing loop's index that starts at 0."""
+        if not (isinstance(offset, cst.BinaryOperation) and isinstance(offset.operator, cst.Multiply)):
+            return False
+        for factor in (offset.left, offset.right):
+            name = dotted(factor)
+            for outer in self.outer:
+                targets = [d for d in self.scope.defs_of(name or "") if d.op is DefOp.LOOP_TARGET and d.node is outer]
+                if targets and isinstance(outer, cst.For) and _start_of(outer.iter) == 0:
+                    return True
+        return False
 
     def clears_before_step(self, zero: Event) -> Event | None:
         """The step that `zero` wipes the gradients of: zero_grad runs after a backward and before a
@@ -434,6 +475,23 @@ def invariant_guards(guards: tuple[Guard, ...], scope: Scope, outer: tuple[Loop,
     relevant = [g for g in guards if g.depth >= len(outer)]
     outer_variant = assigned_in(scope, outer[-1]) if outer else set()
     return all(invariant(g.test, outer_variant) for g in relevant)
+
+
+def increment(d: Def, name: str) -> cst.BaseExpression | None:
+    """What an assignment adds to the counter `name`: `c += k`, `c = c + k`, `c = (c + k) % N`."""
+    if d.op is DefOp.ADD:
+        return d.value
+    value = d.value
+    if d.op is not DefOp.ASSIGN or value is None:
+        return None
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Modulo):
+        value = value.left
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
+        if dotted(value.left) == name:
+            return value.right
+        if dotted(value.right) == name:
+            return value.left
+    return None
 
 
 def _enumerate_start(loop: Loop, index: int | None, scope: Scope) -> int | None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradcheck_accum.lint.fixes import Fix, move_statement
-from gradcheck_accum.lint.model import (BoundaryKind, Event, EventKind, Fact, FileModel, Framework, Placement, Role,
-                                        TailFate, Window, WindowShape)
+from gradcheck_accum.lint.model import (Boundary, BoundaryKind, Event, EventKind, Fact, FileModel, Framework,
+                                        Placement, Role, Shift, TailFate, Window, WindowShape)
 from gradcheck_accum.lint.rule import Report, Rule
 
 _EVERY, _BOUNDARY, _AFTER = Placement.EVERY, Placement.BOUNDARY, Placement.AFTER
@@ -175,16 +175,22 @@ class BoundaryOffByOne(Rule):
     code = "ACC407"
     name = "boundary-off-by-one"
     summary = "The boundary test is shifted by one: the first window has the wrong number of micro-batches."
-    requires = (Fact.TRAINING_LOOP, EventKind.STEP, BoundaryKind.MODULO)
+    requires = (Fact.TRAINING_LOOP, EventKind.STEP, (BoundaryKind.MODULO, BoundaryKind.DISTANCE))
     reads_outside_windows = ()
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
             boundary = window.boundary
-            if window.shape is not WindowShape.GUARDED or boundary.kind is not BoundaryKind.MODULO \
-                    or boundary.offset is None:
+            if window.shape is not WindowShape.GUARDED or not boundary.positive or not window.steps_after_backward:
                 continue
-            if not boundary.positive or not window.steps_after_backward:
+            if window.n_varies:
+                continue  # N changes during the run (a warm-up ramp): a short first window may be meant
+            if boundary.kind is BoundaryKind.DISTANCE:
+                message = _distance_message(model.distance_shift(window), boundary)
+                if message:
+                    yield Report(boundary.comparison, message)
+                continue
+            if boundary.kind is not BoundaryKind.MODULO or boundary.offset is None:
                 continue
             start = window.counter_start
             if start is None or boundary.offset != start:
@@ -196,3 +202,20 @@ class BoundaryOffByOne(Rule):
                 message = ("a 1-based counter tested with `(i + 1) % N` closes windows one micro-batch early; "
                            "test `i % N == 0`")
             yield Report(boundary.comparison, message)
+
+
+def _distance_message(shift: Shift | None, boundary: Boundary) -> str | None:
+    if shift is None:
+        return None
+    if shift.later:
+        return (f"`>` closes every window after N + {shift.later} micro-batches (the count since the last step "
+                f"must reach N, not exceed it); test `>=`")
+    if not shift.first:
+        return None
+    size = "one micro-batch more than N" if shift.first == 1 else (
+        f"{shift.first} micro-batches more than N" if shift.first > 0 else f"{-shift.first} fewer than N")
+    if shift.reference_start is not None:
+        return (f"the first window holds {size}: the counter starts at {shift.counter_start} and the last-step "
+                f"marker at {shift.reference_start}; start the marker at {shift.counter_start - 1}")
+    return (f"the first window holds {size}: the count is tested before it is incremented; increment it "
+            f"before the test")
