@@ -106,6 +106,11 @@ def unstepped_tail(window: Window, repetition: Repetition) -> Tail | None:
 
 def pass_kind(window: Window) -> PassKind:
     loop = window.loop
+    if isinstance(loop, cst.For):
+        found = _source_kind(loop.iter, window, 0)
+        # A loop that an enclosing loop runs again and again walks something finite each time: a
+        # `for` over an endless source inside an epoch loop would never let the epoch end.
+        return PassKind.DATA if found is PassKind.UNKNOWN and window.outer else found
     if isinstance(loop, cst.While):
         test = loop.test
         if (isinstance(test, cst.Name) and test.value == "True") or (isinstance(test, cst.Integer) and test.value != "0"):
@@ -114,7 +119,7 @@ def pass_kind(window: Window) -> PassKind:
                 _multiple_of_n(test.comparisons[0].comparator, window, 0):
             return PassKind.MULTIPLE_OF_N
         return PassKind.COUNT
-    return _source_kind(loop.iter, window, 0)
+    return PassKind.UNKNOWN
 
 
 def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int) -> PassKind:
@@ -123,7 +128,7 @@ def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int) ->
     scope = window.scope
     if isinstance(node, cst.Call):
         callee = call_receiver(node)[1] or ""
-        if callee in ("enumerate", "tqdm"):
+        if callee in ("enumerate", "tqdm", "iter"):  # `iter(loader)` is as finite as the loader
             return _source_kind(positional(node, 0), window, depth + 1)
         if callee == "range":
             stop = node.args[-1].value if 1 <= len(node.args) <= 2 else None

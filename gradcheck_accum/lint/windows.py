@@ -221,8 +221,8 @@ class Window:
         clause (`or i + 1 == len(loader)`) that holds in every configuration, or a step follows the
         loop. A flush under a configuration test (`or (not dynamic and last)`) leaves the other
         configuration without one."""
-        if any(self.placement(s) is AFTER for s in self.steps):
-            return True
+        if any(self.placement(s) is AFTER and s.ctx.loops == self.outer for s in self.steps):
+            return True  # a step right after the loop (not one in a later loop of the same body)
         boundary = self.boundary
         if boundary is None or not boundary.flush:
             return False
