@@ -168,6 +168,13 @@ class FileModel:
         when the backward runs after that loop has finished: only the last iteration's loss reaches
         it (`for micro_step in range(n): loss = model(x) / n`, then `loss.backward()`). None when the
         loss is summed across the iterations, or the loop backpropagates itself."""
+        found = self.micro_step_loss(window, backward)
+        return found[0] if found is not None and not found[1] else None
+
+    def micro_step_loss(self, window: Window, backward: Event) -> tuple[Loop, bool] | None:
+        """The micro-step loop that binds the loss this backward differentiates after the loop, and
+        whether the loop sums its losses into it (`total = total + loss / n`: one backward per window)
+        rather than rebinding it (only the last iteration's loss is left)."""
         name = summed_loss_name(backward.expr)
         if name is None:
             return None
@@ -180,11 +187,9 @@ class FileModel:
         loop = defs[-1].ctx.loops[depth]
         if not is_micro_batch_loop(loop, inner_count(loop)):
             return None
-        if any(_accumulates(d, name) for d in defs if loop in d.ctx.loops):
-            return None
         if any(e.kind is EventKind.BACKWARD and loop in e.ctx.loops for e in scope.events):
             return None
-        return loop
+        return loop, any(_accumulates(d, name) for d in defs if loop in d.ctx.loops)
 
     def framework_divides_loss(self, window: Window, backward: Event) -> bool:
         """Does this backward already divide the loss by N (catalogue semantics)? accelerator.backward

@@ -168,6 +168,36 @@ class Window:
             return None
         return 1 if step.order < first_step else 0
 
+    def cleared_earlier_in_block(self) -> bool:
+        """A nested window: gradients are cleared in its block before the micro-step loop, also inside
+        an earlier loop of that block (a forward-backward loop that clears first, then a second backward
+        loop before the one step). Whether that clear runs before this window the code does not say."""
+        if self.shape is not NESTED:
+            return False
+        depth = len(self.outer)
+        head_start = self.scope.loop_start.get(id(self.outer[-1]), 0) if self.outer else 0
+        start = self.scope.loop_start.get(id(self.loop), 0)
+        return any(e.kind is EventKind.ZERO_GRAD and head_start <= e.order < start and e.ctx.loops[:depth] == self.outer
+                   for e in self.scope.events)
+
+    @property
+    def repeats_fixed_input(self) -> bool:
+        """Every forward in the loop reads only values bound before it (a few optimizer steps on one
+        batch built beforehand, as unit tests of an optimizer do): the loop walks no data."""
+        if not isinstance(self.loop, (cst.For, cst.While)):
+            return False
+        changing = assigned_in(self.scope, self.loop)
+        if isinstance(self.loop, cst.For):
+            changing |= set(iter_names(self.loop.target))
+        calls = [e for e in self.events if self.inside(e) and e.kind in (EventKind.MODEL_CALL, EventKind.HELPER_CALL)]
+        if not calls or any(e.kind is EventKind.HELPER_CALL for e in calls):
+            return False  # a helper may draw the next batch
+        for call in calls:
+            arguments = [a.value for a in call.node.args] if isinstance(call.node, cst.Call) else []
+            if any(not _plain_value(a) for a in arguments) or call.argument_names & changing:
+                return False
+        return any(call.argument_names for call in calls)
+
     def placement_of_def(self, d: Def) -> bool:
         """Does this assignment run on the boundary (under the step's boundary test)?"""
         steps = self.boundary_steps
@@ -475,6 +505,19 @@ def invariant_guards(guards: tuple[Guard, ...], scope: Scope, outer: tuple[Loop,
     relevant = [g for g in guards if g.depth >= len(outer)]
     outer_variant = assigned_in(scope, outer[-1]) if outer else set()
     return all(invariant(g.test, outer_variant) for g in relevant)
+
+
+def _plain_value(node: cst.BaseExpression) -> bool:
+    """A name, an attribute of one, or a constant subscript of one: reading it draws nothing new."""
+    if isinstance(node, (cst.Name, cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    if isinstance(node, cst.Attribute):
+        return _plain_value(node.value)
+    if isinstance(node, cst.Subscript):
+        return _plain_value(node.value) and all(
+            isinstance(s.slice, cst.Index) and isinstance(s.slice.value, (cst.Integer, cst.SimpleString))
+            for s in node.slice)
+    return False
 
 
 def increment(d: Def, name: str) -> cst.BaseExpression | None:

@@ -52,8 +52,10 @@ class GradientsNeverCleared(Rule):
             clears = window.of(EventKind.ZERO_GRAD)
             if any(window.placement(e) not in (Placement.AFTER, Placement.UNKNOWN) for e in clears):
                 continue
-            if any(window.placement(e) is Placement.UNKNOWN for e in clears):
-                continue  # cleared under a condition we cannot read: stay silent
+            if any(window.placement(e) is Placement.UNKNOWN for e in clears) or window.cleared_earlier_in_block():
+                continue  # cleared under a condition we cannot read, or maybe once before this window
+            if window.repeats_fixed_input:
+                continue  # steps on one batch built before the loop: no training loop
             optimizers = {s.target for s in steps}
             # An optimizer built inside the loop starts fresh every iteration (often on fresh tensors).
             if any(window.assigned_in_nest(name) for name in optimizers if name):
@@ -98,8 +100,8 @@ class StepEveryMicroBatch(Rule):
                                             "inverted: step when `(i + 1) % N == 0`")
             if window.shape is not WindowShape.UNGUARDED:
                 continue
-            if any(model.loss_of_last_micro_step(window, b) for b in window.backwards):
-                continue  # the micro-batches are the inner loop's: ACC105 says what is wrong
+            if any(model.micro_step_loss(window, b) for b in window.backwards):
+                continue  # the micro-batches are the inner loop's (ACC105 when only the last loss is left)
             steps = [s for s in window.steps if not s.via_helper and window.placement(s) is Placement.EVERY
                      and model.declares_accumulation(window, s)]
             if steps:
