@@ -63,6 +63,11 @@ class Boundary:
     def family(self) -> tuple[BoundaryKind, str | None]:
         return self.kind, self.period
 
+    def same_count(self, other: "Boundary") -> bool:
+        """Do both tests split the same counter by the same N (`i % N != 0` and `(i + 1) % N == 0`)?"""
+        return self.family == other.family and self.counter is not None and other.counter is not None \
+            and code(self.counter) == code(other.counter)
+
     def flipped(self) -> "Boundary":
         return replace(self, positive=not self.positive)
 

@@ -198,6 +198,20 @@ class Window:
                 return False
         return any(call.argument_names for call in calls)
 
+    def sync_boundaries(self) -> list[Boundary]:
+        """The tests that decide on which micro-batches a DDP model all-reduces, normalised so that
+        they are true where it does: `ctx = model.no_sync if i % N != 0 else nullcontext`,
+        `if not boundary: with model.no_sync(): ...`, `model.require_backward_grad_sync = test`."""
+        found = []
+        for event in self.events:
+            if event.kind is not EventKind.SYNC_CONTROL or event.framework is not Framework.DDP \
+                    or not self.inside(event):
+                continue
+            boundary = _sync_boundary(event, self)
+            if boundary is not None:
+                found.append(boundary)
+        return found
+
     def placement_of_def(self, d: Def) -> bool:
         """Does this assignment run on the boundary (under the step's boundary test)?"""
         steps = self.boundary_steps
@@ -505,6 +519,30 @@ def invariant_guards(guards: tuple[Guard, ...], scope: Scope, outer: tuple[Loop,
     relevant = [g for g in guards if g.depth >= len(outer)]
     outer_variant = assigned_in(scope, outer[-1]) if outer else set()
     return all(invariant(g.test, outer_variant) for g in relevant)
+
+
+def _sync_boundary(sync: Event, window: Window) -> Boundary | None:
+    scope = window.scope
+    bound = [d for d in scope.defs.get(sync.target or "", []) if d.node is sync.node] if sync.target else []
+    bound = bound or [d for defs in scope.defs.values() for d in defs if d.node is sync.node]
+    if bound and bound[0].value is not None:
+        value = bound[0].value
+        if sync.api is not None and sync.api.name == "require_backward_grad_sync":
+            return analyze(value, scope)  # the flag is the test itself: sync where it holds
+        if isinstance(value, cst.IfExp):  # `ctx = model.no_sync if test else nullcontext`
+            test = analyze(value.test, scope)
+            if test is None:
+                return None
+            skips_when_true = any(last_part(name) == sync.api.name for name in iter_names(value.body)) \
+                if sync.api is not None else False
+            return test.flipped() if skips_when_true else test
+        return None
+    for guard in _guards_below(sync, window.loop):  # `if test: with model.no_sync(): ...`
+        boundary = analyze(guard.test, scope)
+        if boundary is not None:
+            skips = boundary if guard.positive else boundary.flipped()
+            return skips.flipped()
+    return None
 
 
 def _plain_value(node: cst.BaseExpression) -> bool:

@@ -185,6 +185,7 @@ class BoundaryOffByOne(Rule):
                 continue
             if window.n_varies:
                 continue  # N changes during the run (a warm-up ramp): a short first window may be meant
+            yield from _sync_off_boundary(window, boundary)
             if boundary.kind is BoundaryKind.DISTANCE:
                 message = _distance_message(model.distance_shift(window), boundary)
                 if message:
@@ -202,6 +203,18 @@ class BoundaryOffByOne(Rule):
                 message = ("a 1-based counter tested with `(i + 1) % N` closes windows one micro-batch early; "
                            "test `i % N == 0`")
             yield Report(boundary.comparison, message)
+
+
+def _sync_off_boundary(window: Window, boundary: Boundary) -> Iterator[Report]:
+    """DDP all-reduces on the micro-batches its sync test selects: they must be the stepping ones."""
+    if boundary.kind is not BoundaryKind.MODULO or boundary.offset is None:
+        return
+    for sync in window.sync_boundaries():
+        if sync.same_count(boundary) and sync.positive and sync.offset is not None and sync.offset != boundary.offset:
+            yield Report(sync.comparison, "this test lifts no_sync() on a different micro-batch than the one the "
+                                          "optimizer steps on, so the window's last gradients are stepped without "
+                                          "being all-reduced across ranks; select no_sync() with the step's own "
+                                          "boundary test")
 
 
 def _distance_message(shift: Shift | None, boundary: Boundary) -> str | None:
