@@ -109,6 +109,8 @@ class LossTracer:
                 facts.scaled = True
                 if d.op is DefOp.DIVIDE and d.value is not None:
                     facts.divisions.append((d.node, d.value))
+                    if _is_count_of_items(d.value):  # `loss /= mask.sum()`, as `loss = loss / mask.sum()`
+                        facts.token_level = True
             elif d.op is DefOp.LOOP_TARGET:
                 facts.known = False
             elif d.value is not None:
