@@ -22,7 +22,7 @@ from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, inner_count,
-                                          is_micro_batch_loop, same_target)
+                                          is_micro_batch_loop, same_target, straight_line_clears)
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
@@ -146,6 +146,12 @@ class FileModel:
     # -- losses -------------------------------------------------------------------------------------
     def loss_facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
         return self._losses.facts(expr, scope, before)
+
+    def straight_line_clears(self) -> Iterator[tuple[Scope, Event, Event]]:
+        """Outside loops: a clear between a backward and the step of the same optimizer (windows.py)."""
+        for scope in self.scopes:
+            for zero, step in straight_line_clears(scope):
+                yield scope, zero, step
 
     def backward_facts(self, window: Window, backward: Event) -> LossFacts:
         return self._losses.facts(backward.expr, window.scope, backward.order)

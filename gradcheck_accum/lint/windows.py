@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from gradcheck_accum.lint.bindings import is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import call_receiver, dotted, iter_names, keyword, last_part, positional
+from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_names, keyword, last_part, positional
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Framework, Guard, Role, Scope, Tag
@@ -242,7 +242,7 @@ class Window:
             return None
         for step in self.steps:
             if step.via_helper or self.placement(step) is AFTER or step.order < zero.order \
-                    or not same_target(zero, step):
+                    or not same_target(zero, step, self.scope):
                 continue
             if any(zero.order < order < step.order for order in backward_orders):
                 continue
@@ -292,11 +292,63 @@ def is_micro_batch_loop(loop: Loop, n: cst.BaseExpression | None) -> bool:
     return any(_MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in names)
 
 
-def same_target(zero: Event, step: Event) -> bool:
-    """Does clearing `zero` affect the gradients `step` uses? Unknown or model-wide clears do."""
+def same_target(zero: Event, step: Event, scope: Scope | None = None) -> bool:
+    """Does clearing `zero` affect the gradients `step` uses? Unknown or model-wide clears do; with
+    the scope, two names bound once to the same value do too (`opt_a = optimizers[0]`, `opt_b = optimizers[0]`)."""
     if zero.model_wide or zero.target is None or step.target is None:
         return True
-    return zero.target == step.target
+    if zero.target == step.target:
+        return True
+    if scope is None:
+        return False
+    root = _alias_root(zero.target, scope, 0)
+    return root is not None and root == _alias_root(step.target, scope, 0)
+
+
+def _alias_root(name: str, scope: Scope, depth: int) -> str | None:
+    """The value a name is an alias of, when it is bound exactly once to a plain value (a name, an
+    attribute, a constant subscript), followed through such aliases."""
+    defs = scope.defs_of(name)
+    if depth > 3 or len(defs) != 1 or defs[0].op is not DefOp.ASSIGN or defs[0].value is None:
+        return None
+    value = defs[0].value
+    if not isinstance(value, (cst.Name, cst.Attribute, cst.Subscript)) or not _plain_value(value):
+        return None
+    text = dotted(value)
+    deeper = _alias_root(text, scope, depth + 1) if text else None
+    return deeper or code(value)
+
+
+def straight_line_clears(scope: Scope) -> list[tuple[Event, Event]]:
+    """Outside loops (a train_step function, a hook called once per micro-batch): a clear that runs
+    after a backward and before a step of the same optimizer, with nothing between them that could
+    make new gradients. Pairs (zero_grad, step)."""
+    plain = [e for e in scope.events if not e.ctx.loops and not e.ctx.in_handler]
+    found = []
+    for zero in plain:
+        if zero.kind is not EventKind.ZERO_GRAD or zero.via_helper:
+            continue
+        zero_guards = set(zero.ctx.guards)
+        if not any(e.kind is EventKind.BACKWARD and e.order < zero.order and set(e.ctx.guards) <= zero_guards
+                   for e in plain):
+            continue
+        for event in plain:
+            if event.order <= zero.order:
+                continue
+            if event.kind in (EventKind.BACKWARD, EventKind.MODEL_CALL, EventKind.HELPER_CALL):
+                break  # new gradients may be made here
+            if event.kind is EventKind.STEP and not event.via_helper and same_target(zero, event, scope) \
+                    and zero_guards <= set(event.ctx.guards) and not _steps_with_closure(event):
+                found.append((zero, event))
+                break
+    return found
+
+
+def _steps_with_closure(step: Event) -> bool:
+    """`optimizer.step(closure)`: the closure recomputes the loss and its gradients."""
+    if step.scaler is not None or not isinstance(step.node, cst.Call):
+        return False  # `scaler.step(optimizer)` is handed the optimizer
+    return bool(step.node.args)
 
 
 def build_windows(scope: Scope) -> list[Window]:

@@ -71,8 +71,9 @@ class ZeroGradBetweenBackwardAndStep(Rule):
     code = "ACC103"
     name = "zero-grad-between-backward-and-step"
     summary = "Gradients are cleared between the window's last backward and its optimizer step."
-    requires = (Fact.TRAINING_LOOP, EventKind.STEP, EventKind.ZERO_GRAD)
-    reads_outside_windows = ()
+    # also outside loops: a train_step function or a framework hook runs once per micro-batch
+    requires = (EventKind.BACKWARD, EventKind.STEP, EventKind.ZERO_GRAD)
+    reads_outside_windows = (EventKind.ZERO_GRAD,)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
@@ -82,6 +83,11 @@ class ZeroGradBetweenBackwardAndStep(Rule):
                 if window.clears_before_step(zero) is not None:
                     yield Report(zero.node, "gradients are cleared after the last backward and before the step, so "
                                             "the optimizer steps on zero gradients; clear them after the step")
+        for _, zero, step in model.straight_line_clears():
+            alias = f" (`{step.target}` is the same optimizer as `{zero.target}`)" \
+                if zero.target and step.target and zero.target != step.target else ""
+            yield Report(zero.node, f"gradients are cleared after the backward and before the step{alias}, so the "
+                                    "optimizer steps on zero gradients; clear them after the step")
 
 
 class StepEveryMicroBatch(Rule):
