@@ -257,6 +257,12 @@ class FileModel:
         facts.collect(length, scope, 0)
         return ScheduleLength(facts.has_len, facts.divided, facts.mentions_accumulation)
 
+    @staticmethod
+    def scheduler_given_position(stepped: Event) -> bool:
+        """`scheduler.step(epoch + i / iters)`, `step_update(num_updates=n)`: the call says where the
+        schedule is, so how often it is called does not move it."""
+        return isinstance(stepped.node, cst.Call) and bool(stepped.node.args)
+
     def schedule_counts_micro_batches(self, scope: Scope, stepped: Event) -> bool:
         """Is the scheduler this event steps built with a length counted in micro-batches
         (`len(loader) * epochs`, not divided)? Stepping it every micro-batch is then what it expects."""

@@ -42,6 +42,8 @@ class SchedulerEveryMicroBatch(Rule):
                     continue
                 if model.schedule_counts_micro_batches(window.scope, event):
                     continue  # its length counts micro-batches: one step per micro-batch is its unit
+                if model.scheduler_given_position(event):
+                    continue  # the call sets the schedule's position: calling it more often moves nothing
                 fix = move_statement(event, window.boundary_steps[-1], after=True,
                                      description="Step the scheduler after the optimizer step") \
                     if window.boundary_steps else None
