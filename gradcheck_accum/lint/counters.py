@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import call_receiver, dotted, iter_names, keyword, last_part, positional, source
+from gradcheck_accum.lint.names import (call_receiver, children, dotted, iter_names, keyword, last_part, positional,
+                                        source)
 from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import BoundaryKind, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import DefOp, Event, EventKind, Scope, Tag
@@ -120,12 +121,32 @@ def pass_kind(window: Window) -> PassKind:
     if isinstance(loop, cst.While):
         test = loop.test
         if (isinstance(test, cst.Name) and test.value == "True") or (isinstance(test, cst.Integer) and test.value != "0"):
-            return PassKind.ENDLESS
+            # `try: batch = next(it) except StopIteration: break`: the pass ends with its data
+            return PassKind.DATA if _breaks_on_exhaustion(loop.body) else PassKind.ENDLESS
         if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and \
                 _multiple_of_n(test.comparisons[0].comparator, window, 0):
             return PassKind.MULTIPLE_OF_N
         return PassKind.COUNT
     return PassKind.UNKNOWN
+
+
+def _breaks_on_exhaustion(node: cst.CSTNode) -> bool:
+    """A `break` in an `except StopIteration:` handler of this loop body (not of a nested loop or function)."""
+    for child in children(node):
+        if isinstance(child, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(child, cst.ExceptHandler) and child.type is not None \
+                and "StopIteration" in {last_part(n) for n in iter_names(child.type)} and _breaks(child.body):
+            return True
+        if _breaks_on_exhaustion(child):
+            return True
+    return False
+
+
+def _breaks(node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.Break):
+        return True
+    return not isinstance(node, (cst.For, cst.While, cst.FunctionDef)) and any(_breaks(c) for c in children(node))
 
 
 def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int) -> PassKind:
