@@ -13,7 +13,7 @@ class DdpSyncEveryMicroBatch(Rule):
     name = "ddp-sync-every-micro-batch"
     summary = "A DistributedDataParallel model all-reduces gradients on every micro-batch of a window."
     severity = "warning"  # redundant all-reduces cost time; the gradients are right
-    requires = (Fact.TRAINING_LOOP, EventKind.STEP, Role.DDP)
+    requires = (Fact.TRAINING_LOOP, EventKind.STEP, (Role.DDP, Role.ACCELERATOR))
     reads_outside_windows = ()
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -21,15 +21,26 @@ class DdpSyncEveryMicroBatch(Rule):
             if window.shape not in (WindowShape.GUARDED, WindowShape.NESTED) or not window.boundary_steps:
                 continue
             in_nest = window.nest_events
-            forwards = [e for e in in_nest if e.kind is EventKind.MODEL_CALL and Role.DDP in e.roles
-                        and window.inside(e)]
+            # a DDP wrapper: built here, or handed back by accelerator.prepare (DDP under a multi-process launch)
+            forwards = [e for e in in_nest if e.kind is EventKind.MODEL_CALL and window.inside(e)
+                        and (Role.DDP in e.roles or (Role.PREPARED in e.roles and not e.roles & _NOT_MODELS))]
             if not forwards or any(e.kind is EventKind.SYNC_CONTROL for e in in_nest):
                 continue
             backwards = [e for e in window.backwards if not e.via_helper]
-            if backwards:
+            if not backwards:
+                continue
+            if any(Role.DDP in e.roles for e in forwards):
                 yield Report(backwards[0].node, "the DDP model all-reduces gradients on every micro-batch; wrap the "
                                                 "forward and backward of non-boundary micro-batches in "
                                                 "`with model.no_sync():`")
+            else:
+                yield Report(backwards[0].node, "the model accelerator.prepare() wrapped all-reduces gradients on "
+                                                "every micro-batch of a multi-process run; wrap the forward and "
+                                                "backward of non-boundary micro-batches in "
+                                                "`with accelerator.no_sync(model):`, or use accelerator.accumulate")
+
+
+_NOT_MODELS = frozenset({Role.OPTIMIZER, Role.SCHEDULER, Role.CRITERION, Role.DEEPSPEED})
 
 
 class NoSyncMissesForward(Rule):
