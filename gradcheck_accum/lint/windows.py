@@ -326,7 +326,8 @@ def straight_line_clears(scope: Scope) -> list[tuple[Event, Event]]:
     plain = [e for e in scope.events if not e.ctx.loops and not e.ctx.in_handler]
     found = []
     for zero in plain:
-        if zero.kind is not EventKind.ZERO_GRAD or zero.via_helper:
+        # an optimizer's own clear only: `netG.zero_grad()` before `opt_d.step()` clears another model
+        if zero.kind is not EventKind.ZERO_GRAD or zero.via_helper or zero.model_wide or zero.target is None:
             continue
         zero_guards = set(zero.ctx.guards)
         if not any(e.kind is EventKind.BACKWARD and e.order < zero.order and set(e.ctx.guards) <= zero_guards
