@@ -148,11 +148,19 @@ def within_floor(
         return compare(candidate, baseline, baseline, tol, magnitude=magnitude, steps=steps, measured=False)
     allowed = tol.floor * tol.eps * math.sqrt(max(steps, 1)) * max(norm, magnitude)
     denom = norm if norm > 0 else 1.0
-    cb, bb, cc = (float(torch.sum(x * y, dtype=torch.float64)) for x, y in ((c, b), (b, b), (c, c)))
+    cb, bb, cc = _products(norm, float(torch.linalg.vector_norm(c)), err)
     scale = cb / bb if bb > 0 else (1.0 if cc == 0 else math.inf)
     cosine = cb / math.sqrt(bb * cc) if bb > 0 and cc > 0 else (1.0 if bb == cc == 0 else 0.0)
     note = "" if norm > 0 else "reference is exactly zero: absolute errors"
     return Comparison(err / denom, math.nan, allowed / denom, scale, cosine, err <= allowed, note)
+
+
+def _products(norm_b: float, norm_c: float, norm_diff: float) -> tuple[float, float, float]:
+    """<c, b>, <b, b>, <c, c> from the norms |b|, |c| and |c - b| (polarisation), in float64: three
+    reductions that allocate nothing, where products would each allocate a tensor as large as the
+    parameter. Exact enough to report scale and cosine (the verdict reads the norms themselves)."""
+    bb, cc = norm_b * norm_b, norm_c * norm_c
+    return (bb + cc - norm_diff * norm_diff) / 2, bb, cc
 
 
 def _working(t: torch.Tensor) -> torch.Tensor:
@@ -172,10 +180,9 @@ def global_scale_cosine(
         r, c = _working(ref), _working(cand).to(device=ref.device)
         if c.dtype != r.dtype:
             c, r = c.double(), r.double()
-        # Products in the tensors' precision, sums in float64: no float64 copies of a large model.
-        xr += float(torch.sum(c * r, dtype=torch.float64))
-        rr += float(torch.sum(r * r, dtype=torch.float64))
-        xx += float(torch.sum(c * c, dtype=torch.float64))
+        norms = (float(torch.linalg.vector_norm(t)) for t in (r, c, c - r))
+        products = _products(*norms)
+        xr, rr, xx = xr + products[0], rr + products[1], xx + products[2]
     scale = xr / rr if rr > 0 else math.nan
     cosine = xr / math.sqrt(rr * xx) if rr > 0 and xx > 0 else math.nan
     return scale, cosine

@@ -1,7 +1,7 @@
 """From numbers to a named cause.
 
 Two least-squares fits over the per-micro-batch contributions c_i (flattened across all
-parameters, in float64):
+parameters, in float64; solved from their inner products alone, see Gram):
   presence a: accumulated  ~= sum_i a_i c_i   (how the loop combined the contributions: a_i = 0
               means micro-batch i's gradient was wiped before the step)
   required w: reference    ~= sum_i w_i c_i   (how the big batch needs them weighted)
@@ -19,7 +19,6 @@ from typing import Mapping, Optional, Sequence
 
 import torch
 
-from gradcheck_accum.verifier.compare import global_scale_cosine
 
 Grads = Mapping[str, Optional[torch.Tensor]]
 
@@ -58,33 +57,74 @@ CAUSES = {
 
 
 @dataclass(frozen=True)
-class Flat:
-    """Every parameter's gradient laid end to end, in float64 on the CPU, built once per diagnosis:
-    the contributions (N, P), the reference and the accumulated gradient (P,). A parameter missing
-    from one of them (or of another size) is zeros there."""
+class Gram:
+    """Inner products, in float64 over all parameters, of the contributions c_1..c_N, the reference
+    r and the accumulated gradient a: everything the fits below need is a combination of them, so
+    no model-sized float64 matrix of all the gradients is ever held. Built once per diagnosis, one
+    parameter at a time (that parameter's N + 2 gradients stacked on the CPU in float64, times its
+    transpose). A parameter missing from one of them (or of another size) is zeros there.
+    `squared_error`: |a - r|^2, summed directly (a difference of near-equal products would lose
+    the digits of a small error)."""
 
-    contributions: torch.Tensor
-    reference: torch.Tensor
-    accumulated: torch.Tensor
+    products: torch.Tensor   # (N + 2, N + 2): rows and columns c_1..c_N, r, a
+    squared_error: float
 
     @classmethod
-    def of(cls, accumulated: Grads, contributions: Sequence[Grads], reference: Grads) -> "Flat":
-        sizes = {n: (0 if g is None else g.numel()) for n, g in reference.items()}
+    def of(cls, accumulated: Grads, contributions: Sequence[Grads], reference: Grads) -> "Gram":
         rows = [*contributions, reference, accumulated]
-        out = torch.zeros(len(rows), sum(sizes.values()), dtype=torch.float64)
-        for row, grads in zip(out, rows):
-            start = 0
-            for name, size in sizes.items():
+        products = torch.zeros(len(rows), len(rows), dtype=torch.float64)
+        squared_error = 0.0
+        for name, ref in reference.items():
+            if ref is None:
+                continue
+            stacked = torch.zeros(len(rows), ref.numel(), dtype=torch.float64)
+            for row, grads in zip(stacked, rows):
                 g = grads.get(name)
-                if g is not None and g.numel() == size:
-                    row[start:start + size] = g.detach().reshape(-1)  # one copy, converted on the way
-                start += size
-        return cls(out[:-2], out[-2], out[-1])
+                if g is not None and g.numel() == ref.numel():
+                    row.copy_(g.detach().reshape(-1))  # one copy, converted on the way
+            products += stacked @ stacked.T
+            squared_error += float(torch.linalg.vector_norm(stacked[-1] - stacked[-2])) ** 2
+        return cls(products, squared_error)
+
+    @property
+    def steps(self) -> int:
+        return self.products.shape[0] - 2
+
+    @property
+    def contributions(self) -> torch.Tensor:
+        """<c_i, c_j>, (N, N)."""
+        return self.products[:-2, :-2]
+
+    def with_reference(self) -> torch.Tensor:
+        """<c_i, r>, (N,)."""
+        return self.products[:-2, -2]
+
+    def with_accumulated(self) -> torch.Tensor:
+        """<c_i, a>, (N,)."""
+        return self.products[:-2, -1]
+
+    @property
+    def finite(self) -> bool:
+        """No NaN/inf in the contributions and the accumulated gradient: any would make its own
+        squared norm NaN or inf (squares of finite float32 gradients cannot overflow float64)."""
+        return bool(torch.isfinite(torch.diagonal(self.products)[:-2]).all()) and self.accumulated_finite
+
+    @property
+    def accumulated_finite(self) -> bool:
+        return math.isfinite(float(self.products[-1, -1]))
+
+    @property
+    def scale_cosine(self) -> tuple[float, float]:
+        """Scale <a, r> / <r, r> and cosine of the accumulated gradient against the reference."""
+        ar, rr, aa = (float(self.products[i, j]) for i, j in ((-1, -2), (-2, -2), (-1, -1)))
+        scale = ar / rr if rr > 0 else math.nan
+        cosine = ar / math.sqrt(rr * aa) if rr > 0 and aa > 0 else math.nan
+        return scale, cosine
 
     @property
     def relative_error(self) -> float:
-        norm = float(torch.linalg.vector_norm(self.reference))
-        return float(torch.linalg.vector_norm(self.accumulated - self.reference)) / norm if norm > 0 else math.nan
+        rr = float(self.products[-2, -2])
+        return math.sqrt(self.squared_error / rr) if rr > 0 else math.nan
 
 
 def _solve(gram: torch.Tensor, rhs: torch.Tensor) -> Optional[torch.Tensor]:
@@ -108,58 +148,57 @@ class Fit:
     residual: float
 
 
-def fit_weights(flat: Flat) -> Fit:
+def fit_weights(gram: Gram) -> Fit:
     none = Fit(None, None, math.nan, math.nan)
-    C, ref, acc = flat.contributions, flat.reference, flat.accumulated  # (N, P), (P,), (P,)
-    if not len(C):
+    if not gram.steps or not gram.finite:
         return none
-    if not (torch.isfinite(C).all() and torch.isfinite(acc).all()):
-        return none
-    active = [i for i in range(C.shape[0]) if bool(torch.any(C[i] != 0))]
+    G = gram.contributions
+    # Micro-batches whose contribution is exactly zero have nothing to weigh.
+    active = [i for i in range(gram.steps) if float(G[i, i]) > 0]
     if not active:
         return none
-    Ca = C if len(active) == C.shape[0] else C[active]
-    gram = Ca @ Ca.T
-    ref_c, acc_c = Ca @ ref, Ca @ acc
-    w = _solve(gram, ref_c)
-    a = _solve(gram, acc_c)
+    index = torch.tensor(active)
+    gram_a = G[index][:, index]
+    ref_c, acc_c = gram.with_reference()[index], gram.with_accumulated()[index]
+    w = _solve(gram_a, ref_c)
+    a = _solve(gram_a, acc_c)
     if w is None or a is None:
         return none
 
-    def residual(target: torch.Tensor, projections: torch.Tensor, coef: torch.Tensor) -> float:
-        # |t - coef @ Ca|^2 from the small products already at hand (no P-sized temporaries);
-        # float64 keeps the relative residual exact to ~1e-8, far below FIT_RESIDUAL.
-        tt = float(target @ target)
+    def residual(tt: float, projections: torch.Tensor, coef: torch.Tensor) -> float:
+        # |t - sum_i coef_i c_i|^2 from the inner products; float64 keeps the relative residual
+        # exact to ~1e-8, far below FIT_RESIDUAL.
         if tt <= 0:
             return math.nan
-        squared = tt - 2 * float(coef @ projections) + float(coef @ gram @ coef)
+        squared = tt - 2 * float(coef @ projections) + float(coef @ gram_a @ coef)
         return math.sqrt(max(squared, 0.0) / tt)
 
     def spread(values: torch.Tensor) -> tuple[float, ...]:
-        out = [math.nan] * C.shape[0]
+        out = [math.nan] * gram.steps
         for i, v in zip(active, values.tolist()):
             out[i] = float(v)
         return tuple(out)
 
-    return Fit(spread(a), spread(w), residual(acc, acc_c, a), residual(ref, ref_c, w))
+    return Fit(spread(a), spread(w), residual(float(gram.products[-1, -1]), acc_c, a),
+               residual(float(gram.products[-2, -2]), ref_c, w))
 
 
-def pattern_residual(flat: Flat, pattern: Sequence[float]) -> float:
+def pattern_residual(gram: Gram, pattern: Sequence[float]) -> float:
     """Relative residual of reference ~= k * sum_i pattern_i c_i with the best scalar k, given
     that accumulated holds the plain sum of the contributions (else nan). Tests one named
     hypothesis when the free fit is ill-conditioned (collinear micro-batch gradients)."""
-    C, ref, acc = flat.contributions, flat.reference, flat.accumulated
-    total = C.sum(0)
-    acc_norm = float(torch.linalg.vector_norm(acc))
-    if acc_norm == 0 or float(torch.linalg.vector_norm(acc - total)) > FIT_RESIDUAL * acc_norm:
+    G, ones = gram.contributions, torch.ones(gram.steps, dtype=torch.float64)
+    aa, rr = float(gram.products[-1, -1]), float(gram.products[-2, -2])
+    # |a - sum_i c_i|^2
+    off_sum = aa - 2 * float(ones @ gram.with_accumulated()) + float(ones @ G @ ones)
+    if aa == 0 or math.sqrt(max(off_sum, 0.0)) > FIT_RESIDUAL * math.sqrt(aa):
         return math.nan
-    combo = torch.tensor([float(p) for p in pattern], dtype=torch.float64) @ C
-    cc = float(combo @ combo)
-    ref_norm = float(torch.linalg.vector_norm(ref))
-    if cc == 0 or ref_norm == 0:
+    p = torch.tensor([float(v) for v in pattern], dtype=torch.float64)
+    cc, cr = float(p @ G @ p), float(p @ gram.with_reference())
+    if cc <= 0 or rr == 0:
         return math.nan
-    k = float(combo @ ref) / cc
-    return float(torch.linalg.vector_norm(ref - k * combo)) / ref_norm
+    # min over k of |r - k combo|^2 = rr - <combo, r>^2 / <combo, combo>
+    return math.sqrt(max(rr - cr * cr / cc, 0.0) / rr)
 
 
 def _uniform(values: Sequence[float]) -> bool:
@@ -230,16 +269,20 @@ def diagnose(
     values, used to point at the micro-batch that produced NaN/inf.
     """
     n = steps if steps is not None else max(len(contributions), 1)
-    if not all(g is None or bool(torch.isfinite(g).all()) for g in accumulated.values()):
+    gram = Gram.of(accumulated, contributions, reference)
+    # NaN/inf shows in the accumulated gradient's own squared norm; parameters the Gram leaves out
+    # (no reference gradient, another size) are checked one by one.
+    left_out = [g for name, g in accumulated.items() if g is not None
+                and (reference.get(name) is None or reference[name].numel() != g.numel())]
+    if not gram.accumulated_finite or not all(bool(torch.isfinite(g).all()) for g in left_out):
         bad = [i + 1 for i, loss in enumerate(losses) if not math.isfinite(loss)]
         where = f" (loss of micro-batch {', '.join(map(str, bad))} is NaN/inf, e.g. a mean over zero valid items)" if bad else ""
         return Diagnosis("non_finite", f"NaN/inf in the accumulated gradient{where}", math.nan, math.nan, None, math.nan)
 
-    scale, cosine = global_scale_cosine(accumulated, reference)
-    flat = Flat.of(accumulated, contributions, reference)
-    fit = fit_weights(flat)
+    scale, cosine = gram.scale_cosine
+    fit = fit_weights(gram)
     presence, required, residual = fit.presence, fit.required, fit.residual
-    error = flat.relative_error
+    error = gram.relative_error
     bad_losses = [i + 1 for i, loss in enumerate(losses) if not math.isfinite(loss)]
     prefix = (f"loss of micro-batch {', '.join(map(str, bad_losses))} is NaN/inf (no valid items?) though its "
               "gradient is finite; ") if bad_losses else ""
@@ -296,8 +339,8 @@ def diagnose(
     if required is None and contributions and item_counts:
         for label, values in item_counts.items():
             if len(values) == len(contributions) and len(set(values)) > 1 and min(values) > 0:
-                plain = pattern_residual(flat, [1.0] * len(values))
-                by_items = pattern_residual(flat, values)
+                plain = pattern_residual(gram, [1.0] * len(values))
+                by_items = pattern_residual(gram, values)
                 # The item pattern must explain the reference far better than the plain sum does.
                 if by_items <= FIT_RESIDUAL and (math.isnan(plain) or by_items < 0.1 * plain):
                     return result("mean_of_means", "weights proportional to 1/items: per-micro-batch mean over "
