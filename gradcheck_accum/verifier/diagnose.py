@@ -19,7 +19,6 @@ from typing import Mapping, Optional, Sequence
 
 import torch
 
-
 Grads = Mapping[str, Optional[torch.Tensor]]
 
 # A fit whose residual is below this reproduces the reference; rounding in float32 gives ~1e-6,
