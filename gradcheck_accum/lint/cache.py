@@ -1,12 +1,13 @@
 """Per-file results, keyed on content hash, tool version and effective settings.
 
-One JSON file per (version, settings) in `.accumcheck_cache/` at the project root. A warm run over an unchanged tree
+One JSON file per (linter, settings) in `.accumcheck_cache/` at the project root. A warm run over an unchanged tree
 only stats files: an entry whose size and mtime match is reused without reading the file; when
 they differ the file is read and its hash compared before anything is parsed.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -20,6 +21,19 @@ from gradcheck_accum.lint.config import Settings
 from gradcheck_accum.lint.diagnostics import Finding
 
 DEFAULT_DIR = Path(".accumcheck_cache")
+
+
+@functools.cache
+def linter_key() -> str:
+    """The release, and the size and mtime of every source file and rule page of the linter: a
+    checkout or an editable install whose rules changed must not restore findings the old rules
+    made (a release's files never change, so this costs one stat per file and nothing more)."""
+    package = Path(__file__).parent
+    stamp = hashlib.blake2b(digest_size=6)
+    for path in sorted([*package.rglob("*.py"), *package.parent.parent.glob("rules/*.md")]):
+        stat = path.stat()
+        stamp.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return f"v{__version__}-{stamp.hexdigest()}"
 
 
 def content_hash(text: str) -> str:
@@ -75,9 +89,18 @@ class Cache:
         self.suffix = "-edits" if fix_edits else ""
         self._tables: dict[str, dict[str, Entry]] = {}
         self._dirty: set[str] = set()
+        # A run shares one Settings object among the files of a directory tree: its digest (asdict and
+        # a hash) is computed once per object, not once per file. The object is kept so its id stays its own.
+        self._settings_keys: dict[int, tuple[Settings, str]] = {}
+
+    def _settings_key(self, settings: Settings) -> str:
+        known = self._settings_keys.get(id(settings))
+        if known is None:
+            known = self._settings_keys[id(settings)] = (settings, settings.key())
+        return known[1]
 
     def _table(self, settings: Settings) -> dict[str, Entry]:
-        key = settings.key()
+        key = self._settings_key(settings)
         table = self._tables.get(key)
         if table is None:
             try:
@@ -88,7 +111,7 @@ class Cache:
         return table
 
     def _file(self, key: str) -> Path:
-        return self.directory / f"v{__version__}" / f"{key}{self.suffix}.json"
+        return self.directory / linter_key() / f"{key}{self.suffix}.json"
 
     @staticmethod
     def key(path: Path) -> str:
@@ -113,7 +136,7 @@ class Cache:
               error: str | None) -> None:
         records = [{k: v for k, v in f.to_dict().items() if k != "path"} for f in findings]
         self._table(settings)[self.key(path)] = Entry(stat.st_mtime_ns, stat.st_size, digest, records, error)
-        self._dirty.add(settings.key())
+        self._dirty.add(self._settings_key(settings))
 
     def save(self) -> None:
         for key in sorted(self._dirty):

@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 import socket
 import subprocess
 import sys
@@ -163,3 +164,24 @@ def test_a_cache_written_by_another_version_is_ignored(run, tmp_path):
     assert run("lint", "good.py").stdout == first.stdout
     table.write_text(json.dumps([1, 2]))
     assert run("lint", "good.py").stdout == first.stdout
+
+
+def test_a_cache_written_by_an_edited_linter_is_not_restored(run, tmp_path):
+    """A checkout whose rules changed since the last run (same release number) lints again."""
+    import gradcheck_accum.lint.rules as rules
+    from gradcheck_accum.lint import cache
+
+    (tmp_path / "good.py").write_text(BUGGY)
+    run("lint", "good.py")
+    [before] = (tmp_path / ".accumcheck_cache").rglob("*.json")
+    rule_file = next(Path(rules.__file__).parent.glob("*.py"))
+    stat = rule_file.stat()
+    try:
+        os.utime(rule_file, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+        cache.linter_key.cache_clear()
+        run("lint", "good.py")
+        assert len(list((tmp_path / ".accumcheck_cache").rglob("*.json"))) == 2
+    finally:
+        os.utime(rule_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        cache.linter_key.cache_clear()
+    assert before.parent.name == cache.linter_key()
