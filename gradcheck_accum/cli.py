@@ -163,6 +163,8 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, exten
     for result in results:
         if result.error:
             errors.append((result.target.display, result.error))
+        if result.warning:
+            click.echo(f"{result.target.display}: warning: {result.warning}", err=True)
         if result.new_text is not None:
             _echo(result.new_text)
     findings = [] if fix_only else [f for r in results for f in r.findings]

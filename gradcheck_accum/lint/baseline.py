@@ -1,19 +1,26 @@
-"""`--add-noqa`: suppress every current finding with a `# noqa: CODE` on its line (a baseline)."""
+"""`--add-noqa`: suppress every current finding with a `# noqa: CODE` on its line (a baseline).
+
+The comment goes on the finding's home line (comments.py): its own line, or where the string or
+backslash continuation its line ends inside closes. An existing `# noqa: CODES` there gains the new
+codes; only comment tokens are read, so a `# noqa` inside a string is never taken for one.
+"""
 
 from __future__ import annotations
 
 import re
 
+from gradcheck_accum.lint.comments import layout_of
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.engine import ParseFailure, parse
 from gradcheck_accum.lint.lines import split_lines
 
-_NOQA_CODES = re.compile(r"#\s*noqa:\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)")
+_NOQA_CODES = re.compile(r"#\s*noqa:\s*(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)", re.IGNORECASE)
+_BARE_NOQA = re.compile(r"#\s*noqa(?!:\s*[A-Za-z]+[0-9])", re.IGNORECASE)
 
 
 def add_noqa(text: str, findings: list[Finding]) -> tuple[str, int]:
     """The text with noqa comments added, and how many lines changed. Unchanged when the result
-    would not parse (a reported line that ends inside a string)."""
+    would not parse."""
     lines = split_lines(text, keepends=True)
     changed = add_to_lines(lines, findings)
     new_text = "".join(lines)
@@ -49,23 +56,29 @@ def add_noqa_notebook(text: str, findings: list[Finding]) -> tuple[str, int]:
 
 
 def add_to_lines(lines: list[str], findings: list[Finding]) -> int:
-    """Add each finding's code to a noqa comment on its line, in place; returns how many lines changed."""
+    """Add each finding's code to a noqa comment on its home line, in place; returns how many lines
+    changed."""
+    layout = layout_of("".join(lines))
     wanted: dict[int, set[str]] = {}
     for finding in findings:
-        wanted.setdefault(finding.line, set()).add(finding.code)
+        wanted.setdefault(layout.home(finding.line), set()).add(finding.code)
     changed = 0
-    for number, codes in wanted.items():
+    for number, codes in sorted(wanted.items()):
         if not 0 < number <= len(lines):
             continue
         line = lines[number - 1]
         body = line.rstrip("\r\n")
         ending = line[len(body):]
-        match = _NOQA_CODES.search(body)
-        if match:
+        comment = layout.comments.get(number)
+        match = _NOQA_CODES.search(comment.text) if comment else None
+        if comment and match:
             present = re.split(r"[\s,]+", match.group("codes"))
-            merged = present + sorted(codes - {c.upper() for c in present})
-            body = body[:match.start("codes")] + ", ".join(merged) + body[match.end("codes"):]
-        elif re.search(r"#\s*noqa\b", body):
+            missing = sorted(codes - {c.upper() for c in present})
+            if not missing:
+                continue
+            at = comment.column + match.end("codes")
+            body = body[:at] + ", " + ", ".join(missing) + body[at:]
+        elif comment and _BARE_NOQA.search(comment.text):
             continue  # a bare noqa already hides everything
         else:
             body = f"{body}  # noqa: {', '.join(sorted(codes))}"

@@ -10,7 +10,7 @@ from typing import Iterable, Iterator
 
 from gradcheck_accum.lint import registry, suppressions
 from gradcheck_accum.lint.diagnostics import Edit, Finding
-from gradcheck_accum.lint.fixes import Fix
+from gradcheck_accum.lint.fixes import Fix, fixed_source, independent
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.model import FileModel
@@ -118,7 +118,8 @@ def analyze(source: str, path: str, rules: Rules | None = None, enabled: set[str
     findings = sorted(kept)
     fixes = {f: kept[f] for f in findings if kept[f] is not None}
     if fix_edits and fixes and hollowed is None:  # a hollowed module cannot write the file back
-        with_edits = {f: replace(f, fix_edit=text_edit(source, fix.apply(module))) for f, fix in fixes.items()}
+        with_edits = {f: replace(f, fix_edit=text_edit(source, fixed_source(source, module, [fix])))
+                      for f, fix in fixes.items()}
         findings = sorted(with_edits.get(f, f) for f in findings)
         fixes = {with_edits[f]: fix for f, fix in fixes.items()}
     return Analysis(module, findings, fixes)
@@ -163,11 +164,14 @@ class FixResult:
     source: str
     fixed: list[Finding]
     remaining: list[Finding]
+    converged: bool = True  # False: fixes still applied after `max_passes` passes (a cycle)
 
 
-def fix_source(source: str, path: str, rules: Rules | None = None, unsafe: bool = False, max_passes: int = 25,
+def fix_source(source: str, path: str, rules: Rules | None = None, unsafe: bool = False, max_passes: int = 100,
                enabled: set[str] | None = None) -> FixResult:
-    """Apply fixes one at a time, re-linting after each, until none applies (ruff's fixed-point loop).
+    """Apply fixes until none applies (ruff's fixed-point loop): each pass lints and applies every
+    fix that overlaps none taken before it in that pass (fixes.independent), so the passes grow with
+    how deeply fixes nest, not with how many there are.
 
     A fix whose result does not parse, or changes nothing, is skipped and its finding kept.
     """
@@ -182,15 +186,26 @@ def fix_source(source: str, path: str, rules: Rules | None = None, unsafe: bool 
                       if (fix.safe or unsafe) and (f.code, f.line, f.column) not in skipped]
         if not candidates:
             return FixResult(source, fixed, analysis.findings)
-        finding, fix = candidates[0]
-        new_source = fix.apply(analysis.module)
-        try:
-            parse(new_source)
-        except ParseFailure:
-            new_source = source
-        if new_source == source:
+        batch = independent(analysis.module, candidates) or candidates[:1]
+        new_source = _applied(source, analysis.module, batch)
+        if new_source is None and len(batch) > 1:  # together they break the code: the first alone
+            batch = batch[:1]
+            new_source = _applied(source, analysis.module, batch)
+        if new_source is None or new_source == source:
+            finding = batch[0][0]
             skipped.add((finding.code, finding.line, finding.column))
             continue
         source = new_source
-        fixed.append(finding)
-    return FixResult(source, fixed, analyze(source, path, rules, enabled).findings)
+        fixed.extend(finding for finding, _ in batch)
+    return FixResult(source, fixed, analyze(source, path, rules, enabled).findings, converged=False)
+
+
+def _applied(source: str, module: cst.Module, batch: list[tuple[Finding, Fix]]) -> str | None:
+    """The source with the batch's fixes applied, or None when the result does not parse."""
+    new_source = fixed_source(source, module, [fix for _, fix in batch])
+    try:
+        parse(new_source)
+    except ParseFailure:
+        return None
+    return new_source
+

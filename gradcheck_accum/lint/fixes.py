@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Callable, TypeVar, Union
 
 from gradcheck_accum.lint.lazy import cst
 
 from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.names import source
+from gradcheck_accum.lint.positions import ancestor_paths
 from gradcheck_accum.lint.vocabulary import Event
+
+T = TypeVar("T", bound=tuple)
 
 if TYPE_CHECKING:  # annotations only: libcst is loaded lazily (see gradcheck_accum/lint/__init__.py)
     Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
@@ -31,23 +34,88 @@ class Fix:
     def safety(self) -> str:
         return "safe" if self.safe else "unsafe"
 
-    def apply(self, module: cst.Module) -> str:
-        """The module's code with this fix applied."""
-        code = module.visit(_replacer()({id(node): new for node, new in self.replacements})).code \
-            if self.replacements else module.code
-        if self.line_edit is not None:
-            number, old, new = self.line_edit
-            lines = split_lines(code, keepends=True)
-            body = lines[number - 1].rstrip("\r\n")
-            ending = lines[number - 1][len(body):]
-            # A comment ends its line: edit that end, never an earlier copy of its text (in a string).
-            if body.endswith(old):
-                body = body[:len(body) - len(old)] + new
-                if not new:  # the comment went away: so do the spaces that preceded it
-                    body = body.rstrip()
-            lines[number - 1] = body + ending
-            code = "".join(lines)
+    def apply(self, source: str, module: cst.Module) -> str:
+        """`source` (which `module` was parsed from) with this fix applied."""
+        return fixed_source(source, module, [self])
+
+
+def fixed_source(source: str, module: cst.Module, fixes: list[Fix]) -> str:
+    """`source` (which `module` was parsed from) with `fixes` applied in one pass, every byte they do
+    not touch kept. Fixes applied together are chosen by `independent`: no replacement touches a node
+    another one replaces, or its ancestors or descendants, and comment edits are on distinct lines."""
+    replacements = {id(node): new for fix in fixes for node, new in fix.replacements}
+    code = _kept_bytes(source, module, module.visit(_replacer()(replacements)).code) if replacements else source
+    edits = [fix.line_edit for fix in fixes if fix.line_edit is not None]
+    if not edits:
         return code
+    lines = split_lines(code, keepends=True)
+    for number, old, new in edits:
+        body = lines[number - 1].rstrip("\r\n")
+        ending = lines[number - 1][len(body):]
+        # A comment ends its line: edit that end, never an earlier copy of its text (in a string).
+        if body.endswith(old):
+            body = body[:len(body) - len(old)] + new
+            if not new:  # the comment went away: so do the spaces that preceded it
+                body = body.rstrip()
+        lines[number - 1] = body + ending
+    return "".join(lines)
+
+
+def _kept_bytes(source: str, module: cst.Module, new: str) -> str:
+    """libcst's code generation drops a form feed that starts a statement's line and the last CR of
+    a file whose lines end in CR alone: the lines a fix leaves alone come back from `source`."""
+    if "\x0c" not in source and not source.endswith("\r"):
+        return new  # nothing libcst loses
+    roundtrip = module.code
+    old_lines, kept_lines = split_lines(source, keepends=True), split_lines(roundtrip, keepends=True)
+    if roundtrip == source or len(old_lines) != len(kept_lines):
+        return new
+    import difflib
+
+    new_lines = split_lines(new, keepends=True)
+    out: list[str] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, kept_lines, new_lines, autojunk=False).get_opcodes():
+        out.extend(old_lines[i1:i2] if tag == "equal" else new_lines[j1:j2])
+    text = "".join(out)
+    if source.endswith("\r") and not text.endswith(("\r", "\n")):
+        text += "\r"  # the fix changed the last line
+    return text
+
+
+def independent(module: cst.Module, fixes: list[T]) -> list[T]:
+    """The first of `fixes` ((finding, Fix) pairs) and each later one that can join it in one pass, as
+    ruff applies non-overlapping edits together: node fixes whose nodes are neither the same as, nor
+    ancestors or descendants of, the nodes of those taken; or comment edits on distinct lines. The two
+    kinds never mix (a node fix can move lines under a comment edit)."""
+    first = fixes[0][1]
+    if first.line_edit is not None:
+        if first.replacements:
+            return fixes[:1]
+        lines: set[int] = set()
+        taken = []
+        for item in fixes:
+            edit = item[1].line_edit
+            if edit is not None and not item[1].replacements and edit[0] not in lines:
+                lines.add(edit[0])
+                taken.append(item)
+        return taken
+    candidates = [item for item in fixes if item[1].line_edit is None and item[1].replacements]
+    paths = ancestor_paths(module, {node for _, fix in candidates for node, _ in fix.replacements})
+    taken, taken_nodes, taken_lineage = [], set(), set()
+    for item in candidates:
+        nodes = [node for node, _ in item[1].replacements]
+        if any(node not in paths for node in nodes):  # out of reach of the walk: alone or not at all
+            if not taken:
+                return [item]
+            continue
+        own = {id(node) for node in nodes}
+        lineage = {id(ancestor) for node in nodes for ancestor in paths[node]}
+        if own & taken_lineage or lineage & taken_nodes:
+            continue
+        taken.append(item)
+        taken_nodes |= own
+        taken_lineage |= lineage
+    return taken
 
 
 @functools.cache

@@ -27,7 +27,7 @@ _NEWLINE = re.compile(r"\r\n?|\n")  # line breaks as libcst's position provider 
 
 def node_positions(module: cst.Module, source: str, nodes: Iterable[cst.CSTNode]) -> Ranges:
     wanted = set(nodes)
-    paths = _paths(module, wanted)
+    paths = ancestor_paths(module, wanted)
     if len(paths) < len(wanted):  # a node outside the fields `children` reads: take the long road
         return whole_module(module)
     found: Ranges = {}
@@ -69,8 +69,9 @@ def _state(module: cst.Module) -> PositionProvidingCodegenState:
                                          default_newline=module.default_newline, provider=_Collector())
 
 
-def _paths(module: cst.Module, wanted: set[cst.CSTNode]) -> dict[cst.CSTNode, tuple[cst.CSTNode, ...]]:
-    """The chain of ancestors (module first) of each wanted node, from one depth-first walk."""
+def ancestor_paths(module: cst.Module, wanted: set[cst.CSTNode]) -> dict[cst.CSTNode, tuple[cst.CSTNode, ...]]:
+    """The chain of ancestors (module first, the node itself last) of each wanted node that `children`
+    reaches, from one depth-first walk."""
     paths: dict[cst.CSTNode, tuple[cst.CSTNode, ...]] = {}
     path: list[cst.CSTNode] = []
     stack: list[tuple[cst.CSTNode, int]] = [(module, 0)]

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Callable
 from gradcheck_accum.lint import deep, lazy, notebooks, registry
 from gradcheck_accum.lint.config import Settings, expand
 from gradcheck_accum.lint.diagnostics import Finding
-from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source, syntax_error
+from gradcheck_accum.lint.engine import FixResult, ParseFailure, analyze, fix_source, syntax_error
 from gradcheck_accum.lint.files import Source, Target, UnreadableFile, UnwritableFile, matches, read_source, write_source
+from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint.rule import Rule
 from gradcheck_accum.lint.suppressions import UNUSED_SUPPRESSION, could_report_unused
@@ -48,6 +49,7 @@ class FileResult:
     diff: str = ""
     new_text: str | None = None  # standard input under --fix: the fixed text to print
     source: str | None = None  # standard input: the text read (it cannot be read again)
+    warning: str | None = None  # said on stderr; the file's findings still count
     fingerprint: tuple | None = None  # (stat, content hash) for the cache
 
 
@@ -231,6 +233,7 @@ def _lint_python(item: Pending) -> FileResult:
         return result
     fixed = fix_source(text, display, rules, unsafe=options.unsafe_fixes, enabled=item.enabled)
     result.findings, result.fixed = fixed.remaining, fixed.fixed
+    _say_if_unconverged(result, fixed)
     if fixed.source != text:
         _record_change(result, text, fixed.source, options, item.codec)
     return result
@@ -242,6 +245,7 @@ def _lint_notebook(result: FileResult, text: str, codec: str, rules: list[type[R
     display = result.target.display
     if options.fix or options.diff:
         fixed = fix_source(notebook.program, display, rules, unsafe=options.unsafe_fixes, enabled=enabled)
+        _say_if_unconverged(result, fixed)
         new_text = notebooks.write_back(notebook, fixed.source) if fixed.fixed else None
         if new_text is not None and new_text != text:
             result.fixed = [notebook.locate(f) for f in fixed.fixed]
@@ -253,12 +257,18 @@ def _lint_notebook(result: FileResult, text: str, codec: str, rules: list[type[R
     return result
 
 
+def _say_if_unconverged(result: FileResult, fixed: FixResult) -> None:
+    if not fixed.converged:
+        result.warning = (f"fixes did not settle after {len(fixed.fixed)} were applied (two fixes undo each "
+                          "other?); what remains is reported")
+
+
 def _record_change(result: FileResult, old: str, new: str, options: Options, codec: str) -> None:
     display = result.target.display
     if options.diff:
         import difflib
 
-        result.diff = "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+        result.diff = "".join(difflib.unified_diff(split_lines(old, keepends=True), split_lines(new, keepends=True),
                                                    f"a/{display}", f"b/{display}"))
     elif result.target.path is None:
         result.new_text = new

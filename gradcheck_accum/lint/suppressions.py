@@ -2,19 +2,19 @@
 `# noqa: ACC101,ACC302`, `# accumcheck: ignore[ACC101]`) hide findings, `# accumcheck: skip-file`
 anywhere hides a file's, and ACC900 reports the codes a comment names that hide nothing.
 
-Comments are found with the tokenize module, so text inside strings never counts.
+Comments are found with the tokenize module (comments.py), so text inside strings never counts.
 """
 
 from __future__ import annotations
 
-import io
 import re
-import tokenize
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
+from gradcheck_accum.lint.comments import Layout, layout_of
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.fixes import Fix
+from gradcheck_accum.lint.lines import split_lines
 
 if TYPE_CHECKING:
     Reported = dict[Finding, "Fix | None"]
@@ -63,7 +63,8 @@ def _unused(path: str, suppressions: Suppressions, findings: list[Finding], enab
             known: set[str]) -> Iterator[tuple[Finding, Fix]]:
     check = UNUSED_SUPPRESSION
     for comment in suppressions.comments:
-        codes = [code for code in unused_codes(comment, findings, enabled, known) if code != check.code]
+        codes = [code for code in unused_codes(comment, findings, enabled, known, suppressions.layout)
+                 if code != check.code]
         if not codes:
             continue
         fixed = without_codes(comment.text, codes)
@@ -102,51 +103,46 @@ class Comment:
 
 @dataclass
 class Suppressions:
-    by_line: dict[int, set[str]]  # line -> codes ("*" for all)
+    by_line: dict[int, set[str]]  # line of the comment -> codes ("*" for all)
     skip_file: bool = False
     comments: list[Comment] = field(default_factory=list)
+    layout: Layout = field(default_factory=Layout)
 
     def hides(self, finding: Finding) -> bool:
-        codes = self.by_line.get(finding.line)
+        """A comment on the finding's line hides it; on a line that ends inside a string or a backslash
+        continuation, the comment where the string or continuation ends does (comments.py)."""
+        codes = self.by_line.get(self.layout.home(finding.line))
         return bool(codes) and (ALL in codes or finding.code in codes)
-
-
-def _comments(source: str) -> list[tuple[int, int, str, str]]:
-    """(line, 1-based column, comment, the line's text) of every comment."""
-    try:
-        tokens = tokenize.generate_tokens(io.StringIO(source).readline)
-        return [(tok.start[0], tok.start[1] + 1, tok.string, tok.line.rstrip("\r\n"))
-                for tok in tokens if tok.type == tokenize.COMMENT]
-    except (tokenize.TokenError, SyntaxError):
-        # Only reached for sources libcst accepted but tokenize does not; fall back to a line scan.
-        return [(i, line.index("#") + 1, line[line.index("#"):], line)
-                for i, line in enumerate(source.splitlines(), 1) if "#" in line]
 
 
 def parse(source: str) -> Suppressions:
     result = Suppressions({})
     if "#" not in source:
         return result
-    for line, column, comment, text in _comments(source):
-        if _SKIP_FILE.search(comment):
+    result.layout = layout_of(source)
+    lines = split_lines(source)
+    for comment in result.layout.comments.values():
+        if _SKIP_FILE.search(comment.text):
             result.skip_file = True
         for pattern in (_NOQA, _IGNORE):
-            for match in pattern.finditer(comment):
+            for match in pattern.finditer(comment.text):
                 codes = match.group("codes")
                 if codes is None:
-                    result.by_line.setdefault(line, set()).add(ALL)
+                    result.by_line.setdefault(comment.line, set()).add(ALL)
                 else:
                     found = [c.upper() for c in re.split(r"[\s,]+", codes) if c]
-                    result.by_line.setdefault(line, set()).update(found)
-                    result.comments.append(Comment(line, column, comment, tuple(found), text))
+                    result.by_line.setdefault(comment.line, set()).update(found)
+                    result.comments.append(Comment(comment.line, comment.column + 1, comment.text, tuple(found),
+                                                   lines[comment.line - 1]))
     return result
 
 
-def unused_codes(comment: Comment, findings: list[Finding], enabled: set[str], known: set[str]) -> list[str]:
-    """accumcheck codes a comment names that suppress nothing on its line: unknown codes, codes of rules
+def unused_codes(comment: Comment, findings: list[Finding], enabled: set[str], known: set[str],
+                 layout: Layout) -> list[str]:
+    """accumcheck codes a comment names that suppress nothing on the lines it covers: unknown codes, codes of rules
     not enabled for the file (as ruff's RUF100: they hide nothing today, and would hide a finding the
     day the rule is turned on), and enabled rules that reported nothing there."""
-    used = {f.code for f in findings if f.line == comment.line}
+    used = {f.code for f in findings if layout.home(f.line) == comment.line}
     return [code for code in comment.codes if code.startswith("ACC") and code not in used]
 
 
@@ -159,4 +155,6 @@ def without_codes(comment: str, stale: list[str]) -> str:
     text = _NOQA.sub(lambda m: strip(m, "# noqa: ", "") if m.group("codes") else m.group(0), comment)
     text = _IGNORE.sub(lambda m: strip(m, "# accumcheck: ignore[", "]") if m.group("codes") is not None
                        else m.group(0), text)
-    return text.strip()
+    text = text.strip()
+    # What followed the removed directive stays a comment: `# noqa: ACC101 * 10` -> `# * 10`.
+    return text if not text or text.startswith("#") else f"# {text}"
