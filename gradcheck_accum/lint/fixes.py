@@ -189,11 +189,12 @@ def divide_loss(backward: Event, n: cst.BaseExpression | None, description: str)
 
 
 def unwrap_compiled(state_dict: Event, description: str) -> Fix | None:
-    """`m.state_dict()` -> `getattr(m, "_orig_mod", m).state_dict()`. Safe: on an eager module
-    getattr returns the module itself, so nothing changes there."""
+    """`m.state_dict()` -> `getattr(m, "_orig_mod", m).state_dict()`. Unsafe: on a compiled module the
+    saved keys change, which is the point, but code that loads them back into a compiled module expects
+    the prefix. (On an eager module getattr returns the module itself.)"""
     call = state_dict.node
     if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
         return None
     owner = source(call.func.value)
     unwrapped = cst.parse_expression(f'getattr({owner}, "_orig_mod", {owner})')
-    return Fix(True, description, ((call.func, call.func.with_changes(value=unwrapped)),))
+    return Fix(False, description, ((call.func, call.func.with_changes(value=unwrapped)),))

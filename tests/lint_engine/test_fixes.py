@@ -164,8 +164,8 @@ def test_unsafe_fixes_need_opt_in():
 
 
 def test_safe_fix_applies_by_default():
-    before = program(CASES["ACC302"][0])
-    assert fix_source(before, "t.py").source == program(CASES["ACC302"][1])
+    before = program(CASES["ACC302"][0]) + "lr = 0.1  # noqa: ACC101\n"
+    assert fix_source(before, "t.py").source == program(CASES["ACC302"][0]) + "lr = 0.1\n"
 
 
 def test_moving_the_only_statement_of_a_block_leaves_pass():
