@@ -59,6 +59,16 @@ def _echo(text: str) -> None:
         _stdout_gone()
 
 
+def _echo_bytes(data: bytes) -> None:
+    """Write bytes to stdout as they are (a fixed source in its own encoding)."""
+    try:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_gone()
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="accumcheck")
 def main() -> None:
@@ -165,8 +175,8 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, exten
             errors.append((result.target.display, result.error))
         if result.warning:
             click.echo(f"{result.target.display}: warning: {result.warning}", err=True)
-        if result.new_text is not None:
-            _echo(result.new_text)
+        if result.stdout is not None:
+            _echo_bytes(result.stdout)
     findings = [] if fix_only else [f for r in results for f in r.findings]
     text = _render(results, findings, output_format, diff, statistics,
                    _color(color, stream=None if output_file else sys.stdout))
@@ -176,6 +186,8 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, exten
             Path(output_file).write_text(text, encoding="utf-8")
         except OSError as exc:
             errors.append((output_file, f"cannot write the output file: {exc.strerror or exc}"))
+    elif any(r.stdout is not None for r in results):  # fixing standard input: stdout holds the source alone
+        click.echo(text, nl=False, err=True)
     else:
         _echo(text)
 

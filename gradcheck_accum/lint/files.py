@@ -61,6 +61,8 @@ def discover(paths: Iterable[str], resolver: Resolver | None = None, stdin_filen
     ignores = GitIgnores()
     for raw in paths:
         if raw == STDIN:
+            if any(target.path is None for target in targets):
+                continue  # standard input is read once
             named = Path(stdin_filename) if stdin_filename else Path.cwd() / "-"
             settings = resolver.for_path(named)
             if not (stdin_filename and excluded(named, settings)):

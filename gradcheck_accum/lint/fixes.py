@@ -15,11 +15,12 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.names import source
 from gradcheck_accum.lint.positions import ancestor_paths
-from gradcheck_accum.lint.vocabulary import Event
+from gradcheck_accum.lint.vocabulary import Event, Guard
 
 T = TypeVar("T", bound=tuple)
 
 if TYPE_CHECKING:  # annotations only: libcst is loaded lazily (see gradcheck_accum/lint/__init__.py)
+    from gradcheck_accum.lint.windows import Window
     Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
 
 
@@ -146,12 +147,41 @@ def lone_statement(event: Event) -> cst.SimpleStatementLine | None:
     return stmt if value is event.node else None
 
 
-def move_statement(event: Event, anchor: Event, after: bool, description: str) -> Fix | None:
-    """Move the event's statement right before or after the anchor's statement (unsafe: order changes)."""
+def move_statement(window: Window, event: Event, anchor: Event, after: bool, description: str) -> Fix | None:
+    """Move the event's statement right before or after the anchor's statement (unsafe: order changes).
+    None when what lands next to the anchor would not run on every boundary of the window."""
     stmt, target = lone_statement(event), anchor.stmt
     if stmt is None or not isinstance(target, cst.SimpleStatementLine) or stmt is target:
         return None
+    if not _on_every_boundary(window, event, anchor):
+        return None
     return Fix(False, description, ((stmt, cst.RemoveFromParent()), (target, _place(stmt, after))))
+
+
+def _on_every_boundary(window: Window, moved: Event, anchor: Event) -> bool:
+    """Whether the anchor runs on every boundary of the window, so a statement placed next to it does
+    too: beyond what encloses the moved statement, only the boundary test of a guarded window may
+    enclose it; not another branch (the step under `if use_amp:` / `else:`), a loop, a handler, or a
+    `try` (a step that may raise)."""
+    ctx = anchor.ctx
+    if ctx.in_handler or any(loop not in moved.ctx.loops for loop in ctx.loops):
+        return False
+    shared = {(id(guard.owner), guard.positive) for guard in moved.ctx.guards}
+    extra = [guard for guard in ctx.guards if (id(guard.owner), guard.positive) not in shared]
+    if len(extra) > 1 or (extra and not _tests_the_boundary(window, extra[0])):
+        return False
+    root = extra[0].owner if extra else ctx.loops[-1] if ctx.loops else window.scope.node
+    path = ancestor_paths(root, {anchor.stmt}).get(anchor.stmt, ())
+    return bool(path) and not any(isinstance(node, (cst.Try, cst.TryStar)) for node in path)
+
+
+def _tests_the_boundary(window: Window, guard: Guard) -> bool:
+    from gradcheck_accum.lint.windows import WindowShape  # the suppression stage imports this module, not windows
+
+    boundary = window.boundary
+    if not guard.positive or boundary is None or window.shape is not WindowShape.GUARDED:
+        return False
+    return boundary.comparison is None or bool(ancestor_paths(guard.test, {boundary.comparison}))
 
 
 def hoist_statement(event: Event, loop: cst.CSTNode, description: str) -> Fix | None:
@@ -178,14 +208,24 @@ def _place(stmt: cst.SimpleStatementLine, after: bool) -> Callable[[cst.CSTNode]
 
 
 def divide_loss(backward: Event, n: cst.BaseExpression | None, description: str) -> Fix | None:
-    """Divide the loss a backward call receives by `n` (unsafe: gradients change)."""
+    """Divide the loss a backward call receives by `n` (unsafe: gradients change). Both sides are
+    parenthesized unless they are atoms: `scaler.scale(a + b)` becomes `scaler.scale((a + b) / n)`."""
     if n is None or backward.expr is None:
         return None
     # `loss.backward()` needs parentheses around the division; an argument does not.
     receiver = isinstance(backward.node, cst.Call) and isinstance(backward.node.func, cst.Attribute) \
         and backward.node.func.value is backward.expr
-    text = f"{source(backward.expr)} / {source(n)}"
+    text = f"{_operand(backward.expr)} / {_operand(n)}"
     return Fix(False, description, ((backward.expr, cst.parse_expression(f"({text})" if receiver else text)),))
+
+
+_ATOMS = ("Name", "Attribute", "Call", "Subscript", "Integer", "Float", "Imaginary", "SimpleString")
+
+
+def _operand(node: cst.BaseExpression) -> str:
+    """The node's text, parenthesized unless it binds at least as tightly as a division's operand."""
+    text = source(node)
+    return text if type(node).__name__ in _ATOMS or getattr(node, "lpar", ()) else f"({text})"
 
 
 def unwrap_compiled(state_dict: Event, description: str) -> Fix | None:

@@ -47,7 +47,7 @@ class FileResult:
     error: str | None = None
     fixed: list[Finding] = field(default_factory=list)
     diff: str = ""
-    new_text: str | None = None  # standard input under --fix: the fixed text to print
+    stdout: bytes | None = None  # standard input under --fix: the bytes to print, fixed or not
     source: str | None = None  # standard input: the text read (it cannot be read again)
     warning: str | None = None  # said on stderr; the file's findings still count
     fingerprint: tuple | None = None  # (stat, content hash) for the cache
@@ -185,6 +185,8 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
             result.findings, result.error = cached.restore(target.display)
             return result
     text = source.text
+    if target.path is None and options.fix and not options.diff:
+        result.stdout = source.encode(text)  # an editor replaces its buffer with what is printed
     enabled = _enabled_for_file(target, settings, set(settings.selected()))
     rules = [rule for rule in rules if rule.code in enabled]
     hollowed = None
@@ -271,7 +273,11 @@ def _record_change(result: FileResult, old: str, new: str, options: Options, cod
         result.diff = "".join(difflib.unified_diff(split_lines(old, keepends=True), split_lines(new, keepends=True),
                                                    f"a/{display}", f"b/{display}"))
     elif result.target.path is None:
-        result.new_text = new
+        try:
+            result.stdout = Source(old, codec).encode(new)
+        except UnwritableFile as exc:  # what is printed is the input: so are its findings
+            result.error = str(exc)
+            result.findings, result.fixed = sorted(result.findings + result.fixed), []
     else:
         try:
             write_source(result.target.path, Source(old, codec).encode(new))

@@ -44,7 +44,7 @@ class SchedulerEveryMicroBatch(Rule):
                     continue  # its length counts micro-batches: one step per micro-batch is its unit
                 if model.scheduler_given_position(event):
                     continue  # the call sets the schedule's position: calling it more often moves nothing
-                fix = move_statement(event, window.boundary_steps[-1], after=True,
+                fix = move_statement(window, event, window.boundary_steps[-1], after=True,
                                      description="Step the scheduler after the optimizer step") \
                     if window.boundary_steps else None
                 yield Report(event.node, "the scheduler steps on every micro-batch but the optimizer once per "
@@ -87,7 +87,7 @@ class ClipEveryMicroBatch(Rule):
             steps = window.boundary_steps
             for clip in window.of(EventKind.CLIP, direct=True):
                 placement = window.placement(clip)
-                fix = move_statement(clip, steps[0], after=False, description="Clip once, before the step") \
+                fix = move_statement(window, clip, steps[0], after=False, description="Clip once, before the step") \
                     if steps else None
                 if placement is _EVERY and window.inside(clip):
                     yield Report(clip.node, "gradients are clipped on every micro-batch, so partial sums are "
@@ -121,10 +121,10 @@ def _scaler_fix(window: Window, event: Event) -> Fix | None:
     if not steps or event.kind is EventKind.STEP:
         return None
     if event.kind is EventKind.SCALER_UPDATE:
-        return move_statement(event, steps[-1], after=True, description="Update the scaler after the step")
+        return move_statement(window, event, steps[-1], after=True, description="Update the scaler after the step")
     clips = [c for c in window.of(EventKind.CLIP, direct=True) if window.placement(c) is _BOUNDARY]
     anchor = clips[0] if clips and clips[0].order < steps[0].order else steps[0]
-    return move_statement(event, anchor, after=False, description="Unscale once, on the boundary")
+    return move_statement(window, event, anchor, after=False, description="Unscale once, on the boundary")
 
 
 class ClipBeforeUnscale(Rule):

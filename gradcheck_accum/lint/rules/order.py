@@ -26,7 +26,7 @@ class ZeroGradEveryMicroBatch(Rule):
                     continue
                 same = [step for step in steps if same_target(zero, step)]
                 if same and window.clears_before_step(zero) is None:
-                    fix = move_statement(zero, same[0], after=True, description="Clear gradients after the step")
+                    fix = move_statement(window, zero, same[0], after=True, description="Clear gradients after the step")
                     yield Report(zero.node, "gradients are cleared on every micro-batch but the optimizer steps once "
                                             "per window, so only the last micro-batch reaches the step; clear them "
                                             "right after the step, on the boundary", fix)
