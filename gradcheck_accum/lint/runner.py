@@ -47,6 +47,7 @@ class FileResult:
     error: str | None = None
     fixed: list[Finding] = field(default_factory=list)
     diff: str = ""
+    new_text: str | None = None  # standard input under --fix: the fixed text, when a fix changed it
     stdout: bytes | None = None  # standard input under --fix: the bytes to print, fixed or not
     source: str | None = None  # standard input: the text read (it cannot be read again)
     warning: str | None = None  # said on stderr; the file's findings still count
@@ -274,7 +275,7 @@ def _record_change(result: FileResult, old: str, new: str, options: Options, cod
                                                    f"a/{display}", f"b/{display}"))
     elif result.target.path is None:
         try:
-            result.stdout = Source(old, codec).encode(new)
+            result.stdout, result.new_text = Source(old, codec).encode(new), new
         except UnwritableFile as exc:  # what is printed is the input: so are its findings
             result.error = str(exc)
             result.findings, result.fixed = sorted(result.findings + result.fixed), []

@@ -8,7 +8,7 @@ import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from lint_cli.cli_samples import BUGGY, CHECKPOINT, CHECKPOINT_FIXED, CLEAN
+from lint_cli.cli_samples import BUGGY, CHECKPOINT, CHECKPOINT_FIXED, CLEAN, STALE_NOQA, STALE_NOQA_FIXED
 
 SERVER = [sys.executable, "-c", "from gradcheck_accum.cli import main; main(['server', '--stdio'])"]
 
@@ -103,12 +103,20 @@ async def test_code_actions_fix_label_unsafe_fixes_and_add_noqa(client: Language
     ckpt = tmp_path / "ckpt.py"
     [found] = await open_document(client, ckpt, CHECKPOINT)
     assert found.code == "ACC302"
-    [safe] = [a for a in await actions_at(client, ckpt, 2) if a.kind == types.CodeActionKind.QuickFix
+    [unwrap] = [a for a in await actions_at(client, ckpt, 2) if a.kind == types.CodeActionKind.QuickFix
+                and "noqa" not in a.title]
+    assert not unwrap.is_preferred and "unsafe" in unwrap.title  # the saved keys change
+    assert apply(CHECKPOINT, unwrap.edit.changes[ckpt.as_uri()]) == CHECKPOINT_FIXED
+
+    stale = tmp_path / "stale.py"
+    [found] = await open_document(client, stale, STALE_NOQA)
+    assert found.code == "ACC900"
+    [safe] = [a for a in await actions_at(client, stale, 0) if a.kind == types.CodeActionKind.QuickFix
               and "noqa" not in a.title]
     assert safe.is_preferred and "unsafe" not in safe.title
-    assert apply(CHECKPOINT, safe.edit.changes[ckpt.as_uri()]) == CHECKPOINT_FIXED
-    [fix_all] = await actions_at(client, ckpt, 0, only=[types.CodeActionKind.SourceFixAll])
-    assert apply(CHECKPOINT, fix_all.edit.changes[ckpt.as_uri()]) == CHECKPOINT_FIXED
+    assert apply(STALE_NOQA, safe.edit.changes[stale.as_uri()]) == STALE_NOQA_FIXED
+    [fix_all] = await actions_at(client, stale, 0, only=[types.CodeActionKind.SourceFixAll])
+    assert apply(STALE_NOQA, fix_all.edit.changes[stale.as_uri()]) == STALE_NOQA_FIXED
 
 
 @pytest.mark.asyncio

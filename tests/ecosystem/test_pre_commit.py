@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ecosystem.working_tree import copy_working_tree
-from lint_cli.cli_samples import BUGGY, CHECKPOINT, CHECKPOINT_FIXED
+from lint_cli.cli_samples import BUGGY, STALE_NOQA, STALE_NOQA_FIXED
 
 PRE_COMMIT = Path(sys.executable).with_name("pre-commit")
 NOT_TRAINING = "print('no training here')\n"
@@ -72,8 +72,8 @@ def test_no_python_files_is_a_pass(scratch):
 
 
 def test_fix_hook_applies_the_safe_fix(scratch):
-    result = pre_commit(scratch, "accumcheck-fix", ("save.py", CHECKPOINT))
+    result = pre_commit(scratch, "accumcheck-fix", ("save.py", STALE_NOQA))
     assert result.returncode == 1 and "files were modified by this hook" in result.stdout, result.stdout
-    assert (scratch[0] / "save.py").read_text() == CHECKPOINT_FIXED
-    again = pre_commit(scratch, "accumcheck-fix", ("save.py", CHECKPOINT_FIXED))
+    assert (scratch[0] / "save.py").read_text() == STALE_NOQA_FIXED
+    again = pre_commit(scratch, "accumcheck-fix", ("save.py", STALE_NOQA_FIXED))
     assert again.returncode == 0, again.stdout + again.stderr

@@ -24,6 +24,7 @@ from gradcheck_accum.lint.fixes import Fix, fixed_source, independent
 from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.positions import whole_module
 
+pytestmark = pytest.mark.slow
 EXAMPLES = int(os.environ.get("ACCUMCHECK_FUZZ_EXAMPLES", "60"))
 NIGHTLY = "ACCUMCHECK_FUZZ_EXAMPLES" in os.environ
 FIXTURES = sorted((Path(__file__).parents[2] / "fixtures").glob("*.py"))

@@ -26,6 +26,7 @@ import pytest
 
 from generated import PROGRAMS, collect, notebooks
 
+pytestmark = pytest.mark.slow
 EXAMPLES = int(os.environ.get("ACCUMCHECK_FUZZ_EXAMPLES", "60"))
 NIGHTLY = "ACCUMCHECK_FUZZ_EXAMPLES" in os.environ
 CLI = [sys.executable, "-c", "from gradcheck_accum.cli import main; main()", "lint", "--no-cache"]
