@@ -17,9 +17,10 @@ BUGGY = textwrap.dedent(
 CLEAN = BUGGY.replace("    optimizer.zero_grad()\n", "").replace(
     "        optimizer.step()\n", "        optimizer.step()\n        optimizer.zero_grad()\n")
 
-# ACC302, whose fix is safe: a compiled module's state_dict saved (its keys start with `_orig_mod.`).
+# ACC302, whose fix is unsafe (the saved keys change): a compiled module's state_dict saved (its keys
+# start with `_orig_mod.`).
 CHECKPOINT = "import torch\nm = torch.compile(m)\ntorch.save(m.state_dict(), 'p')\n"
-# ACC302's fix is unsafe (the saved keys change); the safe fix is ACC900's: a noqa that hides nothing
+CHECKPOINT_FIXED = "import torch\nm = torch.compile(m)\ntorch.save(getattr(m, \"_orig_mod\", m).state_dict(), 'p')\n"
+# ACC900, whose fix is safe (the syntax tree is unchanged): a noqa that hides nothing.
 STALE_NOQA = "lr = 0.1  # noqa: ACC101\n"
 STALE_NOQA_FIXED = "lr = 0.1\n"
-CHECKPOINT_FIXED = "import torch\nm = torch.compile(m)\ntorch.save(getattr(m, \"_orig_mod\", m).state_dict(), 'p')\n"
