@@ -95,7 +95,7 @@ def check_fixes(name: str, source: str) -> tuple[int, int]:
 
 def test_fixes_keep_the_tree_or_the_lines_they_promise(sources):
     counts = [check_fixes(name, source) for name, source in sources.items()]
-    assert sum(total for total, _ in counts) >= 40 and sum(safe for _, safe in counts) >= 5, counts
+    assert sum(total for total, _ in counts) >= 30 and sum(safe for _, safe in counts) >= 5, counts
 
 
 COOKIE = "# -*- coding: latin-1 -*-\nname = 'caf\xe9'\n"
