@@ -222,11 +222,12 @@ def _run_pass(plan: _Plan, *, freeze_batchnorm: bool, label: str = "as given") -
                          "which compiled code draws by itself where they cannot be replayed; pass the noise in the "
                          "batch to check it compiled")
 
+        summed = {mode: magnitudes(run.contributions, list(shapes)) for mode, run in _accumulated(window, compiled)}
+
         def rows_now() -> list[Row]:
             rows = []
             for mode, run in _accumulated(window, compiled):
-                rows += compare_rows(mode, run.grads, reference, tol, shapes, steps=steps,
-                                     magnitude=magnitudes(run.contributions, list(shapes)))
+                rows += compare_rows(mode, run.grads, reference, tol, shapes, steps=steps, magnitude=summed[mode])
             if compiled is not None:
                 rows += compare_rows("compiled big batch", compiled[0].grads, reference, tol, shapes)
             return rows

@@ -61,10 +61,8 @@ def _f64(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to(device="cpu", dtype=torch.float64)
 
 
-def _scale_cosine(x: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
-    rr = float(torch.dot(ref.flatten(), ref.flatten()))
-    xr = float(torch.dot(x.flatten(), ref.flatten()))
-    xx = float(torch.dot(x.flatten(), x.flatten()))
+def _scale_cosine(norm_ref: float, norm_x: float, norm_diff: float) -> tuple[float, float]:
+    xr, rr, xx = _products(norm_ref, norm_x, norm_diff)
     scale = xr / rr if rr > 0 else (1.0 if xx == 0 else math.inf)
     cosine = xr / math.sqrt(rr * xx) if rr > 0 and xx > 0 else (1.0 if rr == xx == 0 else 0.0)
     return scale, cosine
@@ -102,23 +100,26 @@ def compare(
         return Comparison(math.inf, 0.0, 0.0, 0.0, 0.0, False, note)
 
     ref = _f64(reference64)
-    cand = _f64(candidate)
+    # Differences with the float64 reference are taken in float64 by type promotion, without a
+    # float64 copy of each gradient.
+    cand = candidate.detach().to(device="cpu")
     if cand.shape != ref.shape:
         return Comparison(math.inf, 0.0, 0.0, math.nan, math.nan, False,
                           f"shape {tuple(cand.shape)} != {tuple(ref.shape)}")
-    if not bool(torch.isfinite(cand).all()):
+    err = float(torch.linalg.vector_norm(cand - ref))
+    if not math.isfinite(err) and not bool(torch.isfinite(cand).all()):
         return Comparison(math.inf, 0.0, 0.0, math.nan, math.nan, False, "NaN/inf gradient")
 
     norm = float(torch.linalg.vector_norm(ref))
-    err = float(torch.linalg.vector_norm(cand - ref))
-    base_err = float(torch.linalg.vector_norm(_f64(baseline) - ref)) if baseline is not None else 0.0
+    base_err = (float(torch.linalg.vector_norm(baseline.detach().to(device="cpu") - ref)) if baseline is not None
+                else 0.0)
     if not math.isfinite(base_err):
         base_err = 0.0
     mult = tol.tiny_multiplier if ref.numel() <= tol.tiny_numel else tol.multiplier
     size = max(norm, magnitude)
     allowed = mult * max(base_err, nondeterminism) + tol.floor * tol.eps * math.sqrt(max(steps, 1)) * size
     denom = norm if norm > 0 else 1.0
-    scale, cosine = _scale_cosine(cand, ref)
+    scale, cosine = _scale_cosine(norm, float(torch.linalg.vector_norm(cand, dtype=torch.float64)), err)
     note = "" if norm > 0 else "reference is exactly zero: absolute errors"
     reported = base_err / denom if measured else math.nan
     return Comparison(err / denom, reported, allowed / denom, scale, cosine, err <= allowed, note)
@@ -148,9 +149,7 @@ def within_floor(
         return compare(candidate, baseline, baseline, tol, magnitude=magnitude, steps=steps, measured=False)
     allowed = tol.floor * tol.eps * math.sqrt(max(steps, 1)) * max(norm, magnitude)
     denom = norm if norm > 0 else 1.0
-    cb, bb, cc = _products(norm, float(torch.linalg.vector_norm(c)), err)
-    scale = cb / bb if bb > 0 else (1.0 if cc == 0 else math.inf)
-    cosine = cb / math.sqrt(bb * cc) if bb > 0 and cc > 0 else (1.0 if bb == cc == 0 else 0.0)
+    scale, cosine = _scale_cosine(norm, float(torch.linalg.vector_norm(c)), err)
     note = "" if norm > 0 else "reference is exactly zero: absolute errors"
     return Comparison(err / denom, math.nan, allowed / denom, scale, cosine, err <= allowed, note)
 
