@@ -11,18 +11,18 @@ libcst's PositionProvider.
 
 from __future__ import annotations
 
-import re
+import bisect
 from typing import TYPE_CHECKING, Iterable
 
 from gradcheck_accum.lint.lazy import cst
 
+from gradcheck_accum.lint.lines import line_starts
 from gradcheck_accum.lint.names import children
 
 if TYPE_CHECKING:
     from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 Ranges = dict["cst.CSTNode", "cst.metadata.CodeRange"]  # strings: libcst loads lazily
-_NEWLINE = re.compile(r"\r\n?|\n")  # line breaks as libcst's position provider counts them
 
 
 def node_positions(module: cst.Module, source: str, nodes: Iterable[cst.CSTNode]) -> Ranges:
@@ -32,13 +32,14 @@ def node_positions(module: cst.Module, source: str, nodes: Iterable[cst.CSTNode]
         return whole_module(module)
     found: Ranges = {}
     placed: dict[int, Ranges | None] = {}  # id(statement) -> its nodes' ranges (None: text not unique)
+    starts = line_starts(source)
     for node, path in paths.items():
         for index in range(len(path) - 1, 0, -1):
             statement = path[index]
             if not _is_statement(statement, path[index - 1]):
                 continue
             if id(statement) not in placed:
-                placed[id(statement)] = _place(module, source, statement, path[:index])
+                placed[id(statement)] = _place(module, source, starts, statement, path[:index])
             ranges = placed[id(statement)]
             if ranges is not None and node in ranges:
                 found[node] = ranges[node]
@@ -90,8 +91,8 @@ def _is_statement(node: cst.CSTNode, parent: cst.CSTNode) -> bool:
     return isinstance(node, cst.BaseStatement) and not (isinstance(node, cst.If) and isinstance(parent, cst.If))
 
 
-def _place(module: cst.Module, source: str, statement: cst.CSTNode, ancestors: tuple[cst.CSTNode, ...]) \
-        -> Ranges | None:
+def _place(module: cst.Module, source: str, starts: list[int], statement: cst.CSTNode,
+           ancestors: tuple[cst.CSTNode, ...]) -> Ranges | None:
     state = _state(module)
     state.indent_tokens = [block.indent if block.indent is not None else module.default_indent
                            for block in ancestors if isinstance(block, cst.IndentedBlock)]
@@ -100,8 +101,8 @@ def _place(module: cst.Module, source: str, statement: cst.CSTNode, ancestors: t
     start = source.find(text)
     if not text or start < 0 or source.find(text, start + 1) >= 0:
         return None
-    before = _NEWLINE.split(source[:start])
-    line, column = len(before) - 1, len(before[-1])
+    line = bisect.bisect_right(starts, start) - 1  # 0-based: lines before the statement's
+    column = start - starts[line]
 
     def shift(position: cst.metadata.CodePosition) -> cst.metadata.CodePosition:
         return cst.metadata.CodePosition(position.line + line, position.column + (column if position.line == 1 else 0))

@@ -238,6 +238,9 @@ class Scope:
     loop_end: dict[int, int] = field(default_factory=dict)  # id(loop) -> last order inside it
     loop_start: dict[int, int] = field(default_factory=dict)
     env: dict[str, frozenset[Role]] = field(default_factory=dict)  # name -> roles, while walking
+    # id(loop) -> the names bound inside it, indexed on first use once the walk is done (windows.assigned_in)
+    assigned_by_loop: dict[int, frozenset[str]] | None = None
+    event_orders: list[int] | None = None  # the order of each event, indexed once the walk is done (windows)
 
     def defs_of(self, name: str, before: int | None = None) -> list[Def]:
         found = self.defs.get(name, [])

@@ -12,6 +12,7 @@ where N is 1 the window is "plain": every micro-batch is its own window, nothing
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -104,7 +105,7 @@ class Window:
     def nest_events(self) -> list[Event]:
         """Every event inside the outermost loop around the window (where clearing or syncing may sit)."""
         outermost = self.loop_nest[0]
-        return [e for e in self.scope.events if outermost in e.ctx.loops]
+        return [e for e in _between(self.scope, outermost) if outermost in e.ctx.loops]
 
     @property
     def n_varies(self) -> bool:
@@ -232,18 +233,22 @@ class Window:
     def clears_before_step(self, zero: Event) -> Event | None:
         """The step that `zero` wipes the gradients of: zero_grad runs after a backward and before a
         step of the same iteration, with no backward in between, whenever that step runs."""
-        # every backward counts as a "backward in between", also those of a later loop in the same body
-        backward_orders = [e.order for e in self.events if e.kind is EventKind.BACKWARD]
+        # Cheap tests first: most of a window's events, and most zero_grads a rule asks about, come
+        # after its loop.
+        if self.placement(zero) is AFTER:
+            return None
         own = [e.order for e in self.backwards]
         if not own or zero.order < min(own):
             return None
         zero_guards = {(id(g.owner), g.positive) for g in zero.ctx.guards}
-        if self.placement(zero) is AFTER:
-            return None
+        backward_orders = None
         for step in self.steps:
-            if step.via_helper or self.placement(step) is AFTER or step.order < zero.order \
+            if step.via_helper or step.order < zero.order or self.placement(step) is AFTER \
                     or not same_target(zero, step, self.scope):
                 continue
+            if backward_orders is None:
+                # every backward counts as a "backward in between", also those of a later loop in the same body
+                backward_orders = [e.order for e in self.events if e.kind is EventKind.BACKWARD]
             if any(zero.order < order < step.order for order in backward_orders):
                 continue
             if zero_guards <= {(id(g.owner), g.positive) for g in step.ctx.guards}:
@@ -359,15 +364,32 @@ def build_windows(scope: Scope) -> list[Window]:
         if event.kind is EventKind.BACKWARD and event.ctx.loops:
             loop = event.ctx.loops[-1]
             backward_loops[id(loop)] = loop
-    return [window for loop in backward_loops.values() for window in _loop_windows(scope, loop)]
+    stacks = {key: _loop_stack(scope, loop) for key, loop in backward_loops.items()}
+    # The loops of each block that hold a micro-batch loop (the block's training loops), by start.
+    training: dict[tuple[int, ...], dict[int, Loop]] = {}
+    for key, loop in backward_loops.items():
+        chain = stacks[key] + (loop,)
+        for depth in range(len(chain)):
+            training.setdefault(tuple(id(x) for x in chain[:depth]), {})[id(chain[depth])] = chain[depth]
+    return [window for key, loop in backward_loops.items()
+            for window in _loop_windows(scope, loop, stacks[key], training[tuple(id(x) for x in stacks[key])])]
 
 
-def _loop_windows(scope: Scope, loop: Loop) -> list[Window]:
-    outer = _loop_stack(scope, loop)
+def _loop_windows(scope: Scope, loop: Loop, outer: tuple[Loop, ...], neighbours: dict[int, Loop]) -> list[Window]:
     # The block the loop sits in (the enclosing loop body, or the function): what runs once around
-    # the loop (a nested window's step) is there.
-    block_start = scope.loop_start.get(id(outer[-1]), 0) if outer else 0
-    region = [e for e in scope.events if e.order >= block_start and e.ctx.loops[: len(outer)] == outer]
+    # the loop (a nested window's step) is there. Another training loop of the block ends that region:
+    # what comes after it (or before the one before) belongs to that loop, and bounding the region
+    # keeps a file of many loops linear.
+    start, end = scope.loop_start.get(id(loop), 0), scope.loop_end.get(id(loop), 0)
+    first = scope.loop_start.get(id(outer[-1]), 0) if outer else 0
+    last = scope.loop_end.get(id(outer[-1]), 0) if outer else None
+    for other in neighbours.values():
+        other_start, other_end = scope.loop_start.get(id(other), 0), scope.loop_end.get(id(other), 0)
+        if other_end < start:
+            first = max(first, other_end + 1)
+        elif other_start > end:
+            last = other_start - 1 if last is None else min(last, other_start - 1)
+    region = [e for e in _span(scope, first, last) if e.ctx.loops[: len(outer)] == outer]
     deciders = [e for e in region if loop in e.ctx.loops or e.ctx.loops == outer]
     variant = assigned_in(scope, outer[-1] if outer else loop)
     windows = []
@@ -387,6 +409,20 @@ def _loop_windows(scope: Scope, loop: Loop) -> list[Window]:
     return windows
 
 
+def _span(scope: Scope, first: int, last: int | None) -> list[Event]:
+    """The scope's events with `first <= order <= last` (`last` None: to the end); events are in order."""
+    orders = [e.order for e in scope.events] if scope.event_orders is None else scope.event_orders
+    scope.event_orders = orders
+    low = bisect.bisect_left(orders, first)
+    high = len(orders) if last is None else bisect.bisect_right(orders, last)
+    return scope.events[low:high]
+
+
+def _between(scope: Scope, loop: Loop) -> list[Event]:
+    """The scope's events from the start to the end of `loop` (those inside it, and few others)."""
+    return _span(scope, scope.loop_start.get(id(loop), 0), scope.loop_end.get(id(loop)))
+
+
 def _loop_guards(window: Window, loop: Loop) -> tuple[Guard, ...]:
     """The guards around the loop statement itself."""
     for event in window.events:
@@ -397,7 +433,7 @@ def _loop_guards(window: Window, loop: Loop) -> tuple[Guard, ...]:
 
 def _loop_stack(scope: Scope, loop: Loop) -> tuple[Loop, ...]:
     """The loops enclosing `loop` (not including it)."""
-    for event in scope.events:
+    for event in _between(scope, loop):
         if loop in event.ctx.loops:
             return event.ctx.loops[: event.ctx.loops.index(loop)]
     return ()
@@ -491,11 +527,14 @@ def inner_count(loop: Loop) -> cst.BaseExpression | None:
 
 def assigned_in(scope: Scope, loop: Loop) -> set[str]:
     """The names bound anywhere inside `loop`: what may change from one iteration to the next."""
-    names = set()
-    for name, defs in scope.defs.items():
-        if any(loop in d.ctx.loops for d in defs):
-            names.add(name)
-    return names
+    if scope.assigned_by_loop is None:  # one pass over the scope's bindings, not one per loop asked about
+        index: dict[int, set[str]] = {}
+        for name, defs in scope.defs.items():
+            for d in defs:
+                for enclosing in d.ctx.loops:
+                    index.setdefault(id(enclosing), set()).add(name)
+        scope.assigned_by_loop = {key: frozenset(names) for key, names in index.items()}
+    return set(scope.assigned_by_loop.get(id(loop), ()))
 
 
 def _guards_below(event: Event, loop: Loop) -> list[Guard]:
