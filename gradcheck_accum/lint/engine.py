@@ -113,7 +113,7 @@ def analyze(source: str, path: str, rules: Rules | None = None, enabled: set[str
     enabled = {rule.code for rule in rules} if enabled is None else enabled
     parsed = source if hollowed is None else hollowed
     module = parse(parsed)
-    reported = _run_rules(rules, FileModel(module), module, parsed, path)
+    reported = _run_rules(rules, FileModel(module, text=parsed), module, parsed, path)
     kept = suppressions.apply(source, path, reported, enabled, set(registry.codes()))
     findings = sorted(kept)
     fixes = {f: kept[f] for f in findings if kept[f] is not None}
@@ -128,6 +128,10 @@ def analyze(source: str, path: str, rules: Rules | None = None, enabled: set[str
 def _run_rules(rules: list[type[Rule]], model: FileModel, module: cst.Module, parsed: str,
                path: str) -> dict[Finding, Fix | None]:
     reports = [(rule, report) for rule in rules for report in rule().check(model)]
+    if reports:
+        # Nodes of other files walked in place of calls: their findings are reported with their file.
+        foreign = model.foreign_nodes()
+        reports = [(rule, report) for rule, report in reports if id(report.node) not in foreign]
     if not reports:
         return {}
     # Positions (and source lines) only for files that have something to report.

@@ -10,6 +10,7 @@ that need them stay silent.
 from __future__ import annotations
 
 import re
+from typing import Callable
 from dataclasses import dataclass, field
 
 from gradcheck_accum.lint import catalogue as cat
@@ -34,9 +35,16 @@ class LossFacts:
     names: set[str] = field(default_factory=set)  # every name the expression was traced through
 
 
+# What a call to a function of the project returns: (expression, the scope it is read in, the point
+# it is read at) for each `return`, or None when the call is not one the project model can read.
+Returns = Callable[["cst.Call", Scope, int], "list[tuple[cst.BaseExpression, Scope, int]] | None"]
+
+
 class LossTracer:
-    def __init__(self, module: cst.Module, imports: ImportMap, scopes: list[Scope]) -> None:
+    def __init__(self, module: cst.Module, imports: ImportMap, scopes: list[Scope],
+                 returns: Returns | None = None) -> None:
         self.module, self.imports, self.scopes = module, imports, scopes
+        self.returns = returns
 
     def facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
         """The facts of `expr` as evaluated just before program point `before` in `scope`."""
@@ -76,6 +84,9 @@ class LossTracer:
             # `loss = -loss` (a reward maximised): the sign is no scaling, the operand keeps its facts
             self._trace(node.expression, scope, before, facts, depth)
             return
+        if isinstance(node, (cst.Tuple, cst.List, cst.Dict, cst.Set)):
+            facts.known = False  # several values (a function returning the loss with its parts)
+            return
         if isinstance(node, (cst.Subscript, cst.Attribute)) and dotted(node) is None or (
                 isinstance(node, cst.Attribute) and node.attr.value == "data"):
             if isinstance(node, cst.Attribute) and node.attr.value == "data":
@@ -114,10 +125,28 @@ class LossTracer:
             elif d.op is DefOp.LOOP_TARGET:
                 facts.known = False
             elif d.value is not None:
-                if d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)) and d.index is not None:
-                    self._trace(d.value.elements[d.index].value, scope, d.order, facts, depth + 1)
+                where = d.scope or scope  # a parameter's argument is read in the caller
+                if d.op is DefOp.UNPACK and isinstance(d.value, cst.Call) and d.index is not None:
+                    self._trace_element(d.value, d.index, where, d.order, facts, depth + 1)
+                elif d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)) and d.index is not None:
+                    self._trace(d.value.elements[d.index].value, where, d.order, facts, depth + 1)
                 else:
-                    self._trace(d.value, scope, d.order, facts, depth + 1)
+                    self._trace(d.value, where, d.order, facts, depth + 1)
+
+    def _trace_element(self, call: cst.Call, index: int, scope: Scope, before: int, facts: LossFacts,
+                       depth: int) -> None:
+        """`loss, extra = f(...)`: element `index` of what a project function returns."""
+        returned = self.returns(call, scope, before) if self.returns is not None else None
+        if returned is None:
+            self._trace(call, scope, before, facts, depth)
+            return
+        for value, where, at in returned:
+            if isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
+                self._trace(value.elements[index].value, where, at, facts, depth + 1)
+            else:
+                facts.known = False
+        if not returned:
+            facts.known = False
 
     def _trace_call(self, node: cst.Call, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
         receiver, method = call_receiver(node)
@@ -140,6 +169,17 @@ class LossTracer:
             return
         if operation is LossOp.KEEPS and receiver is not None:
             self._trace(receiver, scope, before, facts, depth)
+            return
+        if any(is_accumulation_count(a.value, None, scope) for a in node.args) or any(
+                a.keyword is not None and "num_items" in a.keyword.value for a in node.args):
+            facts.known = False  # N, or the window's item count, is handed to the producer
+            return
+        returned = self.returns(node, scope, before) if self.returns is not None else None
+        if returned is not None:  # a function of the project: what it returns, read in its body
+            if not returned:
+                facts.known = False
+            for value, where, at in returned:
+                self._trace(value, where, at, facts, depth + 1)
             return
         callee = dotted(node.func)
         roles = constructor_roles(node, self.imports, no_roles) | self._roles_of(callee, scope)

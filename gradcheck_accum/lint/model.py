@@ -15,6 +15,7 @@ from gradcheck_accum.lint.catalogue import DDP_NO_SYNC, LossScaling
 from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift, Tail, TailFate, distance_shift,
                                           unstepped_tail)
 from gradcheck_accum.lint.lazy import cst
+from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.losses import LossFacts, LossTracer, returned_loss, summed_loss_name
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
                                         keyword, last_part, positional)
@@ -42,13 +43,17 @@ class ScheduleLength:
 
 
 class FileModel:
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, context: ProjectContext | None = None, text: str | None = None) -> None:
+        """`context`: the project around the file (calls into other files resolve through it); without
+        one, the file is a project of its own."""
         self.module = module
+        self.context = context or ProjectContext.alone(module, text if text is not None else module.code)
+        self.inliner = Inliner(self.context)
         self.imports = ImportMap()
         self.scopes: list[Scope] = []
         self.functions: dict[str, list[Scope]] = {}
         self._build()
-        self._losses = LossTracer(module, self.imports, self.scopes)
+        self._losses = LossTracer(module, self.imports, self.scopes, self.inliner.returns)
 
     # -- construction -----------------------------------------------------------------------------
     def _build(self) -> None:
@@ -56,7 +61,9 @@ class FileModel:
         local_names = {fn.name.value for fn, _ in functions}
         counter = [0]
         module_scope = Scope(self.module, "<module>")
-        ScopeWalker(module_scope, self.imports, {}, local_names, counter).walk_block(self.module.body, Context())
+        self.inliner.register(module_scope)
+        ScopeWalker(module_scope, self.imports, {}, local_names, counter, inliner=self.inliner).walk_block(
+            self.module.body, Context())
         self.scopes.append(module_scope)
         globals_env = dict(module_scope.env)
         class_env: dict[int, dict[str, frozenset[Role]]] = {}
@@ -65,8 +72,9 @@ class FileModel:
         for fn, cls in functions:
             attrs = class_env.setdefault(id(cls), {}) if cls is not None else {}
             scope = Scope(fn, fn.name.value, _bases(cls), owner=cls)
-            ScopeWalker(scope, self.imports, {**globals_env, **attrs}, local_names, counter).walk_block(
-                fn.body.body, Context())
+            self.inliner.register(scope)
+            ScopeWalker(scope, self.imports, {**globals_env, **attrs}, local_names, counter,
+                        inliner=self.inliner).walk_block(fn.body.body, Context())
             if cls is not None:
                 for name, roles in scope.env.items():
                     if name.startswith("self.") and roles:
@@ -74,33 +82,11 @@ class FileModel:
             scope.env = {}
             self.scopes.append(scope)
             self.functions.setdefault(fn.name.value, []).append(scope)
-        self._expand_helpers()
 
-    def _expand_helpers(self) -> None:
-        """Replace calls to same-file helpers by the effects they have (step, zero_grad, ...)."""
-        effects: dict[str, set[EventKind]] = {
-            name: {e.kind for s in scopes for e in s.events if e.kind in HELPER_EFFECTS}
-            for name, scopes in self.functions.items()
-        }
-        calls = {name: {e.target for s in scopes for e in s.events if e.kind is EventKind.HELPER_CALL}
-                 for name, scopes in self.functions.items()}
-        changed = True
-        while changed:
-            changed = False
-            for name, callees in calls.items():
-                for callee in callees:
-                    extra = effects.get(callee or "", set()) - effects[name]
-                    if extra:
-                        effects[name] |= extra
-                        changed = True
-        for scope in self.scopes:
-            added = []
-            for event in scope.events:
-                if event.kind is EventKind.HELPER_CALL:
-                    for kind in sorted(effects.get(event.target or "", ()), key=lambda k: k.value):
-                        added.append(Event(kind, event.node, event.ctx, event.order, via_helper=event.target))
-            if added:
-                scope.events = sorted(scope.events + added, key=lambda e: e.order)
+    def foreign_nodes(self) -> set[int]:
+        """ids of nodes from other files that the model walked in place of calls (findings there are
+        their own file's)."""
+        return self.inliner.foreign_nodes()
 
     # -- the windows --------------------------------------------------------------------------------
     @cached_property
@@ -154,7 +140,7 @@ class FileModel:
                 yield scope, zero, step
 
     def backward_facts(self, window: Window, backward: Event) -> LossFacts:
-        return self._losses.facts(backward.expr, window.scope, backward.order)
+        return self._losses.facts(backward.expr, backward.scope or window.scope, backward.order)
 
     def is_accumulation_count(self, node: cst.BaseExpression, window: Window | None, scope: Scope) -> bool:
         """Is this expression N (the window's count, or a name that says accumulation)?"""

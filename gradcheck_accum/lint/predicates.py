@@ -104,8 +104,8 @@ def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Boundary 
         defs = scope.defs_of(name)
         values = {code(d.value) for d in defs if d.op is DefOp.ASSIGN and d.value is not None}
         if len(values) == 1 and len(defs) == len([d for d in defs if d.op is DefOp.ASSIGN]):
-            value = next(d.value for d in defs if d.op is DefOp.ASSIGN)
-            return analyze(value, scope, depth + 1)
+            bound = next(d for d in defs if d.op is DefOp.ASSIGN)
+            return analyze(bound.value, bound.scope or scope, depth + 1)
     return None
 
 
@@ -239,13 +239,58 @@ def _plus_one(counter: cst.BaseExpression) -> int:
 
 
 def resolve_n(node: cst.BaseExpression, scope: Scope) -> str:
-    """Canonical text of N, following one level of plain aliasing (`n = cfg.accum`)."""
+    """Canonical text of N: through the arguments bound to a called function's parameters, then one
+    level of plain aliasing (`n = cfg.accum`)."""
+    node, scope = bound_argument(node, scope)
     name = dotted(node)
     if name is not None:
         defs = [d for d in scope.defs_of(name) if d.op is DefOp.ASSIGN and d.value is not None]
         if len(defs) == 1 and dotted(defs[0].value) is not None:
-            return code(defs[0].value)
+            return code(bound_argument(defs[0].value, defs[0].scope or scope)[0])
     return code(node)
+
+
+def bound_argument(node: cst.BaseExpression, scope: Scope) -> tuple[cst.BaseExpression, Scope]:
+    """For a parameter of a called function walked in place of its call, the argument it was bound
+    to and the caller's scope (repeatedly, through several calls); anything else as it is."""
+    for _ in range(8):
+        name = dotted(node)
+        if name is None or scope.frame is None:
+            break
+        defs = scope.defs_of(name)
+        if len(defs) == 1 and defs[0].scope is not None and defs[0].value is not None:
+            node, scope = defs[0].value, defs[0].scope
+            continue
+        head, _, rest = name.partition(".")
+        defs = scope.defs_of(head) if rest else []
+        owner = dotted(defs[0].value) if len(defs) == 1 and defs[0].scope is not None else None
+        if owner is None:  # `self.n` where `self` is the caller's `self.scaler`: `self.scaler.n`
+            break
+        node, scope = _attribute_chain(owner, rest), defs[0].scope
+    return node, scope
+
+
+def caller_name(name: str, scope: Scope) -> str:
+    """A dotted name in a called function walked in place, as the outermost caller spells it when
+    its head is a parameter (`opt.step` in `update(opt)` called as `update(optimizer)`:
+    `optimizer.step`); a local of the called function stays as it is."""
+    for _ in range(8):
+        if scope.frame is None:
+            break
+        head, _, rest = name.partition(".")
+        defs = scope.defs_of(head)
+        base = dotted(defs[0].value) if len(defs) == 1 and defs[0].scope is not None else None
+        if base is None:
+            break
+        name, scope = f"{base}.{rest}" if rest else base, defs[0].scope
+    return name
+
+
+def _attribute_chain(base: str, rest: str) -> cst.BaseExpression:
+    node: cst.BaseExpression = cst.Name(base.split(".")[0])
+    for part in [*base.split(".")[1:], *rest.split(".")]:
+        node = cst.Attribute(node, cst.Name(part))
+    return node
 
 
 def is_accumulation_count(node: cst.BaseExpression, n: cst.BaseExpression | None, scope: Scope) -> bool:

@@ -160,6 +160,7 @@ class Guard:
     owner: cst.CSTNode  # the If statement
     depth: int  # how many loops enclose the If: the guard sits inside loops[:depth]
     exit: Exit | None = None  # set on the code after `if test: <...> continue/break/return/raise`
+    scope: "Scope | None" = field(default=None, compare=False)  # whose names the test reads
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,12 @@ class Event:
     argument_names: frozenset[str] = frozenset()  # model_call: every name read in the arguments
     via_helper: str | None = None  # the helper function's name when this event stands for a call to it
     stmt: cst.CSTNode | None = None  # the statement the event belongs to (what a fix moves)
+    scope: "Scope | None" = None  # whose names the event's expressions read: a called function's (inlined)
+
+    @property
+    def frame(self) -> "Frame | None":
+        """The call this event was reached through, when it sits in a called function."""
+        return self.scope.frame if self.scope is not None else None
 
     @property
     def framework(self) -> Framework | None:
@@ -224,14 +231,33 @@ class Def:
     op: DefOp = DefOp.ASSIGN
     index: int | None = None  # element index for tuple unpacking and loop targets
     node: cst.CSTNode | None = None
+    scope: "Scope | None" = None  # where `value` is read, when not the def's own scope (an argument
+    # bound to a parameter is read in the caller)
 
 
-@dataclass
+@dataclass(eq=False)
+class Frame:
+    """A function walked in place of a call to it (an inlined call): its events join the caller's
+    window, its names live in its own scope, its parameters are bound to the call's arguments."""
+
+    call: cst.Call  # the call, in the caller
+    caller: "Scope"  # the scope the call was walked in
+    where: str  # the function, for messages: `trainer.py:Trainer._run_batch`
+    path: str | None = None  # the function's file, when it is not the file being linted
+    line: int | None = None  # where the function is defined
+
+    @property
+    def depth(self) -> int:
+        return 1 + (self.caller.frame.depth if self.caller.frame is not None else 0)
+
+
+@dataclass(eq=False)
 class Scope:
     node: cst.Module | cst.FunctionDef
     name: str
     class_bases: tuple[str, ...] = ()  # bases of the enclosing class, for methods
     owner: cst.ClassDef | None = None  # the class a method belongs to
+    frame: Frame | None = None  # set when this scope is a called function walked inside a caller
     events: list[Event] = field(default_factory=list)
     defs: dict[str, list[Def]] = field(default_factory=dict)
     loops: list[Loop] = field(default_factory=list)

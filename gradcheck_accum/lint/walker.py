@@ -7,17 +7,22 @@ from bindings.py; the window model (windows.py) is built from the events.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, roles_from_name, unpacked_roles
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, iter_calls, iter_names, positional
+from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, iter_calls, iter_names, keyword, positional
+from gradcheck_accum.lint.predicates import caller_name
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
+
+    class Inliner(Protocol):
+        def inline(self, walker: "ScopeWalker", call: cst.Call, ctx: Context) -> bool:
+            """Walk the function `call` runs in place of the call, when it matters to a window."""
 
 _AUGMENTED = {"AddAssign": DefOp.ADD, "DivideAssign": DefOp.DIVIDE, "MultiplyAssign": DefOp.MULTIPLY,
               "SubtractAssign": DefOp.SUBTRACT, "FloorDivideAssign": DefOp.FLOOR_DIVIDE}
@@ -28,13 +33,18 @@ class ScopeWalker:
     """Walks the statements of one scope in order. Nested defs are separate scopes."""
 
     def __init__(self, scope: Scope, imports: ImportMap, seed: dict[str, frozenset[Role]],
-                 local_functions: set[str], counter: list[int]) -> None:
+                 local_functions: set[str], counter: list[int], root: Scope | None = None,
+                 inliner: Inliner | None = None) -> None:
         self.scope = scope
+        # Where events and loops go: the scope itself, or for a called function walked in place of
+        # its call (inlined), the scope of the loop that calls it, where its window is.
+        self.root = root if root is not None else scope
         self.imports = imports
         self.env = scope.env  # the scope keeps the final bindings (module globals, self attributes)
         self.env.update(seed)
         self.local_functions = local_functions
         self.counter = counter  # shared across scopes so orders are file-wide
+        self.inliner = inliner
         self.statement: cst.CSTNode | None = None
 
     # -- bookkeeping --------------------------------------------------------------------------
@@ -81,9 +91,17 @@ class ScopeWalker:
         self.scope.defs.setdefault(d.name, []).append(d)
 
     def emit(self, kind: EventKind, node: cst.CSTNode, ctx: Context, **fields) -> Event:
-        event = Event(kind, node, ctx, self.tick(), stmt=self.statement, **fields)
-        self.scope.events.append(event)
+        if self.scope.frame is not None:  # name the objects as the caller does, so events compare
+            for name in ("target", "scaler"):
+                if fields.get(name):
+                    fields[name] = caller_name(fields[name], self.scope)
+        event = Event(kind, node, ctx, self.tick(), stmt=self.statement, scope=self.scope, **fields)
+        self.root.events.append(event)
         return event
+
+    def guard(self, test: cst.BaseExpression, positive: bool, owner: cst.CSTNode, ctx: Context,
+              exit: Exit | None = None) -> Guard:
+        return Guard(test, positive, owner, len(ctx.loops), exit, self.scope)
 
     # -- statements ---------------------------------------------------------------------------
     def walk_block(self, body, ctx: Context) -> None:
@@ -92,7 +110,7 @@ class ScopeWalker:
             exit = _exit(stmt.body) if isinstance(stmt, cst.If) and stmt.orelse is None else None
             if exit is not None:
                 # `if not need_update: continue` guards everything after it in this block
-                ctx = ctx.push_guard(Guard(stmt.test, False, stmt, len(ctx.loops), exit))
+                ctx = ctx.push_guard(self.guard(stmt.test, False, stmt, ctx, exit))
 
     def walk_stmt(self, stmt: cst.CSTNode, ctx: Context) -> None:
         self.statement = stmt
@@ -130,18 +148,18 @@ class ScopeWalker:
 
     def walk_if(self, stmt: cst.If, ctx: Context) -> None:
         self.scan_expression(stmt.test, ctx)
-        self.walk_block(stmt.body.body, ctx.push_guard(Guard(stmt.test, True, stmt, len(ctx.loops))))
+        self.walk_block(stmt.body.body, ctx.push_guard(self.guard(stmt.test, True, stmt, ctx)))
         orelse = stmt.orelse
-        negated = ctx.push_guard(Guard(stmt.test, False, stmt, len(ctx.loops)))
+        negated = ctx.push_guard(self.guard(stmt.test, False, stmt, ctx))
         if isinstance(orelse, cst.If):
             self.walk_if(orelse, negated)
         elif isinstance(orelse, cst.Else):
             self.walk_block(orelse.body.body, negated)
 
     def walk_loop(self, loop: Loop, ctx: Context) -> None:
-        self.scope.loops.append(loop)
+        self.root.loops.append(loop)
         inner = ctx.push_loop(loop)
-        self.scope.loop_start[id(loop)] = self.counter[0] + 1
+        self.root.loop_start[id(loop)] = self.counter[0] + 1
         if isinstance(loop, cst.For):
             self.scan_expression(loop.iter, ctx)
             for i, target in enumerate(_targets(loop.target)):
@@ -150,7 +168,7 @@ class ScopeWalker:
         else:
             self.scan_expression(loop.test, inner)
         self.walk_block(loop.body.body, inner)
-        self.scope.loop_end[id(loop)] = self.counter[0]
+        self.root.loop_end[id(loop)] = self.counter[0]
         if loop.orelse is not None:
             self.walk_block(loop.orelse.body.body, ctx)
 
@@ -256,6 +274,8 @@ class ScopeWalker:
                 if api.event is not None:
                     self._emit_call(api, call, receiver, target, owner, ctx)
                 return
+        if self.inliner is not None and self.inliner.inline(self, call, ctx):
+            return  # a function with effects: walked in place of the call
         callee = dotted(call.func)
         if callee and (callee in self.local_functions or (callee.startswith("self.") and
                                                           callee[5:] in self.local_functions)):

@@ -526,7 +526,8 @@ def inner_count(loop: Loop) -> cst.BaseExpression | None:
 
 
 def assigned_in(scope: Scope, loop: Loop) -> set[str]:
-    """The names bound anywhere inside `loop`: what may change from one iteration to the next."""
+    """Names that may change from one iteration of `loop` to the next: bound inside it, here or in a
+    function called inside it and walked in place (its parameters only when their argument may)."""
     if scope.assigned_by_loop is None:  # one pass over the scope's bindings, not one per loop asked about
         index: dict[int, set[str]] = {}
         for name, defs in scope.defs.items():
@@ -534,7 +535,21 @@ def assigned_in(scope: Scope, loop: Loop) -> set[str]:
                 for enclosing in d.ctx.loops:
                     index.setdefault(id(enclosing), set()).add(name)
         scope.assigned_by_loop = {key: frozenset(names) for key, names in index.items()}
-    return set(scope.assigned_by_loop.get(id(loop), ()))
+    own = set(scope.assigned_by_loop.get(id(loop), ()))
+    called = {id(e.scope): e.scope for e in scope.events if e.scope is not None and e.scope is not scope}
+    if not called:
+        return own
+    variant = {id(scope): own}
+    for frame in sorted(called.values(), key=lambda s: s.frame.depth if s.frame is not None else 0):
+        names = variant[id(frame)] = set()
+        for name, defs in frame.defs.items():
+            if not any(loop in d.ctx.loops for d in defs):
+                continue
+            argument = defs[0] if len(defs) == 1 and defs[0].scope is not None else None
+            caller = variant.get(id(argument.scope)) if argument is not None else None
+            if caller is None or argument.value is None or not invariant(argument.value, caller):
+                names.add(name)
+    return set().union(*variant.values())
 
 
 def _guards_below(event: Event, loop: Loop) -> list[Guard]:
@@ -545,7 +560,7 @@ def _guards_below(event: Event, loop: Loop) -> list[Guard]:
 
 def _step_boundary(step: Event, loop: Loop, scope: Scope) -> tuple[Boundary, Guard] | None:
     for guard in _guards_below(step, loop):
-        boundary = analyze(guard.test, scope)
+        boundary = analyze(guard.test, guard.scope or scope)
         if boundary is not None:
             effective = boundary if guard.positive else boundary.flipped()
             # The step must run when the test says "boundary"; a step under "not boundary" is no window.
@@ -558,7 +573,7 @@ def _inverted_boundary(steps: list[Event], loop: Loop, scope: Scope) -> Boundary
     true on the N - 1 micro-batches that should accumulate (`if i % accum_steps:`)."""
     for step in steps:
         for guard in _guards_below(step, loop):
-            boundary = analyze(guard.test, scope)
+            boundary = analyze(guard.test, guard.scope or scope)
             if boundary is None:
                 continue
             effective = boundary if guard.positive else boundary.flipped()
@@ -591,7 +606,7 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
     for guard in guards:
         if guard in window.backward_guards or (guard.exit is not None and guard.exit.ends_loop):
             continue  # the path every gradient is made on; or the run goes on only this way
-        boundary = analyze(guard.test, window.scope)
+        boundary = analyze(guard.test, guard.scope or window.scope)
         if boundary is not None and window.boundary is not None and boundary.family == window.boundary.family:
             effective = boundary.positive == guard.positive
             same = effective == window.boundary.positive

@@ -90,10 +90,10 @@ class CallSite:
 class Project:
     """The Python files under one root and the summaries that resolve calls between them."""
 
-    def __init__(self, root: Path, summaries: "SummarySource") -> None:
+    def __init__(self, root: Path, summaries: "SummarySource", files: list[Path] | None = None) -> None:
         self.root = root.absolute()
         self.summaries = summaries
-        self._files: list[Path] | None = None
+        self._files: list[Path] | None = files  # None: every Python file under the root, listed when needed
         self._file_set: set[Path] | None = None
 
     # -- files and modules ----------------------------------------------------------------------------
@@ -170,6 +170,8 @@ class Project:
         if parts[0] == "super()" and len(parts) == 2:
             return self._super_method(cls, parts[1], caller) if cls is not None else None
         if parts[0] in ("self", "cls") and cls is not None:
+            if len(parts) == 1:
+                return self._member_call(cls, [])  # `self(...)`: the instance's __call__/forward
             if len(parts) == 2:
                 method = self.lookup_method(cls, parts[1])
                 if method is not None:

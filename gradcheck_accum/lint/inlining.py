@@ -1,0 +1,357 @@
+"""Calls walked in place: a function that backpropagates, steps, clears or clips, called inside a
+loop, is walked as part of that loop's body, so its events join the caller's accumulation window.
+
+The project model (project/) says which function a call runs (through imports, `self`, `super()`,
+attributes, other files) and whether it can matter at all (its effects, transitively). The
+function's parameters are bound to the call's arguments as definitions read in the caller's scope
+(vocabulary.Def.scope), so a counter, an accumulation count or a loss flows from the caller into
+the callee; its own names stay in its own scope (vocabulary.Frame). A function that returns the
+loss is read the same way by the loss tracer (`returns`). What does not resolve stays a plain call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from gradcheck_accum.lint import catalogue as cat
+from gradcheck_accum.lint.lazy import cst
+from gradcheck_accum.lint.bindings import roles_from_name
+from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted
+from gradcheck_accum.lint.project import FunctionRef, Project, SummaryStore
+from gradcheck_accum.lint.project.summary import MODULE_CODE
+from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, EventKind, Frame, Role, Scope
+from gradcheck_accum.lint.walker import ScopeWalker
+
+MAX_DEPTH = 4  # calls walked in place within calls walked in place
+_SELF = ("self", "cls")
+
+
+_BACKWARDS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
+_STEPS = frozenset(api.name for api in cat.APIS if api.event is EventKind.STEP)
+
+
+def effect_names() -> frozenset[str]:
+    """The names a function must call (or set) to have an effect a window sees: the catalogue's
+    calls and attributes that make one of the events a helper brings into its caller."""
+    from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS
+
+    return frozenset(api.name for api in cat.APIS if api.event in HELPER_EFFECTS) | {"grad"}
+
+
+@dataclass
+class LoadedModule:
+    """A project file parsed by libcst, with what walking its functions needs."""
+
+    path: Path
+    module: cst.Module
+    text: str
+    imports: ImportMap = field(default_factory=ImportMap)
+    functions: dict[str, cst.FunctionDef] = field(default_factory=dict)  # qualname -> def
+    qualnames: dict[int, str] = field(default_factory=dict)  # id(def) -> qualname
+    classes: dict[str, cst.ClassDef] = field(default_factory=dict)
+    env: dict[str, frozenset[Role]] = field(default_factory=dict)  # module-level names' roles
+
+    @classmethod
+    def build(cls, path: Path, module: cst.Module, text: str) -> "LoadedModule":
+        loaded = cls(path, module, text)
+        stack: list[tuple[str, cst.CSTNode]] = [("", module)]
+        while stack:
+            prefix, node = stack.pop()
+            for child in _statements(node):
+                if isinstance(child, cst.FunctionDef):
+                    qualname = prefix + child.name.value
+                    loaded.functions[qualname] = child
+                    loaded.qualnames[id(child)] = qualname
+                    stack.append((qualname + ".", child))
+                elif isinstance(child, cst.ClassDef):
+                    qualname = prefix + child.name.value
+                    loaded.classes[qualname] = child
+                    stack.append((qualname + ".", child))
+        module_scope = Scope(module, MODULE_CODE)
+        walker = ScopeWalker(module_scope, loaded.imports, {}, set(), [0])
+        for statement in module.body:  # imports and module-level bindings; no calls walked in place
+            if isinstance(statement, cst.SimpleStatementLine):
+                walker.walk_stmt(statement, Context())
+        loaded.env = dict(module_scope.env)
+        return loaded
+
+    def class_of(self, qualname: str) -> cst.ClassDef | None:
+        parts = qualname.split(".")
+        for end in range(len(parts) - 1, 0, -1):
+            found = self.classes.get(".".join(parts[:end]))
+            if found is not None:
+                return found
+        return None
+
+
+class ProjectContext:
+    """The project around one file being analysed: resolution (Project) and the other files'
+    syntax, parsed when a call first reaches into them."""
+
+    def __init__(self, project: Project, path: Path, module: cst.Module, text: str) -> None:
+        self.project = project
+        self.path = path
+        self.this = LoadedModule.build(path, module, text)
+        self._modules: dict[Path, LoadedModule | None] = {path: self.this}
+
+    @classmethod
+    def alone(cls, module: cst.Module, text: str, path: str = "<file>") -> "ProjectContext":
+        """A project of one file (a snippet, standard input): calls resolve inside it only."""
+        file = Path(path).absolute()
+        store = SummaryStore(file.parent, effect_names(), texts={file: text})
+        return cls(Project(file.parent, store, files=[file]), file, module, text)
+
+    def load(self, path: Path) -> LoadedModule | None:
+        if path not in self._modules:
+            from gradcheck_accum.lint.engine import ParseFailure, parse  # the engine parses; it imports the model
+
+            text = self.project.summaries.text(path) if isinstance(self.project.summaries, SummaryStore) else None
+            loaded = None
+            if text is not None:
+                try:
+                    loaded = LoadedModule.build(path, parse(text), text)
+                except (ParseFailure, RecursionError):
+                    loaded = None
+            self._modules[path] = loaded
+        return self._modules[path]
+
+    def display(self, path: Path) -> str:
+        try:
+            return path.relative_to(self.project.root).as_posix()
+        except ValueError:
+            return path.name
+
+
+class Inliner:
+    """Walks called functions in place of their calls (ScopeWalker's hook), and reads what a called
+    function returns (the loss tracer's hook)."""
+
+    def __init__(self, context: ProjectContext) -> None:
+        self.context = context
+        self.project = context.project
+        self._origin: dict[int, tuple[LoadedModule, str]] = {}  # id(scope) -> its file and qualname
+        self.frames: list[Scope] = []  # every scope walked in place of a call, in walking order
+        self._returns: dict[int, list[tuple[cst.BaseExpression, Scope, int]] | None] = {}
+        self._inlined: dict[int, Scope] = {}  # id(call) -> the scope walked for it
+        self._root_of: dict[int, Scope] = {}  # id(walked scope) -> the scope holding its events
+
+    def register(self, scope: Scope, module: LoadedModule | None = None, qualname: str | None = None) -> None:
+        """Say where a scope's code is (the file's own functions are registered by the file model)."""
+        module = module or self.context.this
+        if qualname is None:
+            qualname = MODULE_CODE if isinstance(scope.node, cst.Module) else module.qualnames.get(id(scope.node))
+        if qualname is not None:
+            self._origin[id(scope)] = (module, qualname)
+
+    # -- resolution ---------------------------------------------------------------------------------
+    def resolve(self, scope: Scope, call: cst.Call) -> tuple[FunctionRef, LoadedModule, cst.FunctionDef] | None:
+        origin = self._origin.get(id(scope))
+        text = _callee_text(call)
+        if origin is None or text is None:
+            return None
+        module, qualname = origin
+        ref = self.project.resolve_call(FunctionRef(module.path, qualname), text)
+        if ref is None:
+            return None
+        loaded = self.context.load(ref.path)
+        function = loaded.functions.get(ref.qualname) if loaded is not None else None
+        if function is None:
+            return None
+        return ref, loaded, function
+
+    # -- walking in place ---------------------------------------------------------------------------
+    def inline(self, walker: ScopeWalker, call: cst.Call, ctx: Context) -> bool:
+        depth = walker.scope.frame.depth if walker.scope.frame is not None else 0
+        if depth >= MAX_DEPTH:
+            return False
+        found = self.resolve(walker.scope, call)
+        if found is None:
+            return False
+        ref, loaded, function = found
+        effects = self.project.effects(ref)
+        if not effects or _on_stack(walker.scope, function):
+            return False
+        if not ctx.loops and not (effects & _BACKWARDS and not effects & _STEPS):
+            # Outside a loop a call matters only when it leaves its window open: it backpropagates
+            # (a micro-step loop, say) and the caller steps. A complete training function is
+            # analysed where it is defined.
+            return False
+        caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, walker.tick(), walker.root)
+        self._inlined[id(call)] = self._walk(caller, call, ctx, ref, loaded, function)
+        return True
+
+    def _walk(self, caller: "_Caller", call: cst.Call, ctx: Context, ref: FunctionRef, loaded: LoadedModule,
+              function: cst.FunctionDef) -> Scope:
+        """Walk `function` for this call: a scope of its own whose parameters are the arguments."""
+        foreign = loaded is not self.context.this
+        cls = loaded.class_of(ref.qualname)
+        frame = Frame(call, caller.scope, f"{self.context.display(ref.path)}:{ref.qualname}",
+                      self.context.display(ref.path) if foreign else None)
+        scope = Scope(function, function.name.value, _bases(cls), frame=frame)
+        self.register(scope, loaded, ref.qualname)
+        self.frames.append(scope)
+        seed = dict(loaded.env) if foreign else {}
+        receiver = _receiver(call, function, cls)
+        for name, argument in _arguments(call, function, receiver):
+            scope.defs[name] = [Def(name, argument, caller.order, ctx, node=call, scope=caller.scope)]
+            roles = caller.roles(argument)
+            if roles:
+                seed[name] = roles
+            if name in _SELF and dotted(argument) is not None:
+                # the attributes the caller knows of the object, under the callee's name for it
+                prefix = dotted(argument) + "."
+                seed.update({name + "." + attribute[len(prefix):]: attribute_roles
+                             for attribute, attribute_roles in caller.env.items() if attribute.startswith(prefix)})
+        walker = ScopeWalker(scope, loaded.imports, seed, set(loaded.functions), caller.counter,
+                             root=caller.root if caller.root is not None else scope, inliner=self)
+        walker.walk_block(function.body.body, ctx)
+        self._root_of[id(scope)] = walker.root
+        scope.env = {}
+        return scope
+
+    # -- what a called function returns --------------------------------------------------------------
+    def returns(self, call: cst.Call, scope: Scope, before: int) -> list[tuple[cst.BaseExpression, Scope, int]] | None:
+        """The expressions a project function called here returns, each with the scope it is read in
+        and the point it is read at; None when the call does not resolve to one."""
+        key = id(call)
+        if key in self._returns:
+            return self._returns[key]
+        self._returns[key] = None  # a recursive function: unknown while it is being read
+        walked = self._inlined.get(key)
+        if walked is None:
+            found = self.resolve(scope, call)
+            depth = scope.frame.depth if scope.frame is not None else 0
+            if found is not None and depth < MAX_DEPTH and not _on_stack(scope, found[2]):
+                caller = _Caller(scope, {}, _guessed_roles, [before], before, None)
+                walked = self._walk(caller, call, Context(), *found)
+        result = None
+        if walked is not None:
+            events = self._root_of[id(walked)].events
+            result = [(event.expr, walked, event.order + 1) for event in events
+                      if event.kind is EventKind.RETURN and event.scope is walked and event.expr is not None]
+        self._returns[key] = result
+        return result
+
+    def foreign_nodes(self) -> set[int]:
+        """ids of the nodes that belong to other files (walked in place here), which findings never
+        point at: those are reported when their own file is linted."""
+        out: set[int] = set()
+        for scope in self.frames:
+            if scope.frame is not None and scope.frame.path is not None:
+                stack = [scope.node]
+                while stack:
+                    node = stack.pop()
+                    out.add(id(node))
+                    stack.extend(children(node))
+        return out
+
+
+@dataclass
+class _Caller:
+    """What walking a called function takes from the place of the call."""
+
+    scope: Scope
+    env: dict[str, frozenset[Role]]
+    roles: Callable[[cst.BaseExpression | None], frozenset[Role]]
+    counter: list[int]
+    order: int  # the program point of the call: where the arguments are read
+    root: Scope | None  # where the callee's events go (None: into its own scope)
+
+
+def _guessed_roles(node: cst.BaseExpression | None) -> frozenset[Role]:
+    return roles_from_name(dotted(node)) if node is not None else NO_ROLES
+
+
+def _on_stack(scope: Scope | None, function: cst.FunctionDef) -> bool:
+    while scope is not None:
+        if scope.node is function:
+            return True
+        scope = scope.frame.caller if scope.frame is not None else None
+    return False
+
+
+def _callee_text(call: cst.Call) -> str | None:
+    """The call as the project model writes callees: `f`, `self.m`, `mod.f`, `super().m`."""
+    func = call.func
+    name = dotted(func)
+    if name is not None:
+        return name
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
+        inner_receiver, inner = call_receiver(func.value)
+        if inner_receiver is None and inner == "super" and not func.value.args:
+            return f"super().{func.attr.value}"
+    return None
+
+
+def _receiver(call: cst.Call, function: cst.FunctionDef, cls: cst.ClassDef | None) -> cst.BaseExpression | None:
+    """What `self` is bound to: the object the method is called on (`obj` in `obj.m()`, `self` in
+    `super().m()`, the instance itself when it is called: `self.scaler(...)` runs `__call__`)."""
+    if cls is None or _is_static(function):
+        return None
+    func = call.func
+    if function.name.value in ("__call__", "forward") and not (isinstance(func, cst.Attribute)
+                                                               and func.attr.value == function.name.value):
+        return func  # the instance is called
+    if isinstance(func, cst.Attribute):
+        if isinstance(func.value, cst.Call):  # super().m()
+            return cst.Name("self")
+        return func.value
+    return None
+
+
+def _is_static(function: cst.FunctionDef) -> bool:
+    return any(dotted(d.decorator) in ("staticmethod", "classmethod") for d in function.decorators)
+
+
+def _arguments(call: cst.Call, function: cst.FunctionDef, receiver: cst.BaseExpression | None) \
+        -> list[tuple[str, cst.BaseExpression]]:
+    """(parameter, argument) pairs: `self` to the receiver, positionals in order, keywords by name."""
+    params = [*function.params.posonly_params, *function.params.params]
+    names = [p.name.value for p in params]
+    pairs: list[tuple[str, cst.BaseExpression]] = []
+    if receiver is not None and names:
+        pairs.append((names[0], receiver))
+        names = names[1:]
+    elif names and names[0] in _SELF and not _is_static(function):
+        names = names[1:]  # `Class.method(obj, ...)` or an unknown receiver: self stays unknown
+    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    if any(a.star for a in call.args):
+        return pairs  # `f(*args)`: which parameter gets what is unknown
+    pairs.extend(zip(names, positional))
+    keywords = {p.name.value for p in [*function.params.params, *function.params.kwonly_params]}
+    pairs.extend((a.keyword.value, a.value) for a in call.args if a.keyword is not None and a.keyword.value in keywords)
+    return pairs
+
+
+def _bases(cls: cst.ClassDef | None) -> tuple[str, ...]:
+    if cls is None:
+        return ()
+    return tuple(dotted(base.value) or "" for base in cls.bases)
+
+
+def _statements(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """Statements directly in a module, class or function body, and inside its compound statements
+    (definitions under `if TYPE_CHECKING:` or `try:` count), not inside nested definitions."""
+    out: list[cst.CSTNode] = []
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        body = current.body if isinstance(current, cst.Module) else getattr(current, "body", None)
+        statements = body if isinstance(current, cst.Module) else getattr(body, "body", ())
+        for child in statements:
+            if isinstance(child, (cst.FunctionDef, cst.ClassDef)):
+                out.append(child)
+            elif isinstance(child, (cst.If, cst.Try, cst.With, cst.For, cst.While)) or type(child).__name__ == "TryStar":
+                stack.append(child)
+                for extra in ("orelse", "finalbody"):
+                    other = getattr(child, extra, None)
+                    if other is not None:
+                        stack.append(other)
+                for handler in getattr(child, "handlers", ()) or ():
+                    stack.append(handler)
+    return out
+
+
+__all__ = ["Inliner", "ProjectContext", "LoadedModule", "effect_names"]
