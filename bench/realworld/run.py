@@ -180,6 +180,10 @@ def materialise(repo: Repo, mirror: Path, checkouts: Path) -> Path:
     if linted:
         print(f"{repo.name}: {len(linted)} Python file(s) absent from the snapshot, not linted: "
               f"{', '.join(linted[:3])}{' ...' if len(linted) > 3 else ''}", file=sys.stderr)
+    if not any((root / name).exists() for name in (*ROOT_MARKERS, "setup.py")):
+        # A checkout is a project of its own (a clone has its .git here): without a marker the linter
+        # would take the accumcheck tree around `checkouts/` for the project
+        (root / "pyproject.toml").write_text("")
     marker.write_text(WHOLE_TREE)
     return root
 

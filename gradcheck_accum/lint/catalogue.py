@@ -141,7 +141,9 @@ APIS: tuple[Api, ...] = (
     DDP_NO_SYNC,
     Api("set_gradient_accumulation_boundary", _E.SYNC_CONTROL, _DEEPSPEED, has_receiver=None, target=_FIRST),
     Api("skip_synchronize", _E.SYNC_CONTROL, Framework.HOROVOD, has_receiver=None, target=_FIRST),
-    *(Api(name, _E.SYNC_CONTROL, Framework.OTHER, has_receiver=None, target=_FIRST) for name in _SYNC_SWITCHES),
+    # `accumulate` on anything but an Accelerator is numpy's or itertools' (`np.maximum.accumulate(x)`)
+    *(Api(name, _E.SYNC_CONTROL, Framework.OTHER, has_receiver=None, target=_FIRST) for name in _SYNC_SWITCHES
+      if name != "accumulate"),
     Api("require_backward_grad_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_SET),
     Api("no_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_READ),  # `ctx = model.no_sync if ... else nullcontext`
     Api("gradient_accumulation_steps", None, _ACCELERATE, form=Form.ATTRIBUTE_SET,

@@ -6,17 +6,22 @@ from __future__ import annotations
 import ast
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from gradcheck_accum.lint import registry, suppressions
 from gradcheck_accum.lint.diagnostics import Edit, Finding
 from gradcheck_accum.lint.fixes import Fix, fixed_source, independent
+from gradcheck_accum.lint.inlining import ProjectContext
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.model import FileModel
 from gradcheck_accum.lint.nesting import too_deep
 from gradcheck_accum.lint.positions import node_positions
 from gradcheck_accum.lint.rule import Rule
+
+if TYPE_CHECKING:
+    from gradcheck_accum.lint.project import Project
 
 Rules = Iterable[type[Rule]]
 
@@ -97,7 +102,7 @@ def _syntax_message(source: str) -> str | None:
 
 
 def analyze(source: str, path: str, rules: Rules | None = None, enabled: set[str] | None = None,
-            hollowed: str | None = None, fix_edits: bool = False) -> Analysis:
+            hollowed: str | None = None, fix_edits: bool = False, project: Project | None = None) -> Analysis:
     """Lint one file's text. Raises ParseFailure on unparseable source.
 
     `rules`: the rule classes to run (default: every rule). `enabled`: the codes selected for this
@@ -106,6 +111,8 @@ def analyze(source: str, path: str, rules: Rules | None = None, enabled: set[str
     `hollowed`: the same file with the definitions these rules cannot need left out (hollow.py),
     parsed instead of `source`; every line and column the rules can report on is the same in both.
     `fix_edits`: also give each fixable finding its fix as a text edit (one code generation each).
+    `project`: the project the file belongs to (calls resolve into its other files); without one the
+    file stands alone.
     """
     if rules is None:
         rules, enabled = registry.rules(), set(registry.codes()) if enabled is None else enabled
@@ -113,7 +120,8 @@ def analyze(source: str, path: str, rules: Rules | None = None, enabled: set[str
     enabled = {rule.code for rule in rules} if enabled is None else enabled
     parsed = source if hollowed is None else hollowed
     module = parse(parsed)
-    reported = _run_rules(rules, FileModel(module, text=parsed), module, parsed, path)
+    context = ProjectContext(project, Path(path).absolute(), module, parsed) if project is not None else None
+    reported = _run_rules(rules, FileModel(module, context, text=parsed), module, parsed, path)
     kept = suppressions.apply(source, path, reported, enabled, set(registry.codes()))
     findings = sorted(kept)
     fixes = {f: kept[f] for f in findings if kept[f] is not None}

@@ -56,6 +56,14 @@ def backward_names() -> frozenset[str]:
     return frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD and not api.follows_aliases)
 
 
+def effect_call_names() -> frozenset[str]:
+    """Names whose calls change what an accumulation window holds (backward, step, clear, clip, sync)."""
+    from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS
+
+    return frozenset(api.name for api in cat.APIS if api.event in HELPER_EFFECTS and api.form is cat.Form.CALL
+                     and not api.on_grad)
+
+
 def backward_call_pattern() -> re.Pattern[str]:
     """A backward call in code whose comments and strings are blanked: not `has_backward(`, not `def backward(`."""
     names = "|".join(sorted(map(re.escape, backward_names()), key=len, reverse=True))

@@ -19,7 +19,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import roles_from_name
 from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted
-from gradcheck_accum.lint.project import FunctionRef, Project, SummaryStore
+from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore
 from gradcheck_accum.lint.project.summary import MODULE_CODE
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, EventKind, Frame, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
@@ -37,7 +37,15 @@ def effect_names() -> frozenset[str]:
     calls and attributes that make one of the events a helper brings into its caller."""
     from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS
 
-    return frozenset(api.name for api in cat.APIS if api.event in HELPER_EFFECTS) | {"grad"}
+    names = frozenset(api.name for api in cat.APIS if api.event in HELPER_EFFECTS)
+    # `update` is GradScaler's only next to its `step`, and every dict's: screening for it would make
+    # half of all functions look like they matter
+    return names - {"update"}
+
+
+def watched_names() -> frozenset[str]:
+    """Constructors whose keywords configure a framework from another file (summary.constructions)."""
+    return frozenset({"Trainer", "Accelerator", "Fabric"})
 
 
 @dataclass
@@ -52,6 +60,7 @@ class LoadedModule:
     qualnames: dict[int, str] = field(default_factory=dict)  # id(def) -> qualname
     classes: dict[str, cst.ClassDef] = field(default_factory=dict)
     env: dict[str, frozenset[Role]] = field(default_factory=dict)  # module-level names' roles
+    _class_envs: dict[int, dict[str, frozenset[Role]]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, path: Path, module: cst.Module, text: str) -> "LoadedModule":
@@ -77,6 +86,22 @@ class LoadedModule:
         loaded.env = dict(module_scope.env)
         return loaded
 
+    def class_env(self, cls: cst.ClassDef | None) -> dict[str, frozenset[Role]]:
+        """Roles of `self.x` attributes that the class's `__init__` binds (bases' not included)."""
+        if cls is None:
+            return {}
+        key = id(cls)
+        if key not in self._class_envs:
+            self._class_envs[key] = {}
+            init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"),
+                        None)
+            if init is not None:
+                scope = Scope(init, "__init__", imports=self.imports)
+                ScopeWalker(scope, self.imports, dict(self.env), set(), [0]).walk_block(init.body.body, Context())
+                self._class_envs[key] = {name: roles for name, roles in scope.env.items()
+                                         if name.startswith("self.") and roles}
+        return self._class_envs[key]
+
     def class_of(self, qualname: str) -> cst.ClassDef | None:
         parts = qualname.split(".")
         for end in range(len(parts) - 1, 0, -1):
@@ -95,13 +120,16 @@ class ProjectContext:
         self.path = path
         self.this = LoadedModule.build(path, module, text)
         self._modules: dict[Path, LoadedModule | None] = {path: self.this}
+        self.alone = False  # a file standing alone: nothing else to resolve into
 
     @classmethod
     def alone(cls, module: cst.Module, text: str, path: str = "<file>") -> "ProjectContext":
         """A project of one file (a snippet, standard input): calls resolve inside it only."""
         file = Path(path).absolute()
         store = SummaryStore(file.parent, effect_names(), texts={file: text})
-        return cls(Project(file.parent, store, files=[file]), file, module, text)
+        context = cls(Project(file.parent, store, files=[file]), file, module, text)
+        context.alone = True
+        return context
 
     def load(self, path: Path) -> LoadedModule | None:
         if path not in self._modules:
@@ -124,6 +152,47 @@ class ProjectContext:
             return path.name
 
 
+def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str]:
+    """What the project adds to one file for the prefilter (before libcst): whether a training loop
+    reaches this file's code through calls (its loops call a function elsewhere that backpropagates,
+    or a loop elsewhere calls its function that does), and the source of the functions elsewhere
+    that take part, whose words count as the file's own when rules screen for theirs."""
+    store = project.summaries
+    if isinstance(store, SummaryStore):
+        store.texts[path] = text
+    summary = project.summary(path)
+    reached, pieces, seen = False, [], set()
+
+    def take(ref: FunctionRef) -> None:
+        if ref.path != path and ref not in seen:
+            seen.add(ref)
+            pieces.append(_source_of(project, ref))
+
+    for qualname, function in summary.functions.items():
+        caller = FunctionRef(path, qualname)
+        for _, in_loop, target in project.calls(caller):
+            effects = project.effects(target)
+            if not effects:
+                continue
+            take(target)
+            if effects & _BACKWARDS and (in_loop or not effects & _STEPS):
+                reached = True
+        if project.effects(caller) & _BACKWARDS and qualname != MODULE_CODE:
+            for site in project.callers(caller):
+                if site.caller.path != path:
+                    take(site.caller)
+                    reached = reached or site.in_loop
+    return reached, "\n".join(pieces)
+
+
+def _source_of(project: Project, ref: FunctionRef) -> str:
+    function = project.function(ref)
+    text = project.summaries.text(ref.path) if isinstance(project.summaries, SummaryStore) else None
+    if function is None or text is None:
+        return ""
+    return "\n".join(text.split("\n")[function.line - 1:function.end])
+
+
 class Inliner:
     """Walks called functions in place of their calls (ScopeWalker's hook), and reads what a called
     function returns (the loss tracer's hook)."""
@@ -131,19 +200,23 @@ class Inliner:
     def __init__(self, context: ProjectContext) -> None:
         self.context = context
         self.project = context.project
-        self._origin: dict[int, tuple[LoadedModule, str]] = {}  # id(scope) -> its file and qualname
+        # id(scope) -> its file, qualname, and the class `self` is an instance of when it is a subclass
+        # of the method's class (a base's loop calling `self.train_step()` runs the subclass's)
+        self._origin: dict[int, tuple[LoadedModule, str, ClassRef | None]] = {}
+        self.roots: list[Scope] = []  # functions of other files that call into this one in a loop
         self.frames: list[Scope] = []  # every scope walked in place of a call, in walking order
         self._returns: dict[int, list[tuple[cst.BaseExpression, Scope, int]] | None] = {}
         self._inlined: dict[int, Scope] = {}  # id(call) -> the scope walked for it
         self._root_of: dict[int, Scope] = {}  # id(walked scope) -> the scope holding its events
 
-    def register(self, scope: Scope, module: LoadedModule | None = None, qualname: str | None = None) -> None:
+    def register(self, scope: Scope, module: LoadedModule | None = None, qualname: str | None = None,
+                 self_class: ClassRef | None = None) -> None:
         """Say where a scope's code is (the file's own functions are registered by the file model)."""
         module = module or self.context.this
         if qualname is None:
             qualname = MODULE_CODE if isinstance(scope.node, cst.Module) else module.qualnames.get(id(scope.node))
         if qualname is not None:
-            self._origin[id(scope)] = (module, qualname)
+            self._origin[id(scope)] = (module, qualname, self_class)
 
     # -- resolution ---------------------------------------------------------------------------------
     def resolve(self, scope: Scope, call: cst.Call) -> tuple[FunctionRef, LoadedModule, cst.FunctionDef] | None:
@@ -151,8 +224,12 @@ class Inliner:
         text = _callee_text(call)
         if origin is None or text is None:
             return None
-        module, qualname = origin
-        ref = self.project.resolve_call(FunctionRef(module.path, qualname), text)
+        module, qualname, self_class = origin
+        ref = None
+        if self_class is not None and text.startswith("self.") and text.count(".") == 1:
+            ref = self.project.lookup_method(self_class, text[5:])
+        if ref is None:
+            ref = self.project.resolve_call(FunctionRef(module.path, qualname), text)
         if ref is None:
             return None
         loaded = self.context.load(ref.path)
@@ -189,11 +266,16 @@ class Inliner:
         cls = loaded.class_of(ref.qualname)
         frame = Frame(call, caller.scope, f"{self.context.display(ref.path)}:{ref.qualname}",
                       self.context.display(ref.path) if foreign else None)
-        scope = Scope(function, function.name.value, _bases(cls), frame=frame)
-        self.register(scope, loaded, ref.qualname)
+        scope = Scope(function, function.name.value, _bases(cls), frame=frame,
+                      imports=loaded.imports if foreign else None)
+        receiver = _receiver(call, function, cls)
+        same_self = receiver is not None and dotted(receiver) in _SELF
+        caller_self = self._origin.get(id(caller.scope), (None, None, None))[2]
+        self.register(scope, loaded, ref.qualname, caller_self if same_self else None)
         self.frames.append(scope)
         seed = dict(loaded.env) if foreign else {}
-        receiver = _receiver(call, function, cls)
+        if foreign:
+            seed.update(loaded.class_env(cls))
         for name, argument in _arguments(call, function, receiver):
             scope.defs[name] = [Def(name, argument, caller.order, ctx, node=call, scope=caller.scope)]
             roles = caller.roles(argument)
@@ -208,6 +290,56 @@ class Inliner:
                              root=caller.root if caller.root is not None else scope, inliner=self)
         walker.walk_block(function.body.body, ctx)
         self._root_of[id(scope)] = walker.root
+        scope.env = {}
+        return scope
+
+    # -- callers in other files -----------------------------------------------------------------------
+    def walk_callers(self) -> list[Scope]:
+        """The functions of other files whose loops call (directly or through one more call) a
+        function of this file that backpropagates, each walked with that call in place: the windows
+        this file's functions take part in. Functions this file already calls in place are left to it."""
+        this = self.context.this
+        walked_here = {id(s.node) for s in self.frames if s.frame is not None and s.frame.path is None}
+        roots: dict[tuple[FunctionRef, ClassRef | None], None] = {}
+        for qualname, function in this.functions.items():
+            ref = FunctionRef(this.path, qualname)
+            if id(function) in walked_here or not self.project.effects(ref) & _BACKWARDS:
+                continue
+            for root in self._loops_calling(ref, 2):
+                roots.setdefault(root)
+        for (ref, self_class) in roots:
+            scope = self._walk_root(ref, self_class)
+            if scope is not None:
+                self.roots.append(scope)
+        return self.roots
+
+    def _loops_calling(self, ref: FunctionRef, levels: int) -> list[tuple[FunctionRef, ClassRef | None]]:
+        found = []
+        for site in self.project.callers(ref):
+            if site.caller.path == self.context.path:
+                continue  # this file's own callers are walked with it
+            if site.in_loop:
+                found.append((site.caller, site.receiver))
+            elif levels > 1 and site.caller.qualname != MODULE_CODE:
+                found.extend(self._loops_calling(site.caller, levels - 1))
+        return found
+
+    def _walk_root(self, ref: FunctionRef, self_class: ClassRef | None) -> Scope | None:
+        loaded = self.context.load(ref.path)
+        if loaded is None:
+            return None
+        if ref.qualname == MODULE_CODE:
+            node, body, cls = loaded.module, loaded.module.body, None
+        else:
+            node = loaded.functions.get(ref.qualname)
+            if node is None:
+                return None
+            body, cls = node.body.body, loaded.class_of(ref.qualname)
+        scope = Scope(node, getattr(getattr(node, "name", None), "value", MODULE_CODE), _bases(cls),
+                      imports=loaded.imports, foreign=True)
+        self.register(scope, loaded, ref.qualname, self_class)
+        seed = {**loaded.env, **loaded.class_env(cls)}
+        ScopeWalker(scope, loaded.imports, seed, set(loaded.functions), [0], inliner=self).walk_block(body, Context())
         scope.env = {}
         return scope
 
@@ -238,8 +370,8 @@ class Inliner:
         """ids of the nodes that belong to other files (walked in place here), which findings never
         point at: those are reported when their own file is linted."""
         out: set[int] = set()
-        for scope in self.frames:
-            if scope.frame is not None and scope.frame.path is not None:
+        for scope in [*self.frames, *self.roots]:
+            if scope.foreign or scope.frame is not None and scope.frame.path is not None:
                 stack = [scope.node]
                 while stack:
                     node = stack.pop()

@@ -182,7 +182,8 @@ class LossTracer:
                 self._trace(value, where, at, facts, depth + 1)
             return
         callee = dotted(node.func)
-        roles = constructor_roles(node, self.imports, no_roles) | self._roles_of(callee, scope)
+        imports = scope.imports or self.imports
+        roles = constructor_roles(node, imports, no_roles) | self._roles_of(callee, scope)
         if Role.SUM_LOSS in roles:
             facts.sum_reduced = True
         if Role.TOKEN_LOSS in roles:
@@ -192,7 +193,7 @@ class LossTracer:
         if any(is_accumulation_count(a.value, None, scope) for a in node.args) or any(
                 a.keyword is not None and "num_items" in a.keyword.value for a in node.args):
             facts.known = False  # N, or the window's item count, is handed to the producer
-        elif not (Role.CRITERION in roles or (self.imports.qualify(node.func) or "").startswith("torch")
+        elif not (Role.CRITERION in roles or (imports.qualify(node.func) or "").startswith("torch")
                   or _is_model_like(callee)):
             facts.known = False
 

@@ -82,6 +82,8 @@ class FileModel:
             scope.env = {}
             self.scopes.append(scope)
             self.functions.setdefault(fn.name.value, []).append(scope)
+        if not self.context.alone:
+            self.scopes.extend(self.inliner.walk_callers())
 
     def foreign_nodes(self) -> set[int]:
         """ids of nodes from other files that the model walked in place of calls (findings there are

@@ -13,28 +13,42 @@ leaves those out of what libcst parses.
 
 from __future__ import annotations
 
-from gradcheck_accum.lint.evidence import Need, any_present, backward_call_pattern, calls_only
+import re
+from typing import Callable
+
+from gradcheck_accum.lint.evidence import Need, any_present, backward_call_pattern, calls_only, effect_call_names
 from gradcheck_accum.lint.hollow import hollow
 from gradcheck_accum.lint.outline import Outline, blank_strings_and_comments, one_newline
 from gradcheck_accum.lint.rule import Rule
 
 
-def screen(text: str, rules: list[type[Rule]], hollowing: bool = True) -> tuple[list[type[Rule]], str | None]:
+def screen(text: str, rules: list[type[Rule]], hollowing: bool = True,
+           project: Callable[[], tuple[bool, str]] | None = None) -> tuple[list[type[Rule]], str | None]:
     """The rules that could fire on `text`, and what libcst needs to parse for them: None for the file
-    as it is, or (with `hollowing`) the file with the definitions that cannot matter left out (hollow.py)."""
-    present = _Presence(text)
-    candidates = [rule for rule in rules if rule.could_fire(text, present)]
+    as it is, or (with `hollowing`) the file with the definitions that cannot matter left out (hollow.py).
+
+    `project`: for a file that calls, or is called by, code with training effects elsewhere in its
+    project (inlining.project_evidence): whether a training loop reaches it that way, and the source
+    of the functions elsewhere that take part. Their words count as the file's own, and nothing is
+    hollowed (the file's functions may run inside loops the file does not show)."""
+    reached_elsewhere, elsewhere = False, ""
+    if project is not None and _EFFECT_CALL.search(text):
+        reached_elsewhere, elsewhere = project()
+        if reached_elsewhere or elsewhere:
+            hollowing = False
+    present = _Presence(f"{text}\n{elsewhere}")
+    candidates = [rule for rule in rules if rule.could_fire(present.text, present)]
     if not any(rule.needs_training_loop() for rule in candidates):
         return candidates, None
     # The few files that get this far are worth a closer look before libcst parses them.
     text = one_newline(text)
     code = blank_strings_and_comments(text)
-    in_code = _Presence(code)
+    in_code = _Presence(f"{code}\n{blank_strings_and_comments(one_newline(elsewhere))}" if elsewhere else code)
     candidates = [rule for rule in candidates if all(in_code(need) for need in rule.requires if calls_only(need))]
     if not any(rule.needs_training_loop() for rule in candidates):
         return candidates, None
     reached, outline = _loops_reach_backward(text, code)
-    if not reached:
+    if not reached and not reached_elsewhere:
         candidates = [rule for rule in candidates if not rule.needs_training_loop()]
     return candidates, hollow(outline, candidates) if hollowing and outline is not None and candidates else None
 
@@ -71,3 +85,6 @@ def _loops_reach_backward(text: str, code: str) -> tuple[bool, Outline | None]:
 
 # A call of a backward (`loss.backward(`, `self.manual_backward(`) in blanked code, from the catalogue
 _BACKWARD_CALL = backward_call_pattern()
+# A call of anything that has an effect on an accumulation window (backward, step, zero_grad, clip...):
+# only a file with one can take part in a window spread over several files.
+_EFFECT_CALL = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, effect_call_names()))) + r")\s*\(")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -18,6 +18,8 @@ from gradcheck_accum.lint.engine import FixResult, ParseFailure, analyze, fix_so
 from gradcheck_accum.lint.files import Source, Target, UnreadableFile, UnwritableFile, matches, read_source, write_source
 from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.prefilter import screen
+from gradcheck_accum.lint.inlining import project_evidence
+from gradcheck_accum.lint.project import project_for, save_all
 from gradcheck_accum.lint.rule import Rule
 from gradcheck_accum.lint.suppressions import UNUSED_SUPPRESSION, could_report_unused
 
@@ -38,6 +40,7 @@ class Options:
     diff: bool = False  # compute fixes but write nothing; FileResult.diff holds the unified diff
     fix_edits: bool = False  # give each fixable finding its fix as a text edit (SARIF shows them)
     prefilter: bool = True
+    summaries: Path | None = None  # where the project model caches file summaries (None: not kept)
 
 
 @dataclass
@@ -67,6 +70,8 @@ def lint_targets(targets: list[Target], settings: Settings | None = None, option
             rules_of[id(chosen)] = registry.selected(set(chosen.selected()))
         return chosen, rules_of[id(chosen)]
 
+    if cache is not None and options.summaries is None:
+        options = replace(options, summaries=cache.directory)
     results: dict[Target, FileResult] = {}
     work = []
     for target in targets:
@@ -96,6 +101,7 @@ def lint_targets(targets: list[Target], settings: Settings | None = None, option
                         result.findings, result.error)
     if cache is not None:
         cache.save()
+    save_all()
     for target in targets:
         if target.path is None:
             chosen, rules = configured(target)
@@ -193,7 +199,10 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
     hollowed = None
     if options.prefilter and not target.is_notebook:
         # Fixes rewrite the whole parsed module, so they parse it whole: no hollowing for them.
-        rules, hollowed = screen(text, rules, hollowing=not (options.fix or options.diff or options.fix_edits))
+        project = project_for(target.path, options.summaries) if target.path is not None else None
+        evidence = (lambda: project_evidence(project, target.path.absolute(), text)) if project is not None else None
+        rules, hollowed = screen(text, rules, hollowing=not (options.fix or options.diff or options.fix_edits),
+                                 project=evidence)
         if not rules and not (UNUSED_SUPPRESSION.code in enabled and could_report_unused(text)):
             # No enabled check can report here: libcst never sees the file, CPython checks it parses.
             result.error = syntax_error(text)
@@ -232,7 +241,9 @@ def _lint_python(item: Pending) -> FileResult:
     result, text, rules, options = item.result, item.text, item.rules, item.options
     display = result.target.display
     if not (options.fix or options.diff):
-        result.findings = analyze(text, display, rules, item.enabled, item.hollowed, options.fix_edits).findings
+        project = project_for(result.target.path, options.summaries) if result.target.path is not None else None
+        result.findings = analyze(text, display, rules, item.enabled, item.hollowed, options.fix_edits,
+                                  project).findings
         return result
     fixed = fix_source(text, display, rules, unsafe=options.unsafe_fixes, enabled=item.enabled)
     result.findings, result.fixed = fixed.remaining, fixed.fixed

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import dotted
+from gradcheck_accum.lint.names import ImportMap, dotted
 
 if TYPE_CHECKING:  # annotations only: libcst is loaded lazily (see lazy.py)
     from gradcheck_accum.lint.catalogue import Api
@@ -258,6 +258,8 @@ class Scope:
     class_bases: tuple[str, ...] = ()  # bases of the enclosing class, for methods
     owner: cst.ClassDef | None = None  # the class a method belongs to
     frame: Frame | None = None  # set when this scope is a called function walked inside a caller
+    imports: ImportMap | None = None  # its module's imports, when the module is not the linted file
+    foreign: bool = False  # a function of another file, walked because it calls into this one
     events: list[Event] = field(default_factory=list)
     defs: dict[str, list[Def]] = field(default_factory=dict)
     loops: list[Loop] = field(default_factory=list)

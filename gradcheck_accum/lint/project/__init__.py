@@ -1,8 +1,34 @@
 """The project model: the files around the ones being linted, summarised and cached, and calls
 resolved between them (index.py). What one function does to an accumulation window in its
-caller's loop, and what the caller's loop means for it, are built on this."""
+caller's loop, and what the caller's loop means for it, are built on this (inlining.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
 
 from gradcheck_accum.lint.project.index import CallSite, ClassRef, FunctionRef, Project, find_root, python_files
 from gradcheck_accum.lint.project.store import SummaryStore
 
-__all__ = ["CallSite", "ClassRef", "FunctionRef", "Project", "SummaryStore", "find_root", "python_files"]
+_OPEN: dict[Path, Project] = {}  # root -> the project, for this process
+
+
+def project_for(path: Path, cache: Path | None = None) -> Project:
+    """The project a file belongs to (one per root and process), its summaries cached in `cache`."""
+    root = find_root(path, fallback=Path.cwd())
+    project = _OPEN.get(root)
+    if project is None:
+        from gradcheck_accum.lint.inlining import effect_names, watched_names
+
+        project = _OPEN[root] = Project(root, SummaryStore(root, effect_names(), watched_names(), directory=cache))
+    return project
+
+
+def save_all() -> None:
+    """Write the summaries computed in this process to their caches."""
+    for project in _OPEN.values():
+        if isinstance(project.summaries, SummaryStore):
+            project.summaries.save()
+
+
+__all__ = ["CallSite", "ClassRef", "FunctionRef", "Project", "SummaryStore", "find_root", "python_files",
+           "project_for", "save_all"]

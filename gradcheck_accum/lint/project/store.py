@@ -56,6 +56,25 @@ class SummaryStore(SummarySource):
             summary = self._summaries[path] = self._compute(path)
         return summary
 
+    def may_mention(self, path: Path, name: str) -> bool:
+        """Known summaries answer exactly; otherwise the file's text must contain the name (so a
+        cold run reads the files, but summarises only those that can matter)."""
+        summary = self._summaries.get(path)
+        if summary is None:
+            entry = self._entries.get(self._key(path))
+            if entry is not None and path not in self.texts:
+                try:
+                    stat = path.stat()
+                except OSError:
+                    return False
+                if entry[0] == stat.st_mtime_ns and entry[1] == stat.st_size:
+                    summary = self.get(path)
+        if summary is not None:
+            return any(callee.rsplit(".", 1)[-1] == name for function in summary.functions.values()
+                       for callee in function.calls)
+        text = self.text(path)
+        return text is not None and name in text
+
     def text(self, path: Path) -> str | None:
         if path in self.texts:
             return self.texts[path]

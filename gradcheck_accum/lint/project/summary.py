@@ -26,13 +26,14 @@ MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements,
 
 @dataclass
 class FunctionSummary:
-    line: int
+    line: int  # first line (its `def`), and below its last
     params: tuple[str, ...]  # positional-or-keyword parameters in order, `self` included
     calls: dict[str, bool] = field(default_factory=dict)  # callee as written -> called inside a loop here
     effects: frozenset[str] = frozenset()  # catalogue effect names this function calls or sets directly
     returns: bool = False  # has a `return <value>`
     decorators: tuple[str, ...] = ()  # dotted names of its decorators (`staticmethod`, `torch.no_grad`)
     locals: dict[str, str] = field(default_factory=dict)  # `name = Ctor(...)` in its body -> "Ctor"
+    end: int = 0  # last line
 
 
 @dataclass
@@ -65,7 +66,7 @@ class ModuleSummary:
         return {
             "imports": {k: [v.module, v.name, v.level] for k, v in self.imports.items()},
             "functions": {k: [f.line, list(f.params), f.calls, sorted(f.effects), f.returns, list(f.decorators),
-                              f.locals] for k, f in self.functions.items()},
+                              f.locals, f.end] for k, f in self.functions.items()},
             "classes": {k: [c.line, list(c.bases), list(c.methods), c.attributes, c.literals]
                         for k, c in self.classes.items()},
             "bindings": self.bindings,
@@ -76,7 +77,7 @@ class ModuleSummary:
     def from_json(cls, data: dict) -> "ModuleSummary":
         return cls(
             {k: Import(*v) for k, v in data["imports"].items()},
-            {k: FunctionSummary(v[0], tuple(v[1]), v[2], frozenset(v[3]), v[4], tuple(v[5]), v[6])
+            {k: FunctionSummary(v[0], tuple(v[1]), v[2], frozenset(v[3]), v[4], tuple(v[5]), v[6], v[7])
              for k, v in data["functions"].items()},
             {k: ClassSummary(v[0], tuple(v[1]), tuple(v[2]), v[3], v[4]) for k, v in data["classes"].items()},
             data["bindings"],
@@ -121,7 +122,7 @@ class _Summarizer:
         self.calls = _calls(code)
         self.offsets = [call.offset for call in self.calls]
         self.summary = ModuleSummary()
-        module = FunctionSummary(1, ())
+        module = FunctionSummary(1, (), end=text.count("\n") + 1)
         self.summary.functions[MODULE_CODE] = module
         self._block(tree.body, "", None, module, in_loop=False)
 
@@ -196,7 +197,7 @@ class _Summarizer:
         params = tuple(a.arg for a in [*arguments.posonlyargs, *arguments.args])
         decorators = tuple(filter(None, (_dotted(d.func if isinstance(d, ast.Call) else d)
                                          for d in node.decorator_list)))
-        summary = FunctionSummary(node.lineno, params, decorators=decorators)
+        summary = FunctionSummary(node.lineno, params, decorators=decorators, end=node.end_lineno or node.lineno)
         qualname = prefix + node.name
         self.summary.functions[qualname] = summary
         # decorators and defaults run where the function is defined, not when it is called
