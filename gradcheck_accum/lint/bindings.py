@@ -43,6 +43,11 @@ def is_accumulation_name(node: cst.CSTNode | None) -> bool:
 def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> frozenset[Role]:
     """Roles of the value a call returns."""
     receiver, method = call_receiver(call)
+    if method in cat.PREPARE_METHODS and receiver is not None:
+        owner = lookup(receiver)
+        args = [a.value for a in call.args if a.keyword is None and not a.star]
+        if len(args) == 1 and (Role.ACCELERATOR in owner or Role.FABRIC in owner):
+            return prepared_roles(lookup(args[0]), owner)  # `model = accelerator.prepare(model)`
     qual = imports.qualify(call.func) or dotted(call.func) or ""
     last = method if receiver is not None else last_part(qual)
     if qual == cat.COMPILE.qualname:
@@ -94,9 +99,18 @@ def unpacked_roles(call: cst.Call, imports: ImportMap, lookup: Lookup, count: in
             args = [a.value for a in call.args if a.keyword is None and not a.star]
             if len(args) != count:
                 return None
-            extra = {Role.PREPARED} if Role.ACCELERATOR in owner else set()
-            return [frozenset(lookup(arg) | extra) for arg in args]
+            return [prepared_roles(lookup(arg), owner) for arg in args]
     return None
+
+
+def prepared_roles(roles: frozenset[Role], owner: frozenset[Role]) -> frozenset[Role]:
+    """What `accelerator.prepare(x)` / `fabric.setup(x)` returns for an `x` with these roles: an
+    optimizer or scheduler that skips non-sync steps (accelerate), or a model that the framework wraps
+    in DistributedDataParallel when launched on several processes (catalogue.PREPARED_MODEL)."""
+    extra = {Role.PREPARED} if Role.ACCELERATOR in owner else set()
+    if not roles & {Role.OPTIMIZER, Role.SCHEDULER, Role.SCALER}:
+        extra |= cat.PREPARED_MODEL
+    return frozenset(roles | extra)
 
 
 def no_roles(_: cst.BaseExpression | None) -> frozenset[Role]:

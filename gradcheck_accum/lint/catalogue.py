@@ -228,6 +228,10 @@ IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid it
 # Calls whose results are the prepared objects, element by element.
 DEEPSPEED_INITIALIZE = "deepspeed.initialize"  # -> engine, optimizer, dataloader, scheduler
 PREPARE_METHODS = frozenset({"prepare", "setup"})  # accelerator.prepare(...), fabric.setup(...)
+# What they make of a model: launched on several processes, both wrap it in DistributedDataParallel
+# (accelerate's Accelerator.prepare_model, Fabric's DDP strategy), so it all-reduces on every backward
+# unless `accelerator.no_sync`/`accumulate` or `fabric.no_backward_sync` says otherwise.
+PREPARED_MODEL = frozenset({Role.DDP})
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,15 @@ def _run_rules(rules: list[type[Rule]], model: FileModel, module: cst.Module, pa
     if reports:
         # Nodes of other files walked in place of calls: their findings are reported with their file.
         foreign = model.foreign_nodes()
-        reports = [(rule, report) for rule, report in reports if id(report.node) not in foreign]
+        placed = []
+        for rule, report in reports:
+            if id(report.node) in foreign:
+                entry = foreign[id(report.node)]
+                if entry is None:
+                    continue  # in another file, which reports it when it is linted
+                report = report._replace(node=entry, fix=None)  # at the call here that runs it
+            placed.append((rule, report))
+        reports = placed
     if not reports:
         return {}
     # Positions (and source lines) only for files that have something to report.

@@ -28,6 +28,9 @@ MAX_DEPTH = 4  # calls walked in place within calls walked in place
 _SELF = ("self", "cls")
 
 
+# Calls that make an object with a role (catalogue constructors, prepare/setup/initialize, compile)
+_ROLE_MAKERS = frozenset().union(*(c.names | {c.qualname.rsplit(".", 1)[-1]} if c.qualname else c.names
+                                   for c in cat.CONSTRUCTORS)) | cat.PREPARE_METHODS | {"initialize", "compile"}
 _BACKWARDS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 _STEPS = frozenset(api.name for api in cat.APIS if api.event is EventKind.STEP)
 
@@ -59,6 +62,7 @@ class LoadedModule:
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)  # qualname -> def
     qualnames: dict[int, str] = field(default_factory=dict)  # id(def) -> qualname
     classes: dict[str, cst.ClassDef] = field(default_factory=dict)
+    qualnames_of_classes: dict[int, str] = field(default_factory=dict)  # id(class) -> qualname
     env: dict[str, frozenset[Role]] = field(default_factory=dict)  # module-level names' roles
     _class_envs: dict[int, dict[str, frozenset[Role]]] = field(default_factory=dict)
 
@@ -77,6 +81,7 @@ class LoadedModule:
                 elif isinstance(child, cst.ClassDef):
                     qualname = prefix + child.name.value
                     loaded.classes[qualname] = child
+                    loaded.qualnames_of_classes[id(child)] = qualname
                     stack.append((qualname + ".", child))
         module_scope = Scope(module, MODULE_CODE)
         walker = ScopeWalker(module_scope, loaded.imports, {}, set(), [0])
@@ -87,19 +92,28 @@ class LoadedModule:
         return loaded
 
     def class_env(self, cls: cst.ClassDef | None) -> dict[str, frozenset[Role]]:
-        """Roles of `self.x` attributes that the class's `__init__` binds (bases' not included)."""
+        """Roles of the `self.x` attributes the class's methods bind, in any of them: a model wrapped
+        in DDP in `setup()` is wrapped in every method that runs after it. Compiled modules are left
+        out (whether a load runs before or after the compile depends on the order, stated by the
+        methods themselves)."""
         if cls is None:
             return {}
         key = id(cls)
         if key not in self._class_envs:
             self._class_envs[key] = {}
-            init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"),
-                        None)
-            if init is not None:
-                scope = Scope(init, "__init__", imports=self.imports)
-                ScopeWalker(scope, self.imports, dict(self.env), set(), [0]).walk_block(init.body.body, Context())
-                self._class_envs[key] = {name: roles for name, roles in scope.env.items()
-                                         if name.startswith("self.") and roles}
+            env: dict[str, frozenset[Role]] = {}
+            methods = [s for s in cls.body.body if isinstance(s, cst.FunctionDef)]
+            methods.sort(key=lambda m: m.name.value != "__init__")
+            for method in methods:
+                scope = Scope(method, method.name.value, imports=self.imports)
+                walker = ScopeWalker(scope, self.imports, {**self.env, **env}, set(), [0])
+                for statement in _attribute_bindings(method):
+                    walker.walk_stmt(statement, Context())
+                for name, roles in scope.env.items():
+                    roles = roles - {Role.COMPILED, Role.WRAPS_COMPILED}
+                    if name.startswith("self.") and roles:
+                        env[name] = env.get(name, NO_ROLES) | roles
+            self._class_envs[key] = env
         return self._class_envs[key]
 
     def class_of(self, qualname: str) -> cst.ClassDef | None:
@@ -208,6 +222,10 @@ class Inliner:
         self._returns: dict[int, list[tuple[cst.BaseExpression, Scope, int]] | None] = {}
         self._inlined: dict[int, Scope] = {}  # id(call) -> the scope walked for it
         self._root_of: dict[int, Scope] = {}  # id(walked scope) -> the scope holding its events
+        self._capturing: FunctionRef | None = None  # parameter_roles: the function whose calls are read
+        self._captured: dict[str, frozenset[Role]] = {}
+        self._captured_classes: dict[str, ClassRef] = {}
+        self._classes: dict[int, dict[str, ClassRef]] = {}  # id(scope) -> its parameters' project classes
 
     def register(self, scope: Scope, module: LoadedModule | None = None, qualname: str | None = None,
                  self_class: ClassRef | None = None) -> None:
@@ -228,6 +246,10 @@ class Inliner:
         ref = None
         if self_class is not None and text.startswith("self.") and text.count(".") == 1:
             ref = self.project.lookup_method(self_class, text[5:])
+        head, *rest = text.split(".")
+        known = self._classes.get(id(scope), {}).get(head)
+        if ref is None and known is not None:  # a parameter the callers bind to an instance of a project class
+            ref = self.project.member_call(known, rest)
         if ref is None:
             ref = self.project.resolve_call(FunctionRef(module.path, qualname), text)
         if ref is None:
@@ -247,6 +269,17 @@ class Inliner:
         if found is None:
             return False
         ref, loaded, function = found
+        if self._capturing is not None:  # reading a caller for the roles it passes, nothing else
+            if ref == self._capturing:
+                receiver = _receiver(call, function, loaded.class_of(ref.qualname))
+                for name, argument in _arguments(call, function, receiver):
+                    roles = walker.roles(argument)
+                    if roles:
+                        self._captured[name] = self._captured.get(name, NO_ROLES) | roles
+                    cls = self.class_of_expression(walker.scope, argument)
+                    if cls is not None:
+                        self._captured_classes.setdefault(name, cls)
+            return False
         effects = self.project.effects(ref)
         if not effects or _on_stack(walker.scope, function):
             return False
@@ -274,10 +307,13 @@ class Inliner:
         self.register(scope, loaded, ref.qualname, caller_self if same_self else None)
         self.frames.append(scope)
         seed = dict(loaded.env) if foreign else {}
-        if foreign:
-            seed.update(loaded.class_env(cls))
+        if cls is not None:
+            seed.update(self.inherited_env(loaded, loaded.qualnames_of_classes[id(cls)]))
         for name, argument in _arguments(call, function, receiver):
             scope.defs[name] = [Def(name, argument, caller.order, ctx, node=call, scope=caller.scope)]
+            cls = self.class_of_expression(caller.scope, argument)
+            if cls is not None:
+                self._classes.setdefault(id(scope), {})[name] = cls
             roles = caller.roles(argument)
             if roles:
                 seed[name] = roles
@@ -292,6 +328,94 @@ class Inliner:
         self._root_of[id(scope)] = walker.root
         scope.env = {}
         return scope
+
+    def returned_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
+        found = self.resolve(walker.scope, call)
+        if found is None:
+            return NO_ROLES
+        summary = self.project.function(found[0])
+        if summary is None or not summary.returns or not any(
+                callee.rsplit(".", 1)[-1] in _ROLE_MAKERS for callee in summary.calls):
+            return NO_ROLES  # it builds nothing with a role (a DDP wrapper, an optimizer): not worth reading
+        returned = self.returns(call, walker.scope, walker.counter[0])
+        if not returned:
+            return NO_ROLES
+        walked = returned[0][1]
+        events = self._root_of[id(walked)].events
+        roles: frozenset[Role] = NO_ROLES
+        for event in events:
+            if event.kind is EventKind.RETURN and event.scope is walked:
+                roles |= event.roles
+        return roles
+
+    def inherited_env(self, module: LoadedModule, qualname: str) -> dict[str, frozenset[Role]]:
+        """Roles of `self.x` attributes bound by the class `qualname` of `module` and its bases in the
+        project (a base trainer's `setup()` wrapping the model in DDP, in another file)."""
+        env: dict[str, frozenset[Role]] = {}
+        for base in reversed(self.project.mro(ClassRef(module.path, qualname))):
+            if not isinstance(base, ClassRef):
+                continue
+            loaded = self.context.load(base.path)
+            cls = loaded.classes.get(base.qualname) if loaded is not None else None
+            if cls is not None:
+                env.update(loaded.class_env(cls))
+        return env
+
+    def class_of_expression(self, scope: Scope, node: cst.BaseExpression) -> ClassRef | None:
+        """The project class of the object an expression names: a parameter bound to one, a name or
+        `self.x` bound to a constructor call of one."""
+        name = dotted(node)
+        origin = self._origin.get(id(scope))
+        if name is None or origin is None:
+            return None
+        module, qualname, self_class = origin
+        head, *rest = name.split(".")
+        known = self._classes.get(id(scope), {}).get(head)
+        project = self.project
+        if known is None:
+            function = project.function(FunctionRef(module.path, qualname))
+            written = function.locals.get(head) if function is not None else None
+            written = written or project.summary(module.path).bindings.get(head)
+            found = project.resolve_class(module.path, written) if written else None
+            known = found if isinstance(found, ClassRef) else None
+        if known is None and head in _SELF and rest:
+            owner = self_class or project.class_of(FunctionRef(module.path, qualname))
+            known = project.attribute_class(owner, rest[0]) if owner is not None else None
+            rest = rest[1:]
+        for attribute in rest:
+            known = project.attribute_class(known, attribute) if known is not None else None
+        return known
+
+    def parameter_roles(self, function: cst.FunctionDef, scope: Scope) -> dict[str, frozenset[Role]]:
+        """Roles its callers give the parameters of one of this file's training functions (a loop
+        reaching a backward): the DDP model a script hands to `train_one_epoch(model, ...)`, read at
+        each call in the project (the union: some caller passes it). The project classes of the
+        objects they pass (a loss scaler) are noted for resolving calls in `scope`."""
+        this = self.context.this
+        qualname = this.qualnames.get(id(function))
+        if qualname is None or self.context.alone:
+            return {}
+        ref = FunctionRef(this.path, qualname)
+        summary = self.project.function(ref)
+        if summary is None or not any(summary.calls.values()):
+            return {}  # no loop: no window of its own
+        roles: dict[str, frozenset[Role]] = {}
+        classes: dict[str, ClassRef] = {}
+        for site in self.project.callers(ref):
+            if site.caller == ref:
+                continue
+            self._capturing, self._captured, self._captured_classes = ref, {}, {}
+            try:
+                self._walk_root(site.caller, site.receiver, keep=False)
+            finally:
+                self._capturing = None
+            for name, found in self._captured.items():
+                roles[name] = roles.get(name, NO_ROLES) | found
+            for name, cls in self._captured_classes.items():
+                classes.setdefault(name, cls)
+        if classes:
+            self._classes[id(scope)] = classes
+        return roles
 
     # -- callers in other files -----------------------------------------------------------------------
     def walk_callers(self) -> list[Scope]:
@@ -324,7 +448,7 @@ class Inliner:
                 found.extend(self._loops_calling(site.caller, levels - 1))
         return found
 
-    def _walk_root(self, ref: FunctionRef, self_class: ClassRef | None) -> Scope | None:
+    def _walk_root(self, ref: FunctionRef, self_class: ClassRef | None, keep: bool = True) -> Scope | None:
         loaded = self.context.load(ref.path)
         if loaded is None:
             return None
@@ -336,9 +460,12 @@ class Inliner:
                 return None
             body, cls = node.body.body, loaded.class_of(ref.qualname)
         scope = Scope(node, getattr(getattr(node, "name", None), "value", MODULE_CODE), _bases(cls),
-                      imports=loaded.imports, foreign=True)
-        self.register(scope, loaded, ref.qualname, self_class)
-        seed = {**loaded.env, **loaded.class_env(cls)}
+                      imports=loaded.imports, foreign=loaded is not self.context.this)
+        if keep:
+            self.register(scope, loaded, ref.qualname, self_class)
+        else:
+            self._origin[id(scope)] = (loaded, ref.qualname, self_class)
+        seed = {**loaded.env, **(self.inherited_env(loaded, loaded.qualnames_of_classes[id(cls)]) if cls else {})}
         ScopeWalker(scope, loaded.imports, seed, set(loaded.functions), [0], inliner=self).walk_block(body, Context())
         scope.env = {}
         return scope
@@ -366,18 +493,35 @@ class Inliner:
         self._returns[key] = result
         return result
 
-    def foreign_nodes(self) -> set[int]:
-        """ids of the nodes that belong to other files (walked in place here), which findings never
-        point at: those are reported when their own file is linted."""
-        out: set[int] = set()
-        for scope in [*self.frames, *self.roots]:
-            if scope.foreign or scope.frame is not None and scope.frame.path is not None:
-                stack = [scope.node]
-                while stack:
-                    node = stack.pop()
-                    out.add(id(node))
-                    stack.extend(children(node))
+    def foreign_nodes(self) -> dict[int, cst.Call | None]:
+        """The nodes that belong to other files (walked in place here), by id, each with the call in
+        this file through which they run (None: a function of another file calling into this one).
+        A finding never points into another file: it moves to that call, or is left to the other
+        file's own lint."""
+        out: dict[int, cst.Call | None] = {}
+        for scope in [*self.roots, *self.frames]:
+            if not (scope.foreign or scope.frame is not None and scope.frame.path is not None):
+                continue
+            entry = _entry_call(scope)
+            stack = [scope.node]
+            while stack:
+                node = stack.pop()
+                out.setdefault(id(node), entry)
+                stack.extend(children(node))
         return out
+
+
+def _entry_call(scope: Scope) -> cst.Call | None:
+    """The call in the linted file through which a scope of another file runs: the first call, up
+    the chain of callers, that is written in this file; None when the chain starts in another file."""
+    while scope.frame is not None:
+        caller = scope.frame.caller
+        if caller.foreign:
+            return None
+        if caller.frame is None or caller.frame.path is None:
+            return scope.frame.call
+        scope = caller
+    return None
 
 
 @dataclass
@@ -455,6 +599,44 @@ def _arguments(call: cst.Call, function: cst.FunctionDef, receiver: cst.BaseExpr
     keywords = {p.name.value for p in [*function.params.params, *function.params.kwonly_params]}
     pairs.extend((a.keyword.value, a.value) for a in call.args if a.keyword is not None and a.keyword.value in keywords)
     return pairs
+
+
+def _attribute_bindings(method: cst.FunctionDef) -> list[cst.SimpleStatementLine]:
+    """The statements of a method, at any depth, that bind an attribute of `self`."""
+    out = []
+    stack: list[cst.CSTNode] = list(reversed(method.body.body))
+    while stack:
+        statement = stack.pop()
+        if isinstance(statement, cst.SimpleStatementLine):
+            if any(isinstance(small, (cst.Assign, cst.AnnAssign)) and _binds_self(small) for small in statement.body):
+                out.append(statement)
+        elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            for block in _blocks(statement):
+                stack.extend(reversed(block))
+    return out
+
+
+def _binds_self(small: cst.Assign | cst.AnnAssign) -> bool:
+    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+    names = []
+    for target in targets:
+        names.extend(e.value for e in target.elements) if isinstance(target, (cst.Tuple, cst.List)) else \
+            names.append(target)
+    return any((dotted(name) or "").startswith("self.") for name in names)
+
+
+def _blocks(statement: cst.CSTNode) -> list[list[cst.CSTNode]]:
+    blocks = []
+    body = getattr(statement, "body", None)
+    if body is not None and hasattr(body, "body"):
+        blocks.append(list(body.body))
+    for name in ("orelse", "finalbody"):
+        other = getattr(statement, name, None)
+        if other is not None:
+            blocks.extend(_blocks(other) if isinstance(other, cst.If) else [list(other.body.body)])
+    for handler in getattr(statement, "handlers", ()) or ():
+        blocks.append(list(handler.body.body))
+    return blocks
 
 
 def _bases(cls: cst.ClassDef | None) -> tuple[str, ...]:

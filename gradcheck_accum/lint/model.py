@@ -69,12 +69,17 @@ class FileModel:
         class_env: dict[int, dict[str, frozenset[Role]]] = {}
         # __init__ first so that `self.x` attributes are known in the other methods
         functions.sort(key=lambda item: item[0].name.value != "__init__")
+        this = self.context.this
         for fn, cls in functions:
+            if cls is not None and id(cls) not in class_env and id(cls) in this.qualnames_of_classes:
+                # what every method (and the bases' methods, in any file) binds to `self`
+                class_env[id(cls)] = dict(self.inliner.inherited_env(this, this.qualnames_of_classes[id(cls)]))
             attrs = class_env.setdefault(id(cls), {}) if cls is not None else {}
             scope = Scope(fn, fn.name.value, _bases(cls), owner=cls)
             self.inliner.register(scope)
-            ScopeWalker(scope, self.imports, {**globals_env, **attrs}, local_names, counter,
-                        inliner=self.inliner).walk_block(fn.body.body, Context())
+            seed = {**globals_env, **attrs, **self.inliner.parameter_roles(fn, scope)}
+            ScopeWalker(scope, self.imports, seed, local_names, counter, inliner=self.inliner).walk_block(
+                fn.body.body, Context())
             if cls is not None:
                 for name, roles in scope.env.items():
                     if name.startswith("self.") and roles:
@@ -85,9 +90,9 @@ class FileModel:
         if not self.context.alone:
             self.scopes.extend(self.inliner.walk_callers())
 
-    def foreign_nodes(self) -> set[int]:
-        """ids of nodes from other files that the model walked in place of calls (findings there are
-        their own file's)."""
+    def foreign_nodes(self) -> dict[int, cst.Call | None]:
+        """Nodes of other files that the model walked in place of calls, by id, with the call of this
+        file they run through (None: left to their own file)."""
         return self.inliner.foreign_nodes()
 
     # -- the windows --------------------------------------------------------------------------------

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
         def inline(self, walker: "ScopeWalker", call: cst.Call, ctx: Context) -> bool:
             """Walk the function `call` runs in place of the call, when it matters to a window."""
 
+        def returned_roles(self, walker: "ScopeWalker", call: cst.Call) -> frozenset[Role]:
+            """Roles of what the project function `call` runs returns (a model it wraps in DDP)."""
+
 _AUGMENTED = {"AddAssign": DefOp.ADD, "DivideAssign": DefOp.DIVIDE, "MultiplyAssign": DefOp.MULTIPLY,
               "SubtractAssign": DefOp.SUBTRACT, "FloorDivideAssign": DefOp.FLOOR_DIVIDE}
 _ORIG_MOD = "_orig_mod"  # the module a torch.compile wrapper wraps
@@ -60,7 +63,10 @@ class ScopeWalker:
             receiver, method = call_receiver(node)
             if method == "getattr" and receiver is None:
                 return NO_ROLES  # getattr(m, "_orig_mod", m): the unwrapped module
-            return constructor_roles(node, self.imports, self.roles)
+            roles = constructor_roles(node, self.imports, self.roles)
+            if not roles and self.inliner is not None:  # what a function of the project returns
+                roles = self.inliner.returned_roles(self, node)
+            return roles
         if isinstance(node, cst.IfExp):
             if _tests_orig_mod(node.test):
                 return NO_ROLES  # `m._orig_mod if hasattr(m, "_orig_mod") else m`: never the wrapper
@@ -203,7 +209,7 @@ class ScopeWalker:
         if isinstance(small, cst.Return):
             if small.value is not None:
                 self.scan_expression(small.value, ctx)
-                self.emit(EventKind.RETURN, small, ctx, expr=small.value)
+                self.emit(EventKind.RETURN, small, ctx, expr=small.value, roles=self.roles(small.value))
             return
 
     def assign(self, target: cst.BaseExpression, value: cst.BaseExpression, ctx: Context, node) -> None:

@@ -171,7 +171,7 @@ class Project:
             return self._super_method(cls, parts[1], caller) if cls is not None else None
         if parts[0] in ("self", "cls") and cls is not None:
             if len(parts) == 1:
-                return self._member_call(cls, [])  # `self(...)`: the instance's __call__/forward
+                return self.member_call(cls, [])  # `self(...)`: the instance's __call__/forward
             if len(parts) == 2:
                 method = self.lookup_method(cls, parts[1])
                 if method is not None:
@@ -179,7 +179,7 @@ class Project:
             owner = self.attribute_class(cls, parts[1])
             if owner is None:
                 return None
-            return self._member_call(owner, parts[2:])
+            return self.member_call(owner, parts[2:])
         # a function nested in the caller (or in the functions around it)
         scopes = caller.qualname.split(".")
         for end in range(len(scopes), 0, -1):
@@ -192,7 +192,7 @@ class Project:
             constructor = local.locals.get(parts[0]) if local is not None else None
             if constructor is not None:
                 owner = self.resolve_class(caller.path, constructor)
-                return self._member_call(owner, parts[1:]) if isinstance(owner, ClassRef) else None
+                return self.member_call(owner, parts[1:]) if isinstance(owner, ClassRef) else None
         return self._resolve_global(caller.path, parts, 0)
 
     def _resolve_global(self, path: Path, parts: list[str], depth: int) -> FunctionRef | None:
@@ -204,10 +204,10 @@ class Project:
         if len(parts) == 1 and head in summary.functions:
             return FunctionRef(path, head)
         if head in summary.classes:
-            return self._member_call(ClassRef(path, head), parts[1:], constructor=len(parts) == 1)
+            return self.member_call(ClassRef(path, head), parts[1:], constructor=len(parts) == 1)
         if head in summary.bindings:
             owner = self.resolve_class(path, summary.bindings[head], depth + 1)
-            return self._member_call(owner, parts[1:]) if isinstance(owner, ClassRef) else None
+            return self.member_call(owner, parts[1:]) if isinstance(owner, ClassRef) else None
         imported = summary.imports.get(head)
         if imported is None:
             return None
@@ -232,7 +232,7 @@ class Project:
                 return self._resolve_global(found, names[end:], depth + 1)
         return None
 
-    def _member_call(self, owner: ClassRef, rest: list[str], constructor: bool = False) -> FunctionRef | None:
+    def member_call(self, owner: ClassRef, rest: list[str], constructor: bool = False) -> FunctionRef | None:
         """A call of `Owner.rest...`: a method (rest = [name]), an attribute's method, or the instance
         itself (rest = []: its __call__/forward). A constructor call (`Owner(...)`) runs no method
         the analysis follows."""
@@ -247,7 +247,7 @@ class Project:
         if len(rest) == 1:
             return self.lookup_method(owner, rest[0])
         attribute = self.attribute_class(owner, rest[0])
-        return self._member_call(attribute, rest[1:]) if attribute is not None else None
+        return self.member_call(attribute, rest[1:]) if attribute is not None else None
 
     def resolve_class(self, path: Path, written: str, depth: int = 0) -> ClassRef | str | None:
         """The class a name written in `path` refers to: a project class, the qualified name of a
