@@ -296,6 +296,54 @@ HOOKS: tuple[Hook, ...] = (LIGHTNING_TRAINING_STEP,)
 # The key of the loss in a dict a hook returns (`return {"loss": loss, "log": ...}`).
 RETURNED_LOSS_KEY = "loss"
 
+
+@dataclass(frozen=True)
+class Driver:
+    """A framework's own training loop around the methods it calls on a user's class, written as the
+    code it amounts to (read from the framework's sources, see each entry). The file model walks it as
+    a caller of those methods (inlining.py), so their events sit in the framework's window: its
+    counter, its backward and scaling, its boundary and its step."""
+
+    framework: Framework
+    bases: tuple[str, ...]  # it drives subclasses of these (qualified names)
+    hook: str  # the method it calls once per micro-batch
+    manual: bool  # for classes whose `switch` attribute is False (manual optimisation), or the others
+    switch: str
+    configured_by: str | None  # a keyword some constructor in the project must set (not to 1) for the loop to accumulate
+    source: str  # the loop, as Python: `self` is the user's object
+
+
+_LIGHTNING_MODULES = ("lightning.pytorch.LightningModule", "pytorch_lightning.LightningModule",
+                      "lightning.LightningModule", "pytorch_lightning.core.LightningModule")
+# pytorch_lightning/loops/training_epoch_loop.py (2.x): `batch_idx` restarts at 0 every epoch; the
+# epoch loop repeats over a sized dataloader; with manual optimisation the loop only calls
+# training_step, and accumulate_grad_batches must stay 1 (the user steps).
+LIGHTNING_MANUAL = Driver(Framework.LIGHTNING, _LIGHTNING_MODULES, "training_step", True, "automatic_optimization",
+                          None, """\
+def fit(self, train_dataloader, max_epochs):
+    for epoch in range(max_epochs):
+        for batch_idx, batch in enumerate(train_dataloader):
+            self.training_step(batch, batch_idx)
+""")
+# loops/optimization/automatic.py and closure.py: the returned loss (or its "loss" entry) is divided by
+# accumulate_grad_batches, backpropagated, on_after_backward runs after every backward; the optimizer
+# steps (on_before_optimizer_step, clipping, step) when the window is full or on the last batch
+# (training_epoch_loop._should_accumulate); gradients are cleared before the first backward of a window.
+LIGHTNING_AUTOMATIC = Driver(Framework.LIGHTNING, _LIGHTNING_MODULES, "training_step", False,
+                             "automatic_optimization", "accumulate_grad_batches", """\
+def fit(self, train_dataloader, max_epochs, optimizer, accumulate_grad_batches):
+    for epoch in range(max_epochs):
+        for batch_idx, batch in enumerate(train_dataloader):
+            loss = self.training_step(batch, batch_idx)
+            (loss / accumulate_grad_batches).backward()
+            self.on_after_backward()
+            if (batch_idx + 1) % accumulate_grad_batches == 0 or batch_idx + 1 == len(train_dataloader):
+                self.on_before_optimizer_step(optimizer)
+                optimizer.step()
+                optimizer.zero_grad()
+""")
+DRIVERS: tuple[Driver, ...] = (LIGHTNING_MANUAL, LIGHTNING_AUTOMATIC)
+
 # What the schedule length is given as (ACC402): keywords of scheduler constructors, or the third
 # positional argument of transformers' get_*_schedule*(optimizer, warmup, total).
 SCHEDULE_LENGTH_KEYWORDS = ("T_max", "num_training_steps", "total_steps", "total_iters", "steps_per_epoch")

@@ -19,6 +19,18 @@ class Edit:
 
 
 @dataclass(frozen=True, order=True)
+class Related:
+    """Another place a finding depends on: the call that runs the reported line in a training loop,
+    the loop in another file, the line in another file that a call here runs."""
+
+    path: str
+    line: int
+    column: int
+    message: str
+    snippet: str | None = None  # the source text of `line`
+
+
+@dataclass(frozen=True, order=True)
 class Finding:
     """One reported problem. Lines and columns are 1-based; the end is exclusive (ruff's convention).
 
@@ -40,6 +52,7 @@ class Finding:
     cell: int | None = None  # notebooks: 1-based cell number; line and end_line then count inside the cell
     snippet: str | None = None  # the source text of `line`
     fix_edit: Edit | None = None  # the fix as a text replacement (computed on request: runner.Options.fix_edits)
+    related: tuple[Related, ...] = ()  # the other places it depends on (calls, loops in other files)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -47,7 +60,8 @@ class Finding:
     @classmethod
     def from_dict(cls, data: dict) -> "Finding":
         edit = data.get("fix_edit")
-        return cls(**{**data, "fix_edit": Edit(**edit) if edit else None})
+        related = tuple(Related(**r) for r in data.get("related") or ())
+        return cls(**{**data, "fix_edit": Edit(**edit) if edit else None, "related": related})
 
 
 @dataclass(frozen=True)

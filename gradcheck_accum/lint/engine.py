@@ -4,13 +4,14 @@ stage (suppressions.py)."""
 from __future__ import annotations
 
 import ast
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from gradcheck_accum.lint import registry, suppressions
-from gradcheck_accum.lint.diagnostics import Edit, Finding
+from gradcheck_accum.lint.diagnostics import Edit, Finding, Related
 from gradcheck_accum.lint.fixes import Fix, fixed_source, independent
 from gradcheck_accum.lint.inlining import ProjectContext
 from gradcheck_accum.lint.lazy import cst
@@ -136,32 +137,63 @@ def analyze(source: str, path: str, rules: Rules | None = None, enabled: set[str
 def _run_rules(rules: list[type[Rule]], model: FileModel, module: cst.Module, parsed: str,
                path: str) -> dict[Finding, Fix | None]:
     reports = [(rule, report) for rule in rules for report in rule().check(model)]
-    if reports:
-        # Nodes of other files walked in place of calls: their findings are reported with their file.
-        foreign = model.foreign_nodes()
-        placed = []
-        for rule, report in reports:
-            if id(report.node) in foreign:
-                entry = foreign[id(report.node)]
-                if entry is None:
-                    continue  # in another file, which reports it when it is linted
-                report = report._replace(node=entry, fix=None)  # at the call here that runs it
-            placed.append((rule, report))
-        reports = placed
     if not reports:
         return {}
+    foreign = model.foreign_nodes()
+    placed = []
+    for rule, report in reports:
+        scope = None
+        if id(report.node) in foreign:  # a line of another file, walked in place of a call
+            entry, scope = foreign[id(report.node)]
+            if entry is None:
+                continue  # reached from a loop in that other file: reported when it is linted
+        note, places = model.places(report.node, scope)
+        if scope is not None:
+            report = report._replace(node=entry, fix=None)  # at the call here that runs it
+        placed.append((rule, report, note, places))
+    if not placed:
+        return {}
     # Positions (and source lines) only for files that have something to report.
-    positions = node_positions(module, parsed, (report.node for _, report in reports))
+    here = [place.node for *_, places in placed for place in places if place.module.module is module]
+    positions = node_positions(module, parsed, [report.node for _, report, *_ in placed] + here)
     lines = split_lines(parsed)
     reported: dict[Finding, Fix | None] = {}
-    for rule, report in reports:
+    for rule, report, note, places in placed:
         span, fix = positions[report.node], report.fix
+        related = tuple(_related(place, module, path, positions, lines) for place in places)
+        message = report.message
+        if note:
+            message += f" ({note.format(*(f'{r.path}:{r.line}' for r in related))})"
         finding = Finding(path, span.start.line, span.start.column + 1, span.end.line, span.end.column + 1,
-                          rule.code, rule.name, report.message, fix.safety if fix else None,
+                          rule.code, rule.name, message, fix.safety if fix else None,
                           fix.description if fix else None,
-                          snippet=lines[span.start.line - 1] if span.start.line <= len(lines) else None)
+                          snippet=lines[span.start.line - 1] if span.start.line <= len(lines) else None,
+                          related=related)
         reported.setdefault(finding, fix)
     return reported
+
+
+def _related(place, module: cst.Module, path: str, positions, lines: list[str]) -> Related:
+    """A place as a location: in this file from the positions already computed, in another file from
+    its own module."""
+    if place.module.module is module:
+        span = positions[place.node]
+        where, text = path, lines
+    else:
+        span = node_positions(place.module.module, place.module.text, [place.node])[place.node]
+        where, text = _display(place.module.path, path), split_lines(place.module.text)
+    line = span.start.line
+    return Related(where, line, span.start.column + 1, place.message, text[line - 1] if line <= len(text) else None)
+
+
+def _display(other: Path, path: str) -> str:
+    """Another file's path as the linted file's path is shown: relative to the same directory."""
+    here = Path(path)
+    base = Path(path).absolute().parent
+    try:
+        return (here.parent / os.path.relpath(other, base)).as_posix()
+    except ValueError:
+        return other.as_posix()
 
 
 def text_edit(old: str, new: str) -> Edit:

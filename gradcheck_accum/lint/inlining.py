@@ -169,8 +169,9 @@ class ProjectContext:
 def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str]:
     """What the project adds to one file for the prefilter (before libcst): whether a training loop
     reaches this file's code through calls (its loops call a function elsewhere that backpropagates,
-    or a loop elsewhere calls its function that does), and the source of the functions elsewhere
-    that take part, whose words count as the file's own when rules screen for theirs."""
+    a loop elsewhere calls its function that does, or a framework's loop calls its class's hooks),
+    and the source of the functions elsewhere that take part, whose words count as the file's own
+    when rules screen for theirs."""
     store = project.summaries
     if isinstance(store, SummaryStore):
         store.texts[path] = text
@@ -191,11 +192,26 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
             take(target)
             if effects & _BACKWARDS and (in_loop or not effects & _STEPS):
                 reached = True
-        if project.effects(caller) & _BACKWARDS and qualname != MODULE_CODE:
+        passed = set(function.params) - set(_SELF)
+        calls_passed = any(in_loop and callee.split(".")[0] in passed for callee, in_loop in function.calls.items())
+        if qualname != MODULE_CODE and (project.effects(caller) & _BACKWARDS or calls_passed):
+            # called in a loop elsewhere, or calling in its loop what its callers pass (a loss scaler)
             for site in project.callers(caller):
                 if site.caller.path != path:
                     take(site.caller)
-                    reached = reached or site.in_loop
+                    reached = reached or site.in_loop or calls_passed
+                if calls_passed:  # what the caller may pass: the project objects it builds
+                    built = project.function(site.caller)
+                    for written in (built.locals.values() if built is not None else ()):
+                        cls = project.resolve_class(site.caller.path, written)
+                        if isinstance(cls, ClassRef):
+                            for method in project.summary(cls.path).classes[cls.qualname].methods:
+                                take(cls.method(method))
+    for qualname, cls in summary.classes.items():  # a framework's loop calls this class's hooks
+        for driver in cat.DRIVERS:
+            if driver.hook in cls.methods and project.derives_from(ClassRef(path, qualname), driver.bases):
+                reached = True
+                pieces.append(driver.source)
     return reached, "\n".join(pieces)
 
 
@@ -437,6 +453,59 @@ class Inliner:
                 self.roots.append(scope)
         return self.roots
 
+    def walk_drivers(self) -> list[Scope]:
+        """The loops frameworks run around this file's classes (catalogue.DRIVERS): Lightning calls
+        `training_step` once per batch of every epoch, and with automatic optimisation backpropagates
+        and steps around it."""
+        this = self.context.this
+        walked = []
+        for qualname in this.classes:
+            cls = ClassRef(this.path, qualname)
+            for driver in cat.DRIVERS:
+                hook = self.project.lookup_method(cls, driver.hook)
+                if hook is None or hook.path != this.path or not self.project.derives_from(cls, driver.bases):
+                    continue
+                if self._switched_off(cls, driver.switch) != driver.manual:
+                    continue
+                if driver.configured_by is not None and not self._configured(driver.configured_by):
+                    continue
+                walked.append(self._walk_driver(driver, cls))
+        self.roots.extend(walked)
+        return walked
+
+    def _switched_off(self, cls: ClassRef, switch: str) -> bool:
+        """`automatic_optimization = False` in the class body or a method, here or in a project base."""
+        for base in self.project.mro(cls):
+            if isinstance(base, ClassRef):
+                literal = self.project.summary(base.path).classes[base.qualname].literals.get(switch)
+                if literal is not None:
+                    return literal == "False"
+        return False
+
+    def _configured(self, keyword: str) -> bool:
+        """Does some constructor call in the project set `keyword` to something other than 1?"""
+        key = ("configured", keyword)
+        memo = self.project.summaries.memo
+        if key not in memo:
+            memo[key] = False
+            for path in self.project.files:
+                if not self.project.summaries.may_mention(path, keyword):
+                    continue
+                if any(keywords.get(keyword, "1") != "1" for _, keywords in self.project.summary(path).constructions):
+                    memo[key] = True
+                    break
+        return memo[key]
+
+    def _walk_driver(self, driver: cat.Driver, cls: ClassRef) -> Scope:
+        loaded = _driver_module(driver)
+        function = next(iter(loaded.functions.values()))
+        scope = Scope(function, function.name.value, imports=loaded.imports, foreign=True)
+        self._origin[id(scope)] = (loaded, function.name.value, cls)
+        seed = self.inherited_env(self.context.this, cls.qualname)
+        ScopeWalker(scope, loaded.imports, seed, set(), [0], inliner=self).walk_block(function.body.body, Context())
+        scope.env = {}
+        return scope
+
     def _loops_calling(self, ref: FunctionRef, levels: int) -> list[tuple[FunctionRef, ClassRef | None]]:
         found = []
         for site in self.project.callers(ref):
@@ -493,12 +562,12 @@ class Inliner:
         self._returns[key] = result
         return result
 
-    def foreign_nodes(self) -> dict[int, cst.Call | None]:
+    def foreign_nodes(self) -> dict[int, tuple[cst.Call | None, Scope]]:
         """The nodes that belong to other files (walked in place here), by id, each with the call in
-        this file through which they run (None: a function of another file calling into this one).
-        A finding never points into another file: it moves to that call, or is left to the other
-        file's own lint."""
-        out: dict[int, cst.Call | None] = {}
+        this file through which they run (None: a function of another file calling into this one)
+        and the scope they were walked in. A finding never points into another file: it moves to
+        that call, or is left to the other file's own lint."""
+        out: dict[int, tuple[cst.Call | None, Scope]] = {}
         for scope in [*self.roots, *self.frames]:
             if not (scope.foreign or scope.frame is not None and scope.frame.path is not None):
                 continue
@@ -506,9 +575,73 @@ class Inliner:
             stack = [scope.node]
             while stack:
                 node = stack.pop()
-                out.setdefault(id(node), entry)
+                out.setdefault(id(node), (entry, scope))
                 stack.extend(children(node))
         return out
+
+    # -- naming the other places ------------------------------------------------------------------------
+    def places(self, node: cst.CSTNode, scope: Scope | None) -> tuple[str, list[Place]]:
+        """What a finding on `node` (walked in `scope`) says about the other places it depends on: a
+        note for its message, with `{0}`, `{1}`... where the places' locations go, and the places."""
+        if scope is None:
+            return "", []
+        places: list[Place] = []
+        note = ""
+        if scope.foreign or scope.frame is not None and scope.frame.path is not None:
+            module = self._origin[id(scope)][0] if id(scope) in self._origin else None
+            if module is not None and _entry_call(scope) is not None:
+                places.append(Place(module, node, "the line this call runs"))
+                note = f"in `{_name(scope)}` at {{0}}, which this call runs"
+            return note, places
+        hops = []
+        while scope.frame is not None:
+            hops.append(scope)
+            scope = scope.frame.caller
+        if not hops:
+            return "", []
+        root, outer = scope, hops[-1]
+        callee, inner = _name(outer), _name(hops[0])
+        runs = f"`{inner}` runs it" + (f" (through `{callee}`)" if len(hops) > 1 else "")
+        driver = self._driver_of(root)
+        if driver is not None:
+            mode = "manual optimisation" if driver.manual else f"automatic optimisation ({driver.configured_by})"
+            return f"{runs}; {driver.framework.display} calls `{callee}` once per batch ({mode})", []
+        module = self._origin[id(root)][0] if id(root) in self._origin else self.context.this
+        places.append(Place(module, outer.frame.call, f"calls `{callee}` in its training loop"))
+        return f"{runs}, which {{0}} calls in its training loop", places
+
+    def _driver_of(self, scope: Scope) -> cat.Driver | None:
+        origin = self._origin.get(id(scope))
+        if origin is None:
+            return None
+        return next((d for d in cat.DRIVERS if _DRIVER_MODULES.get(d.source) is origin[0]), None)
+
+
+@dataclass(frozen=True)
+class Place:
+    """A place in some file that a finding names: the module it is in, the node, what it does there."""
+
+    module: LoadedModule
+    node: cst.CSTNode
+    message: str
+
+
+def _name(scope: Scope) -> str:
+    return scope.name
+
+
+_DRIVER_MODULES: dict[str, LoadedModule] = {}
+
+
+def _driver_module(driver: cat.Driver) -> LoadedModule:
+    """A driver's source, parsed once per process."""
+    loaded = _DRIVER_MODULES.get(driver.source)
+    if loaded is None:
+        from gradcheck_accum.lint.engine import parse
+
+        path = Path(f"<{driver.framework.value} {'manual' if driver.manual else 'automatic'} loop>")
+        loaded = _DRIVER_MODULES[driver.source] = LoadedModule.build(path, parse(driver.source), driver.source)
+    return loaded
 
 
 def _entry_call(scope: Scope) -> cst.Call | None:

@@ -84,6 +84,9 @@ class LossTracer:
             # `loss = -loss` (a reward maximised): the sign is no scaling, the operand keeps its facts
             self._trace(node.expression, scope, before, facts, depth)
             return
+        if isinstance(node, cst.Dict) and returned_loss(node) is not None:
+            self._trace(returned_loss(node), scope, before, facts, depth + 1)  # `{"loss": loss, ...}`
+            return
         if isinstance(node, (cst.Tuple, cst.List, cst.Dict, cst.Set)):
             facts.known = False  # several values (a function returning the loss with its parts)
             return

@@ -89,11 +89,30 @@ class FileModel:
             self.functions.setdefault(fn.name.value, []).append(scope)
         if not self.context.alone:
             self.scopes.extend(self.inliner.walk_callers())
+        self.scopes.extend(self.inliner.walk_drivers())
 
-    def foreign_nodes(self) -> dict[int, cst.Call | None]:
+    def foreign_nodes(self) -> dict[int, tuple[cst.Call | None, Scope]]:
         """Nodes of other files that the model walked in place of calls, by id, with the call of this
-        file they run through (None: left to their own file)."""
+        file they run through (None: left to their own file) and the scope they were walked in."""
         return self.inliner.foreign_nodes()
+
+    def places(self, node: cst.CSTNode, scope: Scope | None = None) -> tuple[str, list]:
+        """The other places a finding on `node` depends on (inlining.Inliner.places): the call that runs
+        it in a loop, the loop in another file or the framework's, the line in another file."""
+        if scope is None:
+            scope = self._event_scopes.get(id(node))
+        return self.inliner.places(node, scope)
+
+    @cached_property
+    def _event_scopes(self) -> dict[int, Scope]:
+        """The scope each event node was walked in, for the events reached through a call (the first
+        one when several calls reach it)."""
+        found: dict[int, Scope] = {}
+        for scope in self.scopes:
+            for event in scope.events:
+                if event.scope is not None and event.scope is not scope:
+                    found.setdefault(id(event.node), event.scope)
+        return found
 
     # -- the windows --------------------------------------------------------------------------------
     @cached_property

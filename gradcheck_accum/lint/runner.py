@@ -19,7 +19,7 @@ from gradcheck_accum.lint.files import Source, Target, UnreadableFile, Unwritabl
 from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint.inlining import project_evidence
-from gradcheck_accum.lint.project import project_for, save_all
+from gradcheck_accum.lint.project import project_for, refresh_all, save_all
 from gradcheck_accum.lint.rule import Rule
 from gradcheck_accum.lint.suppressions import UNUSED_SUPPRESSION, could_report_unused
 
@@ -72,6 +72,7 @@ def lint_targets(targets: list[Target], settings: Settings | None = None, option
 
     if cache is not None and options.summaries is None:
         options = replace(options, summaries=cache.directory)
+    refresh_all()  # a second run in this process sees the files as they are now
     results: dict[Target, FileResult] = {}
     work = []
     for target in targets:

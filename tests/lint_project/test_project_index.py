@@ -88,9 +88,11 @@ def test_root_without_marker_is_the_fallback_or_above_the_top_package(tmp_path):
     assert find_root(tmp_path / "w/pkg/m.py", fallback=tmp_path / "elsewhere") == tmp_path / "w"
 
 
-def test_files_skip_environments_and_caches(tmp_path):
-    write(tmp_path, {"a.py": "", ".venv/lib/x.py": "", "build/y.py": "", "pkg/z.pyi": "", "notes.txt": ""})
-    assert [p.relative_to(tmp_path).as_posix() for p in python_files(tmp_path)] == ["a.py", "pkg/z.pyi"]
+def test_files_skip_environments_caches_and_what_git_ignores(tmp_path):
+    write(tmp_path, {"a.py": "", ".venv/lib/x.py": "", "build/y.py": "", "pkg/z.pyi": "", "notes.txt": "",
+                     ".gitignore": "fetched/\n*_pb2.py\n", "fetched/repo/train.py": "", "pkg/m_pb2.py": "",
+                     "pkg/.gitignore": "gen.py\n", "pkg/gen.py": "", "gen.py": ""})
+    assert [p.relative_to(tmp_path).as_posix() for p in python_files(tmp_path)] == ["a.py", "gen.py", "pkg/z.pyi"]
 
 
 def test_calls_resolve_through_imports_classes_and_attributes(tmp_path):

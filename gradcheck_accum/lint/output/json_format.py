@@ -11,6 +11,7 @@ def record(f: Finding) -> dict:
     return {
         "path": f.path, "line": f.line, "column": f.column, "end_line": f.end_line, "end_column": f.end_column,
         "code": f.code, "name": f.name, "message": f.message, "cell": f.cell, "severity": severity(f.code),
+        "related": [{"path": r.path, "line": r.line, "column": r.column, "message": r.message} for r in f.related],
         # ruff's shape
         "filename": f.path,
         "location": {"row": f.line, "column": f.column},

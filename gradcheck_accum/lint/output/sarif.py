@@ -98,6 +98,13 @@ def _result(finding: Finding, index: int, where: _Locations) -> dict:
         "locations": [{"physicalLocation": {"artifactLocation": artifact, "region": where.region(finding)}}],
         "partialFingerprints": {FINGERPRINT: where.fingerprint(finding)},
     }
+    if finding.related:
+        result["relatedLocations"] = [{
+            "id": number,
+            "message": {"text": related.message},
+            "physicalLocation": {"artifactLocation": {"uri": related.path},
+                                 "region": {"startLine": related.line, "startColumn": related.column}},
+        } for number, related in enumerate(finding.related, 1)]
     if finding.cell is not None:
         result["properties"] = {"cell": finding.cell, "cellLine": finding.line, "cellColumn": finding.column}
     edit = finding.fix_edit

@@ -23,6 +23,12 @@ def project_for(path: Path, cache: Path | None = None) -> Project:
     return project
 
 
+def refresh_all() -> None:
+    """Let every open project check its files again (between two runs in one process)."""
+    for project in _OPEN.values():
+        project.refresh()
+
+
 def save_all() -> None:
     """Write the summaries computed in this process to their caches."""
     for project in _OPEN.values():
@@ -31,4 +37,4 @@ def save_all() -> None:
 
 
 __all__ = ["CallSite", "ClassRef", "FunctionRef", "Project", "SummaryStore", "find_root", "python_files",
-           "project_for", "save_all"]
+           "project_for", "refresh_all", "save_all"]

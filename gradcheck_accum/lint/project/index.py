@@ -50,12 +50,39 @@ def find_root(path: Path, fallback: Path | None = None) -> Path:
 
 
 def python_files(root: Path) -> list[Path]:
-    """Every Python source file of the project, in a stable order."""
+    """Every Python source file of the project, in a stable order: not in environments, caches or
+    build outputs, nor where the project's `.gitignore` files say (fetched or generated trees)."""
     found = []
+    ignores: list[tuple[Path, object]] = []  # (directory, its .gitignore's patterns), outermost first
     for current, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED and not d.endswith(".egg-info"))
-        found.extend(Path(current, name) for name in sorted(files) if name.endswith((".py", ".pyi")))
+        here = Path(current)
+        ignores = [(d, spec) for d, spec in ignores if d == here or d in here.parents]
+        if ".gitignore" in files:
+            spec = _gitignore(here / ".gitignore")
+            if spec is not None:
+                ignores.append((here, spec))
+        dirs[:] = sorted(d for d in dirs if d not in _SKIPPED and not d.endswith(".egg-info")
+                         and not _ignored(here / d, True, ignores))
+        found.extend(here / name for name in sorted(files)
+                     if name.endswith((".py", ".pyi")) and not _ignored(here / name, False, ignores))
     return found
+
+
+def _gitignore(path: Path):
+    try:
+        import pathspec
+
+        return pathspec.PathSpec.from_lines("gitwildmatch", path.read_text(encoding="utf-8").splitlines())
+    except (OSError, UnicodeDecodeError, ValueError, ImportError):
+        return None
+
+
+def _ignored(path: Path, is_dir: bool, ignores: list[tuple[Path, object]]) -> bool:
+    for directory, spec in ignores:
+        relative = path.relative_to(directory).as_posix() + ("/" if is_dir else "")
+        if spec.match_file(relative):  # type: ignore[attr-defined]
+            return True
+    return False
 
 
 @dataclass(frozen=True, order=True)
@@ -94,7 +121,18 @@ class Project:
         self.root = root.absolute()
         self.summaries = summaries
         self._files: list[Path] | None = files  # None: every Python file under the root, listed when needed
+        self._listed = files
         self._file_set: set[Path] | None = None
+
+    def refresh(self) -> None:
+        """Forget what this run learned: the file list and what was derived from summaries; each
+        summary is checked against its file on its next use."""
+        self._files = self._listed
+        self._file_set = None
+        self.summaries.memo.clear()
+        refresh = getattr(self.summaries, "refresh", None)
+        if refresh is not None:
+            refresh()
 
     # -- files and modules ----------------------------------------------------------------------------
     @property
@@ -420,7 +458,8 @@ class SummarySource:
         raise NotImplementedError
 
     def may_mention(self, path: Path, name: str) -> bool:
-        """A cheap necessary condition for the file to call `name` (False: it certainly does not)."""
+        """A cheap necessary condition for the file to call `name`, or to pass it as a keyword to a
+        watched constructor (False: it certainly does not)."""
         return True
 
 

@@ -37,6 +37,9 @@ class SummaryStore(SummarySource):
                      if directory is not None else None)
         self.texts = texts or {}  # files whose text the caller already holds (the files being linted)
         self._summaries: dict[Path, ModuleSummary] = {}
+        self._stats: dict[Path, tuple[int, int]] = {}  # the (mtime, size) each summary was read at
+        self._checked: dict[Path, int] = {}  # the generation in which each summary was last checked
+        self.generation = 0
         self._entries: dict[str, list] = self._load()
         self.dirty = False
         self.computed = 0  # summaries parsed in this run (the rest came from the cache)
@@ -51,14 +54,31 @@ class SummaryStore(SummarySource):
             return {}
 
     def get(self, path: Path) -> ModuleSummary:
-        summary = self._summaries.get(path)
-        if summary is None:
-            summary = self._summaries[path] = self._compute(path)
+        known = self._summaries.get(path)
+        if known is not None and self._checked.get(path) == self.generation:
+            return known
+        if known is not None and path not in self.texts:
+            try:
+                stat = path.stat()
+                unchanged = self._stats.get(path) == (stat.st_mtime_ns, stat.st_size)
+            except OSError:
+                unchanged = False
+            if unchanged:
+                self._checked[path] = self.generation
+                return known
+        summary = self._summaries[path] = self._compute(path)
+        self._checked[path] = self.generation
         return summary
 
+    def refresh(self) -> None:
+        """Check files again on their next use (a long-running process between two lints)."""
+        self.generation += 1
+        self.texts = {}
+
     def may_mention(self, path: Path, name: str) -> bool:
-        """Known summaries answer exactly; otherwise the file's text must contain the name (so a
-        cold run reads the files, but summarises only those that can matter)."""
+        """Can the file call `name`, or pass it as a keyword to a watched constructor? Known summaries
+        answer exactly; otherwise the file's text must contain the name (so a cold run reads the
+        files, but summarises only those that can matter)."""
         summary = self._summaries.get(path)
         if summary is None:
             entry = self._entries.get(self._key(path))
@@ -71,7 +91,7 @@ class SummaryStore(SummarySource):
                     summary = self.get(path)
         if summary is not None:
             return any(callee.rsplit(".", 1)[-1] == name for function in summary.functions.values()
-                       for callee in function.calls)
+                       for callee in function.calls) or any(name in keywords for _, keywords in summary.constructions)
         text = self.text(path)
         return text is not None and name in text
 
@@ -92,6 +112,7 @@ class SummaryStore(SummarySource):
                 stat = path.stat()
             except OSError:
                 return ModuleSummary()
+            self._stats[path] = (stat.st_mtime_ns, stat.st_size)
             if entry is not None and entry[0] == stat.st_mtime_ns and entry[1] == stat.st_size:
                 return self._restore(entry)
         text = self.text(path)
