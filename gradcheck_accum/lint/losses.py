@@ -140,16 +140,30 @@ class LossTracer:
                        depth: int) -> None:
         """`loss, extra = f(...)`: element `index` of what a project function returns."""
         returned = self.returns(call, scope, before) if self.returns is not None else None
-        if returned is None:
-            self._trace(call, scope, before, facts, depth)
-            return
+        if returned and all(isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements)
+                            for value, _, _ in returned):
+            elements = [(value.elements[index].value, where, at) for value, where, at in returned]
+            if self._trace_returned(elements, facts, depth):
+                return
+        self._trace(call, scope, before, facts, depth)
+
+    def _trace_returned(self, returned: list[tuple[cst.BaseExpression, Scope, int]], facts: LossFacts,
+                        depth: int) -> bool:
+        """Read what a project function returns into `facts`; False (and `facts` untouched) when that
+        cannot be followed, so the call is read as its caller sees it (a model's forward returning
+        its output through layers the tracer does not know is still a forward)."""
+        inner = LossFacts()
         for value, where, at in returned:
-            if isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
-                self._trace(value.elements[index].value, where, at, facts, depth + 1)
-            else:
-                facts.known = False
-        if not returned:
-            facts.known = False
+            self._trace(value, where, at, inner, depth + 1)
+        if not returned or not inner.known:
+            return False
+        facts.scaled |= inner.scaled
+        facts.divisions.extend(inner.divisions)
+        facts.token_level |= inner.token_level
+        facts.sum_reduced |= inner.sum_reduced
+        facts.detached |= inner.detached
+        facts.names |= inner.names
+        return True
 
     def _trace_call(self, node: cst.Call, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
         receiver, method = call_receiver(node)
@@ -178,12 +192,8 @@ class LossTracer:
             facts.known = False  # N, or the window's item count, is handed to the producer
             return
         returned = self.returns(node, scope, before) if self.returns is not None else None
-        if returned is not None:  # a function of the project: what it returns, read in its body
-            if not returned:
-                facts.known = False
-            for value, where, at in returned:
-                self._trace(value, where, at, facts, depth + 1)
-            return
+        if returned and self._trace_returned(returned, facts, depth):
+            return  # a function of the project: what it returns, read in its body
         callee = dotted(node.func)
         imports = scope.imports or self.imports
         roles = constructor_roles(node, imports, no_roles) | self._roles_of(callee, scope)
