@@ -191,7 +191,7 @@ def _display(other: Path, path: str) -> str:
     here = Path(path)
     base = Path(path).absolute().parent
     try:
-        return (here.parent / os.path.relpath(other, base)).as_posix()
+        return Path(os.path.normpath(here.parent / os.path.relpath(other, base))).as_posix()
     except ValueError:
         return other.as_posix()
 

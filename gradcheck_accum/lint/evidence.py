@@ -40,7 +40,7 @@ def tokens(need: Need) -> frozenset[str]:
     if isinstance(need, Role):
         return _role_tokens(need)
     if isinstance(need, BoundaryKind):
-        return frozenset({need.evidence})
+        return frozenset(need.evidence_tokens)
     if isinstance(need, cat.Api):
         return frozenset({need.token})
     return _fact_tokens(need)

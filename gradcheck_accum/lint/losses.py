@@ -143,16 +143,21 @@ class LossTracer:
         if returned and all(isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements)
                             for value, _, _ in returned):
             elements = [(value.elements[index].value, where, at) for value, where, at in returned]
-            if self._trace_returned(elements, facts, depth):
+            if self._trace_returned(elements, facts, depth, index):
                 return
         self._trace(call, scope, before, facts, depth)
 
     def _trace_returned(self, returned: list[tuple[cst.BaseExpression, Scope, int]], facts: LossFacts,
-                        depth: int) -> bool:
+                        depth: int, unpacked: int | None = None) -> bool:
         """Read what a project function returns into `facts`; False (and `facts` untouched) when that
         cannot be followed, so the call is read as its caller sees it (a model's forward returning
         its output through layers the tracer does not know is still a forward)."""
         inner = LossFacts()
+        if unpacked is None:
+            # a value that is backpropagated is a tensor: a `return loss, logits` path is not the one
+            # that reaches here (`_get_loss(x, y, return_logits=True)` elsewhere)
+            single = [item for item in returned if not isinstance(item[0], (cst.Tuple, cst.List))]
+            returned = single or returned
         for value, where, at in returned:
             self._trace(value, where, at, inner, depth + 1)
         if not returned or not inner.known:
@@ -186,6 +191,9 @@ class LossTracer:
             return
         if operation is LossOp.KEEPS and receiver is not None:
             self._trace(receiver, scope, before, facts, depth)
+            return
+        if (scope.imports or self.imports).qualify(node.func) == "typing.cast" and len(node.args) == 2:
+            self._trace(node.args[1].value, scope, before, facts, depth)  # `cast(Tensor, loss)` is `loss`
             return
         if any(is_accumulation_count(a.value, None, scope) for a in node.args) or any(
                 a.keyword is not None and "num_items" in a.keyword.value for a in node.args):

@@ -23,6 +23,11 @@ class BoundaryKind(Tag):
         return {BoundaryKind.MODULO: "%", BoundaryKind.DISTANCE: ">", BoundaryKind.SYNC_FLAG: "sync_gradients"}[self]
 
     @property
+    def evidence_tokens(self) -> tuple[str, ...]:
+        """Any one of these is in every test of the family (`count == N` counts with a reset)."""
+        return (self.evidence, "==") if self is BoundaryKind.DISTANCE else (self.evidence,)
+
+    @property
     def counts_micro_batches(self) -> bool:
         """The loop's own count decides (not a framework's flag)."""
         return self is not BoundaryKind.SYNC_FLAG
@@ -131,6 +136,11 @@ def _comparison(test: cst.Comparison, scope: Scope) -> Boundary | None:
         if kept is not None:  # `acc = (acc + 1) % N` ... `if acc == 0:`
             return Boundary(BoundaryKind.MODULO, resolve_n(kept, scope), isinstance(op, cst.Equal), n=kept,
                             counter=left, offset=0, comparison=test)
+    if isinstance(op, cst.Equal) and dotted(right) is not None and is_accumulation_name(right) \
+            and _counted_and_reset(left, scope):
+        # `count += 1` ... `if count == N: step; count = 0`: a count of the window's micro-batches
+        return Boundary(BoundaryKind.DISTANCE, resolve_n(right, scope), True, n=right, counter=left,
+                        comparison=test)
     if isinstance(op, (cst.GreaterThanEqual, cst.GreaterThan)) and dotted(right) is not None \
             and not isinstance(left, cst.Integer) and (
             is_accumulation_name(right) or (isinstance(left, cst.BinaryOperation)
@@ -177,6 +187,20 @@ def _kept_modulo(counter: cst.BaseExpression, scope: Scope) -> cst.BaseExpressio
             return None
         n = value.right
     return n
+
+
+def _counted_and_reset(counter: cst.BaseExpression, scope: Scope) -> bool:
+    """A counter only ever incremented by one and set to 0, and reset inside the loop under a test (in
+    the scope the test is read in; a method walked in place of its call sees its own `self._count`
+    bindings)."""
+    name = dotted(counter)
+    defs = scope.defs_of(name) if name is not None else []
+    resets = [d for d in defs if d.op is DefOp.ASSIGN and isinstance(d.value, cst.Integer) and d.value.value == "0"]
+    if not any(d.ctx.loops and d.ctx.guards for d in resets):
+        return False  # never reset on the boundary: `step == N` holds once
+    increments = [d for d in defs if d.op is DefOp.ADD and isinstance(d.value, cst.Integer)
+                  and d.value.value == "1"]
+    return bool(resets) and bool(increments) and len(resets) + len(increments) == len(defs)
 
 
 def _advances(value: cst.BaseExpression, name: str) -> bool:
