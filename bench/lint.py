@@ -1,6 +1,7 @@
 """Lint speed: accumcheck against torch-preflight 0.5.0 and TorchFix 0.7.0, measured in one run.
 
     .venv/bin/python bench/lint.py [--runs 3] [--full] [--sample 150] [--json out.json] [--skip-peers]
+                                   [--project-lines 1000000]
 
 The peers are installed into their own virtual environments under bench/.venvs/ (pinned versions;
 neither needs torch). Every measurement is a separate process; tools are interleaved within each
@@ -13,6 +14,11 @@ Corpus: the installed torch package. Peers are slow (about 17 minutes for the wh
 cold (no cache) and warm (cache primed), plus one ~300-line training script the way pre-commit
 runs it. The baseline for the cold run is the bare libcst parse time of the files that some rule
 could fire on (the ones the prefilter lets through).
+
+Projects (issue 13): one file of a generated 100-file project linted the way pre-commit runs it
+(the project model reads the other files: cold with no cache, warm from a cache the whole project
+primed), against starting Python and importing libcst; and a generated project of about
+`--project-lines` lines (1M by default; 0 skips it) linted whole, cold and warm.
 """
 
 from __future__ import annotations
@@ -107,6 +113,34 @@ print(len(chosen), time.perf_counter() - start)
 """
 
 
+def generated_project(root: Path, files: int) -> Path:
+    """A project of about `files` Python files: the multi-file fixture projects (training loops whose
+    helpers, losses and base classes sit in other files), then fixture scripts as further modules.
+    Returns the file pre-commit would lint: a training loop that calls into two other files."""
+    root.mkdir(parents=True)
+    (root / "pyproject.toml").write_text("[project]\nname = 'generated'\n")
+    count = 0
+    for project in sorted((ROOT / "fixtures" / "projects").iterdir()):
+        for path in sorted(project.rglob("*.py")):
+            target = root / project.name / path.relative_to(project)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(path.read_text())
+            count += 1
+    scripts = sorted((ROOT / "fixtures").glob("*.py"))
+    filler = root / "scripts"
+    filler.mkdir()
+    index = 0
+    while count < files:
+        (filler / f"module_{index:06d}.py").write_text(scripts[index % len(scripts)].read_text())
+        index += 1
+        count += 1
+    return root / "loss_scaler_buggy" / "engine_pretrain.py"
+
+
+def project_lines(root: Path) -> int:
+    return sum(path.read_text().count("\n") for path in root.rglob("*.py"))
+
+
 def parse_baseline(files: list[Path]) -> tuple[int, float]:
     out = subprocess.run([sys.executable, "-c", PARSE_BASELINE, *map(str, files)], capture_output=True,
                          text=True, check=True).stdout.split()
@@ -139,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="also run the peers on the whole package")
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--json", type=Path, help="write the raw numbers here")
+    parser.add_argument("--project-lines", type=int, default=1_000_000,
+                        help="size of the generated large project (0: skip it)")
     args = parser.parse_args(argv)
 
     files = torch_files()
@@ -161,6 +197,27 @@ def main(argv: list[str] | None = None) -> int:
     # The floor of any libcst-based tool on one file: starting Python and importing libcst (this
     # machine's speed drifts by tens of percent within minutes, so the script is also shown against it).
     jobs[IMPORT_FLOOR] = [sys.executable, "-c", "import libcst"]
+    # One file of a 100-file project, as pre-commit runs it: the other files are read for the
+    # project model, from the cache when it is warm.
+    small = work / "project100"
+    changed = generated_project(small, 100)
+    small_cache = work / "project100-cache"
+    measure(ACCUMCHECK + ["--cache-dir", str(small_cache), "."], cwd=small)
+    one_file = str(changed.relative_to(small))
+    jobs["one file of a 100-file project, cold"] = ACCUMCHECK + ["--no-cache", one_file]
+    jobs["one file of a 100-file project, warm"] = ACCUMCHECK + ["--cache-dir", str(small_cache), one_file]
+    cwd = {name: small for name in jobs if "100-file project" in name}
+    large = None
+    if args.project_lines:
+        large = work / "project-large"
+        lines_per_file = max(1, project_lines(small) // 100)
+        generated_project(large, max(100, args.project_lines // lines_per_file))
+        large_cache = work / "project-large-cache"
+        measure(ACCUMCHECK + ["--cache-dir", str(large_cache), "."], cwd=large)
+        label = f"{project_lines(large) / 1e6:.2f}M-line project"
+        jobs[f"{label}, cold"] = ACCUMCHECK + ["--no-cache", "."]
+        jobs[f"{label}, warm"] = ACCUMCHECK + ["--cache-dir", str(large_cache), "."]
+        cwd.update({name: large for name in jobs if name.startswith(label)})
 
     rows: dict[str, dict] = {name: {"walls": [], "memories": []} for name in jobs}
     baseline: list[float] = []
@@ -169,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             if command is None:
                 rows[name]["note"] = "not installed"
                 continue
-            wall, memory, code = measure(command, cwd=work)
+            wall, memory, code = measure(command, cwd=cwd.get(name, work))
             rows[name]["walls"].append(wall)
             rows[name]["memories"].append(memory)
             if code not in (0, 1):
@@ -195,7 +252,14 @@ def main(argv: list[str] | None = None) -> int:
          f"{rows['accumcheck, whole package, warm']['median']:.2f}", "<= 1 s"),
         (f"{single} (seconds)", f"{rows[single]['median']:.2f}", "<= 0.4 s"),
         (f"{single} / {IMPORT_FLOOR}", ratio(rows[single]["median"], rows[IMPORT_FLOOR]["median"]), ""),
+        (f"one file of a 100-file project, cold / {IMPORT_FLOOR}",
+         ratio(rows["one file of a 100-file project, cold"]["median"], rows[IMPORT_FLOOR]["median"]), "<= 3x"),
+        (f"one file of a 100-file project, warm / {IMPORT_FLOOR}",
+         ratio(rows["one file of a 100-file project, warm"]["median"], rows[IMPORT_FLOOR]["median"]), "<= 1.5x"),
     ]
+    if large is not None:
+        ratios += [(f"{name} (seconds)", f"{row['median']:.2f}", "") for name, row in rows.items()
+                   if "M-line project" in name]
     print(f"torch package: {len(files)} files at {package}; {os.cpu_count()} CPUs; {args.runs} runs\n")
     print(render(rows, ratios))
     if args.json:

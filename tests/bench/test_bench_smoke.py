@@ -33,3 +33,16 @@ def test_table_and_ratios():
     assert "accumcheck, sample" in table and "0.500" in table and "not installed" in table
     assert bench.ratio(50.0, 0.5) == "100.0x" and bench.ratio(None, 1.0) == "n/a"
     assert bench.median([3.0, 1.0, 2.0]) == 2.0 and bench.median([]) is None
+
+
+def test_generated_project_has_the_size_asked_and_a_file_that_reaches_others(tmp_path, monkeypatch):
+    from gradcheck_accum.lint.config import Settings
+    from gradcheck_accum.lint.files import Target
+    from gradcheck_accum.lint.runner import Options, lint_targets
+
+    changed = bench.generated_project(tmp_path / "p", 100)
+    assert len(list((tmp_path / "p").rglob("*.py"))) == 100 and bench.project_lines(tmp_path / "p") > 2000
+    monkeypatch.chdir(tmp_path / "p")
+    [result] = lint_targets([Target(changed.relative_to(tmp_path / "p").as_posix(), changed)], Settings(), Options(), jobs=1)
+    # the finding needs the loss scaler and the DDP model of two other files of the project
+    assert [f.code for f in result.findings] == ["ACC501"]
