@@ -52,6 +52,15 @@ def parse(source: str) -> cst.Module:
         raise ParseFailure("nesting too deep to parse") from None
 
 
+def _parse_or_none(source: str) -> cst.Module | None:
+    """Another file of the project, parsed as this one is; None when it cannot be (calls into it stay
+    unresolved)."""
+    try:
+        return parse(source)
+    except ParseFailure:
+        return None
+
+
 def syntax_error(source: str) -> str | None:
     """Why the source cannot be parsed, or None: for files that no rule needs parsed, which must still
     be reported when they are broken. CPython's compiler answers for most files in a fraction of a
@@ -121,7 +130,8 @@ def analyze(source: str, path: str, rules: Rules | None = None, enabled: set[str
     enabled = {rule.code for rule in rules} if enabled is None else enabled
     parsed = source if hollowed is None else hollowed
     module = parse(parsed)
-    context = ProjectContext(project, Path(path).absolute(), module, parsed) if project is not None else None
+    context = ProjectContext(project, Path(path).absolute(), module, parsed, _parse_or_none) \
+        if project is not None else None
     reported = _run_rules(rules, FileModel(module, context, text=parsed), module, parsed, path)
     kept = suppressions.apply(source, path, reported, enabled, set(registry.codes()))
     findings = sorted(kept)

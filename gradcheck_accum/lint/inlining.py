@@ -19,7 +19,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import roles_from_name
 from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted
-from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore
+from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names
 from gradcheck_accum.lint.project.summary import MODULE_CODE
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, EventKind, Frame, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
@@ -33,22 +33,6 @@ _ROLE_MAKERS = frozenset().union(*(c.names | {c.qualname.rsplit(".", 1)[-1]} if 
                                    for c in cat.CONSTRUCTORS)) | cat.PREPARE_METHODS | {"initialize", "compile"}
 _BACKWARDS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 _STEPS = frozenset(api.name for api in cat.APIS if api.event is EventKind.STEP)
-
-
-def effect_names() -> frozenset[str]:
-    """The names a function must call (or set) to have an effect a window sees: the catalogue's
-    calls and attributes that make one of the events a helper brings into its caller."""
-    from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS
-
-    names = frozenset(api.name for api in cat.APIS if api.event in HELPER_EFFECTS)
-    # `update` is GradScaler's only next to its `step`, and every dict's: screening for it would make
-    # half of all functions look like they matter
-    return names - {"update"}
-
-
-def watched_names() -> frozenset[str]:
-    """Constructors whose keywords configure a framework from another file (summary.constructions)."""
-    return frozenset({"Trainer", "Accelerator", "Fabric"})
 
 
 @dataclass
@@ -129,9 +113,12 @@ class ProjectContext:
     """The project around one file being analysed: resolution (Project) and the other files'
     syntax, parsed when a call first reaches into them."""
 
-    def __init__(self, project: Project, path: Path, module: cst.Module, text: str) -> None:
+    def __init__(self, project: Project, path: Path, module: cst.Module, text: str,
+                 parse: Callable[[str], "cst.Module | None"] | None = None) -> None:
         self.project = project
         self.path = path
+        # how other files are parsed (the engine's parser; it sits above this module), None on failure
+        self.parse = parse or _parse_trusted
         self.this = LoadedModule.build(path, module, text)
         self._modules: dict[Path, LoadedModule | None] = {path: self.this}
         self.alone = False  # a file standing alone: nothing else to resolve into
@@ -147,16 +134,9 @@ class ProjectContext:
 
     def load(self, path: Path) -> LoadedModule | None:
         if path not in self._modules:
-            from gradcheck_accum.lint.engine import ParseFailure, parse  # the engine parses; it imports the model
-
             text = self.project.summaries.text(path) if isinstance(self.project.summaries, SummaryStore) else None
-            loaded = None
-            if text is not None:
-                try:
-                    loaded = LoadedModule.build(path, parse(text), text)
-                except (ParseFailure, RecursionError):
-                    loaded = None
-            self._modules[path] = loaded
+            module = self.parse(text) if text is not None else None
+            self._modules[path] = LoadedModule.build(path, module, text) if module is not None else None
         return self._modules[path]
 
     def display(self, path: Path) -> str:
@@ -633,14 +613,20 @@ def _name(scope: Scope) -> str:
 _DRIVER_MODULES: dict[str, LoadedModule] = {}
 
 
+def _parse_trusted(text: str) -> "cst.Module | None":
+    """A file parsed without the engine's guards (a file standing alone has no others to parse)."""
+    try:
+        return cst.parse_module(text)
+    except (cst.ParserSyntaxError, RecursionError):
+        return None
+
+
 def _driver_module(driver: cat.Driver) -> LoadedModule:
     """A driver's source, parsed once per process."""
     loaded = _DRIVER_MODULES.get(driver.source)
     if loaded is None:
-        from gradcheck_accum.lint.engine import parse
-
         path = Path(f"<{driver.framework.value} {'manual' if driver.manual else 'automatic'} loop>")
-        loaded = _DRIVER_MODULES[driver.source] = LoadedModule.build(path, parse(driver.source), driver.source)
+        loaded = _DRIVER_MODULES[driver.source] = LoadedModule.build(path, cst.parse_module(driver.source), driver.source)
     return loaded
 
 
@@ -801,4 +787,4 @@ def _statements(node: cst.CSTNode) -> list[cst.CSTNode]:
     return out
 
 
-__all__ = ["Inliner", "ProjectContext", "LoadedModule", "effect_names"]
+__all__ = ["Inliner", "ProjectContext", "LoadedModule"]

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.project.index import CallSite, ClassRef, FunctionRef, Project, find_root, python_files
 from gradcheck_accum.lint.project.store import SummaryStore
+from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS
 
 _OPEN: dict[Path, Project] = {}  # root -> the project, for this process
 
@@ -17,10 +19,23 @@ def project_for(path: Path, cache: Path | None = None) -> Project:
     root = find_root(path, fallback=Path.cwd())
     project = _OPEN.get(root)
     if project is None:
-        from gradcheck_accum.lint.inlining import effect_names, watched_names
-
         project = _OPEN[root] = Project(root, SummaryStore(root, effect_names(), watched_names(), directory=cache))
     return project
+
+
+def effect_names() -> frozenset[str]:
+    """The names a function must call (or set) to have an effect a window sees: the catalogue's
+    calls and attributes that make one of the events a helper brings into its caller. Summaries
+    screen functions by them."""
+    names = frozenset(api.name for api in cat.APIS if api.event in HELPER_EFFECTS)
+    # `update` is GradScaler's only next to its `step`, and every dict's: screening for it would make
+    # half of all functions look like they matter
+    return names - {"update"}
+
+
+def watched_names() -> frozenset[str]:
+    """Constructors whose keywords configure a framework from another file (summary.constructions)."""
+    return frozenset({"Trainer", "Accelerator", "Fabric"})
 
 
 def refresh_all() -> None:
@@ -36,5 +51,5 @@ def save_all() -> None:
             project.summaries.save()
 
 
-__all__ = ["CallSite", "ClassRef", "FunctionRef", "Project", "SummaryStore", "find_root", "python_files",
-           "project_for", "refresh_all", "save_all"]
+__all__ = ["CallSite", "ClassRef", "FunctionRef", "Project", "SummaryStore", "effect_names", "find_root",
+           "python_files", "project_for", "refresh_all", "save_all", "watched_names"]
