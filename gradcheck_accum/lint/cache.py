@@ -3,6 +3,10 @@
 One JSON file per (linter, settings) in `.accumcheck_cache/` at the project root. A warm run over an unchanged tree
 only stats files: an entry whose size and mtime match is reused without reading the file; when
 they differ the file is read and its hash compared before anything is parsed.
+
+A file's findings also depend on the other files of its project (a helper that backpropagates, a
+loop elsewhere that calls it): every entry records the state of its project's files (`project`,
+project_state()), and is reused only while that state is the same.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class Entry:
     digest: str
     findings: list[dict]
     error: str | None
+    project: str  # project_state() of the file's project when it was linted
 
     def restore(self, display: str) -> tuple[list[Finding], str | None]:
         return [Finding.from_dict({**f, "path": display}) for f in self.findings], self.error
@@ -117,9 +122,10 @@ class Cache:
     def key(path: Path) -> str:
         return os.path.abspath(path)
 
-    def fresh(self, path: Path, settings: Settings) -> Entry | None:
-        """The entry for an unchanged file (by size and mtime), without reading it."""
-        entry = self._table(settings).get(self.key(path))
+    def fresh(self, path: Path, settings: Settings, project: str) -> Entry | None:
+        """The entry for an unchanged file (by size and mtime) of an unchanged project, without
+        reading it."""
+        entry = self.candidate(path, settings, project)
         if entry is None:
             return None
         try:
@@ -128,14 +134,17 @@ class Cache:
             return None
         return entry if (stat.st_mtime_ns, stat.st_size) == (entry.mtime_ns, entry.size) else None
 
-    def candidate(self, path: Path, settings: Settings) -> Entry | None:
-        """A possibly stale entry, reusable if the file's content hash still matches."""
-        return self._table(settings).get(self.key(path))
+    def candidate(self, path: Path, settings: Settings, project: str) -> Entry | None:
+        """A possibly stale entry of an unchanged project, reusable if the file's content hash still
+        matches."""
+        entry = self._table(settings).get(self.key(path))
+        return entry if entry is not None and entry.project == project else None
 
-    def store(self, path: Path, settings: Settings, stat: os.stat_result, digest: str, findings: list[Finding],
-              error: str | None) -> None:
+    def store(self, path: Path, settings: Settings, project: str, stat: os.stat_result, digest: str,
+              findings: list[Finding], error: str | None) -> None:
         records = [{k: v for k, v in f.to_dict().items() if k != "path"} for f in findings]
-        self._table(settings)[self.key(path)] = Entry(stat.st_mtime_ns, stat.st_size, digest, records, error)
+        self._table(settings)[self.key(path)] = Entry(stat.st_mtime_ns, stat.st_size, digest, records, error,
+                                                      project)
         self._dirty.add(self._settings_key(settings))
 
     def save(self) -> None:
@@ -157,6 +166,15 @@ class Cache:
                                          encoding="utf-8") as handle:
             json.dump(data, handle)
         os.replace(handle.name, file)
+
+
+def project_state(digests: list[tuple[str, str | None]]) -> str:
+    """What a project's files are now, from (path, content hash) pairs: any file added, removed or
+    edited changes it; a file touched but unchanged does not."""
+    state = hashlib.blake2b(digest_size=16)
+    for path, digest in digests:
+        state.update(f"{path}\0{digest}\n".encode("utf-8", "surrogatepass"))
+    return state.hexdigest()
 
 
 def default_directory(start: Path, config_root: Path | None) -> Path:

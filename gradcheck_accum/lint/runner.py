@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from gradcheck_accum.lint import deep, lazy, notebooks, registry
+from gradcheck_accum.lint.cache import project_state
 from gradcheck_accum.lint.config import Settings, expand
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.engine import FixResult, ParseFailure, analyze, fix_source, syntax_error
@@ -19,7 +20,7 @@ from gradcheck_accum.lint.files import Source, Target, UnreadableFile, Unwritabl
 from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint.inlining import project_evidence
-from gradcheck_accum.lint.project import project_for, refresh_all, save_all
+from gradcheck_accum.lint.project import SummaryStore, project_for, refresh_all, save_all
 from gradcheck_accum.lint.rule import Rule
 from gradcheck_accum.lint.suppressions import UNUSED_SUPPRESSION, could_report_unused
 
@@ -75,16 +76,28 @@ def lint_targets(targets: list[Target], settings: Settings | None = None, option
     refresh_all()  # a second run in this process sees the files as they are now
     results: dict[Target, FileResult] = {}
     work = []
+    states: dict[Path, str] = {}
+
+    def project_of(path: Path) -> str:
+        """The state of the project `path` belongs to (cache entries depend on the other files)."""
+        project = project_for(path, options.summaries)
+        if project.root not in states:
+            store = project.summaries
+            states[project.root] = project_state([(str(file), store.state(file) if isinstance(store, SummaryStore)
+                                                   else None) for file in project.files])
+        return states[project.root]
+
     for target in targets:
         if target.path is None:
             continue
         chosen, rules = configured(target)
-        entry = cache.fresh(target.path, chosen) if cache else None
+        entry = cache.fresh(target.path, chosen, project_of(target.path)) if cache else None
         if entry is not None:  # unchanged since the last run: not even read
             results[target] = FileResult(target, *entry.restore(target.display))
             progress(1)
         else:
-            work.append((target, chosen, rules, options, cache.candidate(target.path, chosen) if cache else None,
+            work.append((target, chosen, rules, options,
+                         cache.candidate(target.path, chosen, project_of(target.path)) if cache else None,
                          cache is not None))
     workers = min(jobs or os.cpu_count() or 1, len(work))
     if len(work) >= PARALLEL_THRESHOLD and workers > 1:
@@ -98,8 +111,8 @@ def lint_targets(targets: list[Target], settings: Settings | None = None, option
     for result in done:
         results[result.target] = result
         if cache is not None and result.fingerprint is not None:
-            cache.store(result.target.path, configured(original[result.target])[0], *result.fingerprint,
-                        result.findings, result.error)
+            cache.store(result.target.path, configured(original[result.target])[0], project_of(result.target.path),
+                        *result.fingerprint, result.findings, result.error)
     if cache is not None:
         cache.save()
     save_all()

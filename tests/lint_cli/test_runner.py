@@ -1,6 +1,7 @@
 """The run over many files: prefilter equivalence, process pool order, cache behaviour."""
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -98,6 +99,18 @@ def test_changed_content_and_settings_invalidate(tree):
     (tree / "b.py").write_text(BUGGY)
     assert dict(run_cached(tree, Overrides(ignore=("ACC101",))))[str(tree / "b.py")] == []
     assert dict(run_cached(tree))[str(tree / "b.py")] == ["ACC101"]
+
+
+def test_a_change_in_another_file_of_the_project_invalidates(tmp_path, monkeypatch):
+    """engine_pretrain.py's ACC501 comes from the backward in util/misc.py: unchanged itself, the file
+    is linted again once that helper no longer backpropagates."""
+    project = tmp_path / "project"
+    shutil.copytree(ROOT / "fixtures" / "projects" / "loss_scaler_buggy", project)
+    monkeypatch.chdir(project)
+    assert dict(run_cached(project))[str(project / "engine_pretrain.py")] == ["ACC501"]
+    helper = project / "util" / "misc.py"
+    helper.write_text(helper.read_text().replace("self._scaler.scale(loss).backward()", "pass"))
+    assert dict(run_cached(project))[str(project / "engine_pretrain.py")] == []
 
 
 def test_clean_command(run, tmp_path):

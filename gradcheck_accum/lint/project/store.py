@@ -87,13 +87,35 @@ class SummaryStore(SummarySource):
                     stat = path.stat()
                 except OSError:
                     return False
-                if entry[0] == stat.st_mtime_ns and entry[1] == stat.st_size:
+                if entry[0] == stat.st_mtime_ns and entry[1] == stat.st_size and entry[3] is not None:
                     summary = self.get(path)
         if summary is not None:
             return any(callee.rsplit(".", 1)[-1] == name for function in summary.functions.values()
                        for callee in function.calls) or any(name in keywords for _, keywords in summary.constructions)
         text = self.text(path)
         return text is not None and name in text
+
+    def state(self, path: Path) -> str | None:
+        """The content hash of a file: from its entry while its size and mtime are unchanged, else
+        read (and kept, with or without a summary, so the next run only stats it)."""
+        key = self._key(path)
+        entry = self._entries.get(key)
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        if entry is not None and entry[0] == stat.st_mtime_ns and entry[1] == stat.st_size:
+            return entry[2]
+        text = self.text(path)
+        if text is None:
+            return None
+        digest = content_hash(text)
+        if entry is not None and entry[2] == digest:
+            entry[0], entry[1] = stat.st_mtime_ns, stat.st_size
+        else:
+            self._entries[key] = [stat.st_mtime_ns, stat.st_size, digest, None]  # summarised on first use
+        self.dirty = True
+        return digest
 
     def text(self, path: Path) -> str | None:
         if path in self.texts:
@@ -113,13 +135,14 @@ class SummaryStore(SummarySource):
             except OSError:
                 return ModuleSummary()
             self._stats[path] = (stat.st_mtime_ns, stat.st_size)
-            if entry is not None and entry[0] == stat.st_mtime_ns and entry[1] == stat.st_size:
+            if entry is not None and entry[0] == stat.st_mtime_ns and entry[1] == stat.st_size \
+                    and entry[3] is not None:
                 return self._restore(entry)
         text = self.text(path)
         if text is None:
             return ModuleSummary()
         digest = content_hash(text)
-        if entry is not None and entry[2] == digest:
+        if entry is not None and entry[2] == digest and entry[3] is not None:
             if stat is not None and (entry[0], entry[1]) != (stat.st_mtime_ns, stat.st_size):
                 entry[0], entry[1] = stat.st_mtime_ns, stat.st_size
                 self.dirty = True
