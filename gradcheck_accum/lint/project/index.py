@@ -63,8 +63,10 @@ def python_files(root: Path) -> list[Path]:
                 ignores.append((here, spec))
         dirs[:] = sorted(d for d in dirs if d not in _SKIPPED and not d.endswith(".egg-info")
                          and not _ignored(here / d, True, ignores))
+        # regular files only: a FIFO or a device named *.py would block (or never end) when read
         found.extend(here / name for name in sorted(files)
-                     if name.endswith((".py", ".pyi")) and not _ignored(here / name, False, ignores))
+                     if name.endswith((".py", ".pyi")) and not _ignored(here / name, False, ignores)
+                     and os.path.isfile(here / name))
     return found
 
 

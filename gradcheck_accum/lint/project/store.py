@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from stat import S_ISREG
 
 from gradcheck_accum import __version__
 from gradcheck_accum.lint.project.index import SummarySource
@@ -104,6 +105,8 @@ class SummaryStore(SummarySource):
             stat = path.stat()
         except OSError:
             return None
+        if not S_ISREG(stat.st_mode):
+            return None  # never read a FIFO or a device
         if entry is not None and entry[0] == stat.st_mtime_ns and entry[1] == stat.st_size:
             return entry[2]
         text = self.text(path)
