@@ -4,14 +4,16 @@
 loaded lazily on first access.
 """
 
-__version__ = "0.1.0"
-
 _VERIFY_NAMES = {"verify", "verify_loop", "verify_trainer", "verify_hf_trainer", "verify_accelerate",
                  "verify_lightning", "Report"}
 _GUARD_NAMES = {"guard", "Guard", "GuardError"}
 
 
 def __getattr__(name: str):
+    if name == "__version__":  # kept out of `import gradcheck_accum`, which settings pay for
+        from gradcheck_accum.version import __version__
+
+        return __version__
     if name in _VERIFY_NAMES:
         # The subpackage is `verifier`, not `verify`, so importing it never shadows the function.
         from gradcheck_accum import verifier

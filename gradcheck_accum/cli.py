@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from gradcheck_accum import __version__
+from gradcheck_accum.version import __version__
 from gradcheck_accum.lint.diagnostics import SEVERITIES
 
 FORMATS = ("concise", "full", "json", "github", "sarif")

@@ -19,7 +19,7 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
-from gradcheck_accum import __version__
+from gradcheck_accum.version import __version__
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.pages import page_text
 from gradcheck_accum.lint.registry import page_url

@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
-from gradcheck_accum import __version__
+from gradcheck_accum.version import __version__
 from gradcheck_accum.lint.config import Settings
 from gradcheck_accum.lint.diagnostics import Finding
 

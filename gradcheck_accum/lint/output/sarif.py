@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import quote
 
-from gradcheck_accum import __version__
+from gradcheck_accum.version import __version__
 from gradcheck_accum.lint import registry
 from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.pages import REPOSITORY, page_text, section

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from stat import S_ISREG
 
-from gradcheck_accum import __version__
+from gradcheck_accum.version import __version__
 from gradcheck_accum.lint.project.index import SummarySource
 from gradcheck_accum.lint.project.summary import ModuleSummary, summarize
 
