@@ -15,22 +15,13 @@ from hypothesis import strategies as st
 from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source, lint_source
 from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint import registry
+from generated import TRAINING_LINES
 
 pytestmark = pytest.mark.slow
 
 EXAMPLES = int(os.environ.get("ACCUMCHECK_FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize="ACCUMCHECK_FUZZ_EXAMPLES" not in os.environ,
                 suppress_health_check=list(HealthCheck))
-
-# Statements the rules care about, to splice into generated code so the fuzz reaches the rules.
-TRAINING_LINES = st.sampled_from([
-    "optimizer.zero_grad()", "loss.backward()", "optimizer.step()", "scheduler.step()",
-    "scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()", "scaler.unscale_(optimizer)",
-    "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)", "loss = model(batch) / accum",
-    "model = torch.compile(model)", "torch.save(model.state_dict(), 'p')", "total += loss",
-    "with model.no_sync():\n    loss.backward()", "if (i + 1) % accum == 0:\n    optimizer.step()",
-    "for p in model.parameters():\n    p.grad = None",
-])
 
 
 def check(source: str) -> None:

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gradcheck_accum.lint.pool import Pool
 
 CLI = [sys.executable, "-c", "from gradcheck_accum.cli import main; main()"]
@@ -101,16 +103,9 @@ def run_and_stop(tmp_path: Path, how: signal.Signals) -> list[int]:
     return workers
 
 
-def test_no_worker_outlives_a_killed_run(tmp_path):
-    workers = run_and_stop(tmp_path, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while any(map(alive, workers)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(map(alive, workers))
-
-
-def test_no_worker_outlives_a_terminated_run(tmp_path):
-    workers = run_and_stop(tmp_path, signal.SIGTERM)
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "terminated"])
+def test_no_worker_outlives_a_stopped_run(tmp_path, how):
+    workers = run_and_stop(tmp_path, how)
     deadline = time.monotonic() + 10
     while any(map(alive, workers)) and time.monotonic() < deadline:
         time.sleep(0.1)
