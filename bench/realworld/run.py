@@ -9,6 +9,7 @@ and recall of the labelled bugs. The manifest format is described in README.md n
 
     python bench/realworld/run.py                  # both halves
     python bench/realworld/run.py --half dev --unjudged --missed
+    python bench/realworld/run.py --half validation --findings   # every finding, its verdict and why
     python bench/realworld/run.py --json figures.json
 """
 
@@ -373,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--half", choices=[*HALVES, "all"], default="all")
     parser.add_argument("--unjudged", action="store_true", help="list unjudged findings with their source line")
     parser.add_argument("--missed", action="store_true", help="list labelled bugs no finding matched")
+    parser.add_argument("--findings", action="store_true",
+                        help="list every finding with its label's verdict and why (unjudged ones too)")
     parser.add_argument("--json", metavar="FILE", help="write the figures as JSON ('-': standard output)")
     parser.add_argument("--repo", action="append", help="only this repository (owner/name; repeatable)")
     parser.add_argument("--manifests", type=Path, default=HERE, help="directory of dev.toml and validation.toml")
@@ -447,6 +450,14 @@ def main(argv: list[str] | None = None) -> int:
         for finding in shown.unjudged:
             print(f"{finding.repo}:{finding.path}:{finding.line}: {finding.code} {finding.message}")
             print(f"    {source_line(args.checkouts, repos, finding)}")
+    if args.findings:
+        print("\n## findings and their labels")
+        judged = [(f, label.verdict, label.why) for f, label in shown.true + shown.false]
+        for finding, verdict, why in sorted(judged + [(f, "unjudged", "") for f in shown.unjudged],
+                                            key=lambda item: (item[0].repo, item[0].path, item[0].line)):
+            print(f"{verdict:8} {finding.repo}:{finding.path}:{finding.line}: {finding.code} {finding.message}")
+            if why:
+                print(f"         why: {why}")
     if args.missed and shown.missed:
         print("\n## labelled bugs not found")
         for label in shown.missed:

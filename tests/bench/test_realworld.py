@@ -208,6 +208,16 @@ def test_half_selects_its_manifest(corpus, capsys):
     assert "acme/absent" not in out and "## validation" in out and "## dev" not in out
 
 
+def test_findings_lists_every_finding_with_its_verdict(corpus, capsys):
+    out = run(corpus, capsys, "--half", "dev", "--findings").out
+    listing = out[out.index("## findings and their labels"):].splitlines()[1:]
+    rows = [line.split()[:3] for line in listing if line and not line.startswith(" ")]
+    assert [verdict for verdict, _, _ in rows].count("bug") == 2  # the run's figures: 2 bug, 1 ok, 1 unjudged
+    assert sorted((verdict, code) for verdict, _, code in rows if verdict != "bug") == [("ok", "ACC201"), ("unjudged", "ACC401")]
+    assert ["bug", "acme/trainer:train.py:11:", "ACC101"] in rows
+    assert sum(line.startswith("         why: ") for line in listing) == 3  # the judged ones say why
+
+
 def test_manifest_errors_are_one_line_each(tmp_path):
     bad = tmp_path / "dev.toml"
     bad.write_text('[[repo]]\nname = "no-slash"\ncommit = "abc"\n\n[[repo]]\nname = "a/b"\ncommit = "' + "f" * 40
