@@ -22,7 +22,7 @@ from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, cont
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
-from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, inner_count,
+from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, increment, inner_count,
                                           is_micro_batch_loop, same_target, straight_line_clears)
 
 if TYPE_CHECKING:
@@ -207,7 +207,8 @@ class FileModel:
             return None
         if any(e.kind is EventKind.BACKWARD and loop in e.ctx.loops for e in scope.events):
             return None
-        return loop, any(_accumulates(d, name) for d in defs if loop in d.ctx.loops)
+        # `total += loss`, `total = total + loss`: the value of every iteration is kept
+        return loop, any(increment(d, name, wrapped=False) is not None for d in defs if loop in d.ctx.loops)
 
     def framework_divides_loss(self, window: Window, backward: Event) -> bool:
         """Does this backward already divide the loss by N (catalogue semantics)? accelerator.backward
@@ -362,13 +363,6 @@ def _reached(methods: list[Scope], start: set[str]) -> set[str]:
         reached.add(name)
         todo.extend(e.target for e in by_name[name].events if e.kind is EventKind.HELPER_CALL and e.target)
     return reached
-
-
-def _accumulates(d, name: str) -> bool:
-    """`total += loss`, `total = total + loss`: the value of every iteration is kept."""
-    return d.op is DefOp.ADD or (d.op is DefOp.ASSIGN and isinstance(d.value, cst.BinaryOperation)
-                                 and isinstance(d.value.operator, cst.Add)
-                                 and name in (dotted(d.value.left), dotted(d.value.right)))
 
 
 def _rescales(d, name: str) -> bool:

@@ -665,14 +665,14 @@ def _plain_value(node: cst.BaseExpression) -> bool:
     return False
 
 
-def increment(d: Def, name: str) -> cst.BaseExpression | None:
-    """What an assignment adds to the counter `name`: `c += k`, `c = c + k`, `c = (c + k) % N`."""
+def increment(d: Def, name: str, wrapped: bool = True) -> cst.BaseExpression | None:
+    """What an assignment adds to `name`: `c += k`, `c = c + k`, and with `wrapped` `c = (c + k) % N`."""
     if d.op is DefOp.ADD:
         return d.value
     value = d.value
     if d.op is not DefOp.ASSIGN or value is None:
         return None
-    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Modulo):
+    if wrapped and isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Modulo):
         value = value.left
     if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
         if dotted(value.left) == name:
