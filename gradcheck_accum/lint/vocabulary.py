@@ -269,6 +269,7 @@ class Scope:
     # id(loop) -> the names bound inside it, indexed on first use once the walk is done (windows.assigned_in)
     assigned_by_loop: dict[int, frozenset[str]] | None = None
     event_orders: list[int] | None = None  # the order of each event, indexed once the walk is done (windows)
+    called_frames: list[Scope] | None = None  # the scopes its events were walked in, listed once (windows.assigned_in)
 
     def defs_of(self, name: str, before: int | None = None) -> list[Def]:
         found = self.defs.get(name, [])

@@ -528,28 +528,34 @@ def inner_count(loop: Loop) -> cst.BaseExpression | None:
 def assigned_in(scope: Scope, loop: Loop) -> set[str]:
     """Names that may change from one iteration of `loop` to the next: bound inside it, here or in a
     function called inside it and walked in place (its parameters only when their argument may)."""
-    if scope.assigned_by_loop is None:  # one pass over the scope's bindings, not one per loop asked about
+    own = set(_bound_by_loop(scope).get(id(loop), ()))
+    if scope.called_frames is None:  # the scopes walked in place of calls, callers first; once per scope
+        called = {id(e.scope): e.scope for e in scope.events if e.scope is not None and e.scope is not scope}
+        scope.called_frames = sorted(called.values(), key=lambda s: s.frame.depth if s.frame is not None else 0)
+    if not scope.called_frames:
+        return own
+    variant = {id(scope): own}
+    for frame in scope.called_frames:
+        names = variant[id(frame)] = set()
+        for name in _bound_by_loop(frame).get(id(loop), ()):
+            defs = frame.defs[name]
+            argument = defs[0] if len(defs) == 1 and defs[0].scope is not None else None
+            caller = variant.get(id(argument.scope)) if argument is not None else None
+            if caller is None or argument.value is None or not invariant(argument.value, caller):
+                names.add(name)
+    return set().union(*variant.values())
+
+
+def _bound_by_loop(scope: Scope) -> dict[int, frozenset[str]]:
+    """id(loop) -> the names the scope binds inside it; one pass over its bindings, not one per loop asked about."""
+    if scope.assigned_by_loop is None:
         index: dict[int, set[str]] = {}
         for name, defs in scope.defs.items():
             for d in defs:
                 for enclosing in d.ctx.loops:
                     index.setdefault(id(enclosing), set()).add(name)
         scope.assigned_by_loop = {key: frozenset(names) for key, names in index.items()}
-    own = set(scope.assigned_by_loop.get(id(loop), ()))
-    called = {id(e.scope): e.scope for e in scope.events if e.scope is not None and e.scope is not scope}
-    if not called:
-        return own
-    variant = {id(scope): own}
-    for frame in sorted(called.values(), key=lambda s: s.frame.depth if s.frame is not None else 0):
-        names = variant[id(frame)] = set()
-        for name, defs in frame.defs.items():
-            if not any(loop in d.ctx.loops for d in defs):
-                continue
-            argument = defs[0] if len(defs) == 1 and defs[0].scope is not None else None
-            caller = variant.get(id(argument.scope)) if argument is not None else None
-            if caller is None or argument.value is None or not invariant(argument.value, caller):
-                names.add(name)
-    return set().union(*variant.values())
+    return scope.assigned_by_loop
 
 
 def _guards_below(event: Event, loop: Loop) -> list[Guard]:
