@@ -211,11 +211,8 @@ class LossTracer:
             facts.token_level = True
         # Only producers whose reduction we know count: torch losses and criteria, and model
         # forwards (HF-style `.loss`). Anything else (`compute_loss(...)`) may sum or scale inside.
-        if any(is_accumulation_count(a.value, None, scope) for a in node.args) or any(
-                a.keyword is not None and "num_items" in a.keyword.value for a in node.args):
-            facts.known = False  # N, or the window's item count, is handed to the producer
-        elif not (Role.CRITERION in roles or (imports.qualify(node.func) or "").startswith("torch")
-                  or _is_model_like(callee)):
+        if not (Role.CRITERION in roles or (imports.qualify(node.func) or "").startswith("torch")
+                or _is_model_like(callee)):
             facts.known = False
 
     def _masked_labels(self, outputs: cst.BaseExpression, scope: Scope, before: int) -> bool:
