@@ -115,8 +115,14 @@ class Cache:
             self._tables[key] = table
         return table
 
+    @property
+    def linter_directory(self) -> Path:
+        """Where this linter's files go: its result tables, and the project summaries they were computed
+        from (runner.Options.summaries), so an edited checkout restores neither."""
+        return self.directory / linter_key()
+
     def _file(self, key: str) -> Path:
-        return self.directory / linter_key() / f"{key}{self.suffix}.json"
+        return self.linter_directory / f"{key}{self.suffix}.json"
 
     @staticmethod
     def key(path: Path) -> str:

@@ -72,7 +72,7 @@ def lint_targets(targets: list[Target], settings: Settings | None = None, option
         return chosen, rules_of[id(chosen)]
 
     if cache is not None and options.summaries is None:
-        options = replace(options, summaries=cache.directory)
+        options = replace(options, summaries=cache.linter_directory)
     refresh_all()  # a second run in this process sees the files as they are now
     results: dict[Target, FileResult] = {}
     work = []

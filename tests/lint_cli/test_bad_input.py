@@ -189,3 +189,14 @@ def test_a_cache_written_by_an_edited_linter_is_not_restored(run, tmp_path):
         os.utime(rule_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
         cache.linter_key.cache_clear()
     assert before.parent.name == cache.linter_key()
+
+
+def test_project_summaries_written_by_an_edited_linter_are_not_restored(run, tmp_path):
+    """The project model's summaries come from the linter's code too: they are kept with the result
+    tables of the linter that computed them, not under the release number alone."""
+    from gradcheck_accum.lint import cache
+
+    (tmp_path / "good.py").write_text(BUGGY)
+    run("lint", "good.py")
+    summaries = list((tmp_path / ".accumcheck_cache").rglob("project/*.json"))
+    assert summaries and all(p.parent.parent.name == cache.linter_key() for p in summaries)
