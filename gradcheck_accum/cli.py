@@ -124,7 +124,7 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, exten
     Exit status: 0 no findings, 1 findings, 2 usage errors or files that could not be linted.
     """
     from gradcheck_accum.lint.cache import Cache, default_directory
-    from gradcheck_accum.lint.config import ConfigError, Overrides, Resolver
+    from gradcheck_accum.lint.config import ConfigError, Overrides, Resolver, anchored_glob
     from gradcheck_accum.lint.files import discover
     from gradcheck_accum.lint.registry import severity
     from gradcheck_accum.lint.runner import Options, lint_targets, summarize
@@ -139,7 +139,8 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, exten
     overrides = Overrides(
         select=tuple(_codes(select)) if select else None, extend_select=tuple(_codes(extend_select)),
         ignore=tuple(_codes(ignore) + _codes(extend_ignore)),
-        extend_exclude=tuple(_cli_glob(glob) for glob in _codes(extend_exclude)),
+        # a glob with a `/` inside is relative to the working directory
+        extend_exclude=tuple(anchored_glob(glob, Path.cwd()) for glob in _codes(extend_exclude)),
         fail_on=fail_on, respect_gitignore=respect_gitignore)
     try:
         resolver = Resolver(overrides, Path(config_path) if config_path else None)
@@ -203,13 +204,6 @@ def lint(paths, output_format, output_file, select, extend_select, ignore, exten
     changed = any(r.diff for r in results)
     if ((failing and not fix_only) or (diff and changed)) and not exit_zero:
         sys.exit(1)
-
-
-def _cli_glob(glob: str) -> str:
-    """A glob given on the command line with a `/` inside is relative to the working directory."""
-    if "/" not in glob.rstrip("/") or glob.startswith("/"):
-        return glob
-    return (Path.cwd() / glob).as_posix() + ("/" if glob.endswith("/") else "")
 
 
 def _render(results, findings, output_format: str, diff: bool, statistics: bool, color: bool) -> str:

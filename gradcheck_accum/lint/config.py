@@ -255,13 +255,14 @@ def _extended(path: Path, extend: object, seen: tuple[Path, ...]) -> Settings:
         raise ConfigError(f"{path}: extend forms a cycle through {base_path}")
     base = load(base_path, (*seen, path.resolve()))
     return replace(base, root=path.parent, source=path,
-                   exclude=[_absolute(p, base.root) for p in base.exclude],
-                   extend_exclude=[_absolute(p, base.root) for p in base.extend_exclude],
-                   per_file_ignores={_absolute(g, base.root): c for g, c in base.per_file_ignores.items()})
+                   exclude=[anchored_glob(p, base.root) for p in base.exclude],
+                   extend_exclude=[anchored_glob(p, base.root) for p in base.extend_exclude],
+                   per_file_ignores={anchored_glob(g, base.root): c for g, c in base.per_file_ignores.items()})
 
 
-def _absolute(pattern: str, root: Path | None) -> str:
-    """A glob anchored to `root` (it has a `/` inside) as an absolute one; others match names anywhere."""
+def anchored_glob(pattern: str, root: Path | None) -> str:
+    """A glob anchored to `root` (it has a `/` inside) as an absolute one; others match names anywhere.
+    (`extend` re-roots a configuration's globs with it, the command line its `--extend-exclude`.)"""
     if root is None or "/" not in pattern.rstrip("/") or pattern.startswith("/"):
         return pattern
     return (root.resolve() / pattern).as_posix() + ("/" if pattern.endswith("/") else "")
