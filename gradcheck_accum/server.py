@@ -20,10 +20,9 @@ from pygls.lsp.server import LanguageServer
 from pygls.workspace import TextDocument
 
 from gradcheck_accum.version import __version__
-from gradcheck_accum.lint.diagnostics import Finding
+from gradcheck_accum.lint.diagnostics import Edit, Finding
 from gradcheck_accum.lint.pages import page_text
-from gradcheck_accum.lint.registry import page_url
-from gradcheck_accum.lint.registry import severity
+from gradcheck_accum.lint.registry import page_url, severity
 from gradcheck_accum.lint.suppressions import UNUSED_SUPPRESSION
 
 SOURCE = "accumcheck"
@@ -130,15 +129,19 @@ def _overlaps(finding: Finding, start: int, end: int) -> bool:
     return finding.line <= end and finding.end_line >= start
 
 
+def _text_edit(document: TextDocument, edit: Edit) -> types.TextEdit:
+    """An Edit (offsets into the document's text) as an LSP TextEdit in the client's position encoding."""
+    return types.TextEdit(range=types.Range(start=document.client_position_at_offset(edit.offset),
+                                            end=document.client_position_at_offset(edit.offset + edit.length)),
+                          new_text=edit.text)
+
+
 def fix_actions(document: TextDocument, findings: list[Finding]) -> list[types.CodeAction]:
     actions = []
     for finding in findings:
-        edit = finding.fix_edit
-        if edit is None:
+        if finding.fix_edit is None:
             continue
-        change = types.TextEdit(range=types.Range(start=document.client_position_at_offset(edit.offset),
-                                                  end=document.client_position_at_offset(edit.offset + edit.length)),
-                                new_text=edit.text)
+        change = _text_edit(document, finding.fix_edit)
         safe = finding.fix_safety == "safe"
         actions.append(types.CodeAction(
             title=f"{finding.fix_description} ({finding.code})" if safe else
@@ -171,10 +174,7 @@ def fix_all_action(document: TextDocument) -> types.CodeAction | None:
     result = lint_text(_path(document), document.source, fix=True)
     if result is None or result.new_text is None or not result.fixed:
         return None
-    edit = text_edit(document.source, result.new_text)
-    change = types.TextEdit(range=types.Range(start=document.client_position_at_offset(edit.offset),
-                                              end=document.client_position_at_offset(edit.offset + edit.length)),
-                            new_text=edit.text)
+    change = _text_edit(document, text_edit(document.source, result.new_text))
     count = len(result.fixed)
     return types.CodeAction(title=f"accumcheck: apply {count} safe fix{'es' * (count != 1)}", kind=FIX_ALL,
                             edit=types.WorkspaceEdit(changes={document.uri: [change]}))
