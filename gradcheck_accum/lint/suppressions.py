@@ -63,8 +63,7 @@ def _unused(path: str, suppressions: Suppressions, findings: list[Finding], enab
             known: set[str]) -> Iterator[tuple[Finding, Fix]]:
     check = UNUSED_SUPPRESSION
     for comment in suppressions.comments:
-        codes = [code for code in unused_codes(comment, findings, enabled, known, suppressions.layout)
-                 if code != check.code]
+        codes = [code for code in unused_codes(comment, findings, suppressions.layout) if code != check.code]
         if not codes:
             continue
         fixed = without_codes(comment.text, codes)
@@ -137,8 +136,7 @@ def parse(source: str) -> Suppressions:
     return result
 
 
-def unused_codes(comment: Comment, findings: list[Finding], enabled: set[str], known: set[str],
-                 layout: Layout) -> list[str]:
+def unused_codes(comment: Comment, findings: list[Finding], layout: Layout) -> list[str]:
     """accumcheck codes a comment names that suppress nothing on the lines it covers: unknown codes, codes of rules
     not enabled for the file (as ruff's RUF100: they hide nothing today, and would hide a finding the
     day the rule is turned on), and enabled rules that reported nothing there."""
