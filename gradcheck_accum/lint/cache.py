@@ -40,10 +40,6 @@ def linter_key() -> str:
     return f"v{__version__}-{stamp.hexdigest()}"
 
 
-def content_hash(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-
-
 @dataclass
 class Entry:
     mtime_ns: int

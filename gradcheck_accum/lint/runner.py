@@ -21,6 +21,7 @@ from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint.inlining import project_evidence
 from gradcheck_accum.lint.project import SummaryStore, project_for, refresh_all, save_all
+from gradcheck_accum.lint.project.store import content_hash
 from gradcheck_accum.lint.rule import Rule
 from gradcheck_accum.lint.suppressions import UNUSED_SUPPRESSION, could_report_unused
 
@@ -198,8 +199,6 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
     if target.path is None:
         result.source = source.text
     if stat is not None:
-        from gradcheck_accum.lint.cache import content_hash
-
         digest = content_hash(source.text)
         result.fingerprint = (stat, digest)
         if cached is not None and cached.digest == digest:  # touched but unchanged
