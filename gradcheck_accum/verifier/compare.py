@@ -78,6 +78,7 @@ def compare(
     nondeterminism: float = 0.0,
     steps: int = 1,
     measured: bool = True,
+    rounding: Optional[float] = None,
 ) -> Comparison:
     """Judge one gradient tensor.
 
@@ -86,7 +87,9 @@ def compare(
     None stands for a parameter without gradient. magnitude: the size of what was summed to get
     the candidate (root-sum-square of the micro-batch contributions' norms), which bounds the
     rounding of the sum when the result itself is small; nondeterminism: the absolute L2
-    difference between two identical baseline runs; steps: micro-batches summed. measured=False:
+    difference between two identical baseline runs; steps: micro-batches summed; rounding: the
+    baseline's L2 error against reference64 when already known (Reference.rounding), so that it is
+    not taken again for every candidate. measured=False:
     the baseline has not run yet, so only the floor is allowed (the full budget is never smaller)
     and reference_error is reported as NaN.
     """
@@ -111,8 +114,11 @@ def compare(
         return Comparison(math.inf, 0.0, 0.0, math.nan, math.nan, False, "NaN/inf gradient")
 
     norm = float(torch.linalg.vector_norm(ref))
-    base_err = (float(torch.linalg.vector_norm(baseline.detach().to(device="cpu") - ref)) if baseline is not None
-                else 0.0)
+    if rounding is not None:
+        base_err = rounding
+    else:
+        base_err = (float(torch.linalg.vector_norm(baseline.detach().to(device="cpu") - ref)) if baseline is not None
+                    else 0.0)
     if not math.isfinite(base_err):
         base_err = 0.0
     mult = tol.tiny_multiplier if ref.numel() <= tol.tiny_numel else tol.multiplier

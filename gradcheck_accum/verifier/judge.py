@@ -54,7 +54,7 @@ def compare_rows(
         else:
             c = compare(grads.get(name), base.get(name), reference.exact.get(name), tol,
                         magnitude=size.get(name, 0.0), nondeterminism=reference.nondeterminism.get(name, 0.0),
-                        steps=steps)
+                        steps=steps, rounding=reference.rounding.get(name, (None,))[0])
         rows.append(Row.from_comparison(mode, name, tuple(shapes[name]), c, note))
     return rows
 

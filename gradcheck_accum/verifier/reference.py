@@ -35,6 +35,9 @@ class Reference:
     baseline_run: Callable[[], WindowRun]    # the baseline again (for recheck)
     exact: Optional[Grads] = None            # the float64 gradient, once a judgement needed the truth
     draw_failure: Optional[str] = None       # why a run could not be given the baseline's draws
+    # known after measure_exact(): per parameter, the L2 norms of baseline - float64 (the rounding
+    # budget, which every comparison and baseline_error read) and of the float64 gradient
+    rounding: dict[str, tuple[float, float]] = field(default_factory=dict)
     # known after recheck(): absolute L2 difference between two baseline runs, per parameter
     nondeterminism: dict[str, float] = field(default_factory=dict)
     rechecked: bool = False
@@ -61,6 +64,7 @@ class Reference:
             return False
         run = self.exact_run()
         self.exact = run.grads
+        self.rounding = _rounding(self.baseline.grads, self.exact)
         self.draw_failure = self.draw_failure or run.draw_failure
         return True
 
@@ -79,18 +83,27 @@ class Reference:
         (NaN before the float64 run)."""
         if self.exact is None:
             return math.nan
-        diff = norm = 0.0
-        for name, exact in self.exact.items():
-            low = self.baseline.grads.get(name)
-            if exact is None or low is None:
-                continue
-            norm += float(torch.linalg.vector_norm(exact)) ** 2
-            diff += float(torch.linalg.vector_norm(low.to(exact) - exact)) ** 2
+        diff = sum(error ** 2 for error, _ in self.rounding.values())
+        norm = sum(size ** 2 for _, size in self.rounding.values())
         return math.sqrt(diff / norm) if norm > 0 else math.nan
 
     @property
     def nondeterministic(self) -> list[str]:
         return [n for n, d in self.nondeterminism.items() if d > 0]
+
+
+def _rounding(baseline: Grads, exact: Grads) -> dict[str, tuple[float, float]]:
+    """(|baseline - exact|, |exact|) per parameter that has both, on the CPU (the difference in
+    float64 by type promotion, as `compare` takes it)."""
+    out = {}
+    for name, truth in exact.items():
+        low = baseline.get(name)
+        if truth is None or low is None:
+            continue
+        truth = truth.detach().to(device="cpu", dtype=torch.float64)
+        out[name] = (float(torch.linalg.vector_norm(low.detach().to(device="cpu") - truth)),
+                     float(torch.linalg.vector_norm(truth)))
+    return out
 
 
 def _difference(a: Grads, b: Grads) -> dict[str, float]:
