@@ -4,8 +4,9 @@
 
 Two generated files: one with `--loops` training loops (about 13 lines each: the loops of real
 scripts, half of them with an accumulation bug, a quarter inside functions), and one of `--lines`
-lines made of the same loops. Each measurement is a separate process: wall time and peak resident
-memory (from wait4) of `accumcheck lint` (and with --fix, of `--diff` and of `--fix --unsafe-fixes`
+lines made of the same loops. Each measurement is a separate process, measured as in bench/lint.py
+(bytecode caches written, as for any installed tool): wall time and peak resident memory (from
+wait4) of `accumcheck lint` (and with --fix, of `--diff` and of `--fix --unsafe-fixes`
 on a copy) next to those of a process that imports libcst and parses the file, nothing else. The
 target (issue 16): lint within 3x the time and 1.5x the memory of the parse.
 """
@@ -14,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lint import measure as lint_measure  # noqa: E402 - bench/ is not a package
 
 ACCUMCHECK = [str(Path(sys.executable).with_name("accumcheck")), "lint", "--no-cache", "--exit-zero", "-q"]
 PARSE = [sys.executable, "-c", "import sys, libcst; libcst.parse_module(open(sys.argv[1], encoding='utf-8').read())"]
@@ -92,14 +93,11 @@ def file_of_lines(lines: int) -> str:
 
 
 def measure(command: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak resident MiB of one process."""
-    started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    elapsed = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status) not in (0, 1):
-        raise SystemExit(f"{' '.join(command)} failed: {process.stderr.read().decode()[-2000:]}")
-    return elapsed, usage.ru_maxrss / 1024
+    """Wall seconds and peak resident MiB of one process (bench/lint.py's measurement)."""
+    elapsed, memory, code = lint_measure(command)
+    if code not in (0, 1):
+        raise SystemExit(f"{' '.join(command)} failed with exit code {code} (run it alone to see why)")
+    return elapsed, memory
 
 
 def main() -> None:
