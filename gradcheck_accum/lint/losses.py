@@ -44,6 +44,7 @@ class LossTracer:
     def __init__(self, module: cst.Module, imports: ImportMap, scopes: list[Scope],
                  returns: Returns | None = None) -> None:
         self.module, self.imports, self.scopes = module, imports, scopes
+        self.module_scopes = [s for s in scopes if s.node is module]
         self.returns = returns
 
     def facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
@@ -234,11 +235,10 @@ class LossTracer:
         for d in scope.defs_of(name):
             if isinstance(d.value, cst.Call):
                 roles |= constructor_roles(d.value, self.imports, no_roles)
-        for s in self.scopes:
-            if s.node is self.module or name.startswith("self."):
-                for d in s.defs_of(name):
-                    if isinstance(d.value, cst.Call):
-                        roles |= constructor_roles(d.value, self.imports, no_roles)
+        for s in self.scopes if name.startswith("self.") else self.module_scopes:
+            for d in s.defs_of(name):
+                if isinstance(d.value, cst.Call):
+                    roles |= constructor_roles(d.value, self.imports, no_roles)
         return roles
 
 

@@ -119,17 +119,33 @@ class FileModel:
     def windows(self) -> list[Window]:
         return [w for scope in self.scopes for w in build_windows(scope)]
 
-    def events(self, *kinds: EventKind) -> list[tuple[Scope, Event]]:
-        """Every event of these kinds in the file, with its scope."""
-        return [(s, e) for s in self.scopes for e in s.events if e.kind in kinds]
+    def events(self, kind: EventKind) -> list[tuple[Scope, Event]]:
+        """Every event of this kind in the file, with its scope, in program order."""
+        return self._events_by_kind.get(kind, [])
+
+    @cached_property
+    def _events_by_kind(self) -> dict[EventKind, list[tuple[Scope, Event]]]:
+        """The file's events grouped once: queries ask per window or per event, and a scan of the
+        whole file for each would make a file of many loops cost the square of its loops."""
+        grouped: dict[EventKind, list[tuple[Scope, Event]]] = {}
+        for scope in self.scopes:
+            for event in scope.events:
+                grouped.setdefault(event.kind, []).append((scope, event))
+        return grouped
 
     # -- passes over the micro-batch loop -----------------------------------------------------
     def callers(self, scope: Scope) -> list[Event]:
         """The calls of this function (or method, through `self.`) in this file."""
         if scope.node is self.module:
             return []
-        return [e for s in self.scopes for e in s.events
-                if e.kind is EventKind.HELPER_CALL and e.target == scope.name]
+        return self._helper_calls.get(scope.name, [])
+
+    @cached_property
+    def _helper_calls(self) -> dict[str, list[Event]]:
+        by_callee: dict[str, list[Event]] = {}
+        for _, call in self.events(EventKind.HELPER_CALL):
+            by_callee.setdefault(call.target, []).append(call)
+        return by_callee
 
     def repetition(self, window: Window) -> Repetition:
         """Is one pass over the window's loop followed by another: a loop around it here, or a caller
@@ -296,13 +312,24 @@ class FileModel:
     def is_saved(self, scope: Scope, state_dict: Event) -> bool:
         """Is this `x.state_dict()` written to disk: inside a save call's arguments, or in a
         container (`ckpt = {...}`, `ckpt["model"] = ...`) that is passed to one?"""
-        saves = [e for e in scope.events if e.kind is EventKind.SAVE]
-        if any(contains(save.node, state_dict.node) for save in saves):
+        saves, passed = self._saves
+        # inside a save call's arguments: then in the same statement
+        if any(contains(save.node, state_dict.node) for save in saves.get((id(scope), id(state_dict.stmt)), ())):
             return True
-        for name in set().union(*(save.passed_names for save in saves)) if saves else ():
+        for name in passed.get(id(scope), ()):
             if any(d.value is not None and contains(d.value, state_dict.node) for d in scope.defs_of(name)):
                 return True
         return False
+
+    @cached_property
+    def _saves(self) -> tuple[dict[tuple[int, int], list[Event]], dict[int, set[str]]]:
+        """The save calls by scope and statement, and the names each scope passes whole to one."""
+        by_statement: dict[tuple[int, int], list[Event]] = {}
+        passed: dict[int, set[str]] = {}
+        for scope, save in self.events(EventKind.SAVE):
+            by_statement.setdefault((id(scope), id(save.stmt)), []).append(save)
+            passed.setdefault(id(scope), set()).update(save.passed_names)
+        return by_statement, passed
 
     @staticmethod
     def compiles_fresh_model(scope: Scope, compile_: Event, loop: Loop) -> bool:

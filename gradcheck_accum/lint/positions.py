@@ -5,18 +5,19 @@ as parsing it. A node's range is fixed by its innermost enclosing statement: gen
 statement alone (with the indentation of the blocks around it), find its text in the source, and
 shift the ranges by where it starts. The text must occur exactly once in the source for that to be
 certain; otherwise the next enclosing statement is tried, and the whole module as a last resort.
+A statement starts a line, so its text is looked up by its lines (`_Lines`), never by a search of
+the whole source, which for a file with a finding every few lines would cost the square of its size.
 The ranges are libcst's own (its code generation state computes them), so they equal those of
 libcst's PositionProvider.
 """
 
 from __future__ import annotations
 
-import bisect
 from typing import TYPE_CHECKING, Iterable
 
 from gradcheck_accum.lint.lazy import cst
 
-from gradcheck_accum.lint.lines import line_starts
+from gradcheck_accum.lint.lines import line_starts, split_lines
 from gradcheck_accum.lint.names import children
 
 if TYPE_CHECKING:
@@ -32,14 +33,14 @@ def node_positions(module: cst.Module, source: str, nodes: Iterable[cst.CSTNode]
         return whole_module(module)
     found: Ranges = {}
     placed: dict[int, Ranges | None] = {}  # id(statement) -> its nodes' ranges (None: text not unique)
-    starts = line_starts(source)
+    lines = _Lines(source)
     for node, path in paths.items():
         for index in range(len(path) - 1, 0, -1):
             statement = path[index]
             if not _is_statement(statement, path[index - 1]):
                 continue
             if id(statement) not in placed:
-                placed[id(statement)] = _place(module, source, starts, statement, path[:index])
+                placed[id(statement)] = _place(module, lines, statement, path[:index])
             ranges = placed[id(statement)]
             if ranges is not None and node in ranges:
                 found[node] = ranges[node]
@@ -91,21 +92,44 @@ def _is_statement(node: cst.CSTNode, parent: cst.CSTNode) -> bool:
     return isinstance(node, cst.BaseStatement) and not (isinstance(node, cst.If) and isinstance(parent, cst.If))
 
 
-def _place(module: cst.Module, source: str, starts: list[int], statement: cst.CSTNode,
+class _Lines:
+    """The source's physical lines, indexed by their text: where a text that starts a line occurs."""
+
+    def __init__(self, source: str) -> None:
+        self.source, self.starts = source, line_starts(source)
+        self.numbers: dict[str, list[int]] = {}  # a line's text (with its break) -> its 0-based numbers
+        for number, line in enumerate(split_lines(source, keepends=True)):
+            self.numbers.setdefault(line, []).append(number)
+
+    def only_start(self, text: str) -> int | None:
+        """The line at which `text` starts, when it starts exactly one line of the source. Looked up
+        by its rarest line, so the candidates are few however long the source is."""
+        lines = split_lines(text, keepends=True)
+        if not lines:
+            return None
+        offset, key = min(enumerate(lines), key=lambda item: len(self.numbers.get(item[1], ())))
+        found = None
+        for number in self.numbers.get(key, ()):
+            first = number - offset
+            if first >= 0 and self.source.startswith(text, self.starts[first]):
+                if found is not None:
+                    return None
+                found = first
+        return found
+
+
+def _place(module: cst.Module, lines: _Lines, statement: cst.CSTNode,
            ancestors: tuple[cst.CSTNode, ...]) -> Ranges | None:
     state = _state(module)
     state.indent_tokens = [block.indent if block.indent is not None else module.default_indent
                            for block in ancestors if isinstance(block, cst.IndentedBlock)]
     statement._codegen(state)
-    text = "".join(state.tokens)
-    start = source.find(text)
-    if not text or start < 0 or source.find(text, start + 1) >= 0:
+    line = lines.only_start("".join(state.tokens))  # 0-based: lines before the statement's
+    if line is None:
         return None
-    line = bisect.bisect_right(starts, start) - 1  # 0-based: lines before the statement's
-    column = start - starts[line]
 
     def shift(position: cst.metadata.CodePosition) -> cst.metadata.CodePosition:
-        return cst.metadata.CodePosition(position.line + line, position.column + (column if position.line == 1 else 0))
+        return cst.metadata.CodePosition(position.line + line, position.column)
 
     return {node: cst.metadata.CodeRange(shift(span.start), shift(span.end))
             for node, span in state.provider._computed.items()}

@@ -5,6 +5,7 @@ predicates (predicates.py) are built from these records; rules read them through
 
 from __future__ import annotations
 
+import bisect
 import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -272,5 +273,10 @@ class Scope:
     called_frames: list[Scope] | None = None  # the scopes its events were walked in, listed once (windows.assigned_in)
 
     def defs_of(self, name: str, before: int | None = None) -> list[Def]:
+        """The bindings of `name` here (those before program point `before`). The walk appends them in
+        program order, so the ones before a point are a prefix: found by bisection, not by a scan
+        that would cost a name rebound in every loop of a file the square of its loops."""
         found = self.defs.get(name, [])
-        return [d for d in found if before is None or d.order < before]
+        if before is None:
+            return list(found)
+        return found[:bisect.bisect_left(found, before, key=lambda d: d.order)]

@@ -371,11 +371,31 @@ def build_windows(scope: Scope) -> list[Window]:
         chain = stacks[key] + (loop,)
         for depth in range(len(chain)):
             training.setdefault(tuple(id(x) for x in chain[:depth]), {})[id(chain[depth])] = chain[depth]
+    neighbours = {block: _Neighbours(scope, loops.values()) for block, loops in training.items()}
     return [window for key, loop in backward_loops.items()
-            for window in _loop_windows(scope, loop, stacks[key], training[tuple(id(x) for x in stacks[key])])]
+            for window in _loop_windows(scope, loop, stacks[key], neighbours[tuple(id(x) for x in stacks[key])])]
 
 
-def _loop_windows(scope: Scope, loop: Loop, outer: tuple[Loop, ...], neighbours: dict[int, Loop]) -> list[Window]:
+class _Neighbours:
+    """The training loops of one block, as the program points where they start and end, sorted: the
+    nearest one before or after a loop is found by bisection, not by a scan of the block (which at
+    the top of a script of many loops would cost the square of its loops)."""
+
+    def __init__(self, scope: Scope, loops) -> None:
+        spans = [(scope.loop_start.get(id(loop), 0), scope.loop_end.get(id(loop), 0)) for loop in loops]
+        self.ends = sorted(end for _, end in spans)
+        self.starts = sorted(start for start, _ in spans)
+
+    def last_end_before(self, order: int) -> int | None:
+        i = bisect.bisect_left(self.ends, order)
+        return self.ends[i - 1] if i else None
+
+    def first_start_after(self, order: int) -> int | None:
+        i = bisect.bisect_right(self.starts, order)
+        return self.starts[i] if i < len(self.starts) else None
+
+
+def _loop_windows(scope: Scope, loop: Loop, outer: tuple[Loop, ...], neighbours: _Neighbours) -> list[Window]:
     # The block the loop sits in (the enclosing loop body, or the function): what runs once around
     # the loop (a nested window's step) is there. Another training loop of the block ends that region:
     # what comes after it (or before the one before) belongs to that loop, and bounding the region
@@ -383,12 +403,11 @@ def _loop_windows(scope: Scope, loop: Loop, outer: tuple[Loop, ...], neighbours:
     start, end = scope.loop_start.get(id(loop), 0), scope.loop_end.get(id(loop), 0)
     first = scope.loop_start.get(id(outer[-1]), 0) if outer else 0
     last = scope.loop_end.get(id(outer[-1]), 0) if outer else None
-    for other in neighbours.values():
-        other_start, other_end = scope.loop_start.get(id(other), 0), scope.loop_end.get(id(other), 0)
-        if other_end < start:
-            first = max(first, other_end + 1)
-        elif other_start > end:
-            last = other_start - 1 if last is None else min(last, other_start - 1)
+    previous, following = neighbours.last_end_before(start), neighbours.first_start_after(end)
+    if previous is not None:
+        first = max(first, previous + 1)
+    if following is not None:
+        last = following - 1 if last is None else min(last, following - 1)
     region = [e for e in _span(scope, first, last) if e.ctx.loops[: len(outer)] == outer]
     deciders = [e for e in region if loop in e.ctx.loops or e.ctx.loops == outer]
     variant = assigned_in(scope, outer[-1] if outer else loop)

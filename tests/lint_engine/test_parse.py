@@ -41,6 +41,9 @@ TRICKY = {
     "decorators": "@d(f(1))\ndef h():\n    return f(1)\n",
     "multi-line call": "for a in b:\n    f(\n        a,\n  g(a),\n    )\n",
     "unicode": "for é in b:\n    f('ü', é)  # ß\n",
+    "a statement's text inside another line": "x = 1; f(a)\nf(a)\nif b:\n    g(f(a))\n",
+    "a statement's text in a string": 's = """\nf(a)\n"""\nf(a)\nfor a in b:\n    f(a)\n',
+    "form feed": "x = 1\n\x0cfor a in b:\n    f(a)\n\x0c\ndef g():\n    f(a)\n",
 }
 
 

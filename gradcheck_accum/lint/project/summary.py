@@ -276,13 +276,12 @@ def _calls(code: str) -> list[_Call]:
         chain = match.group("chain")
         if not chain and name in _NOT_CALLEES:
             continue
-        before = code[:match.start()].rstrip(" \t\\\n")
-        if before.endswith(("def", "class")) and not chain:
-            if re.search(r"\b(def|class)$", before):
-                continue
+        before = _code_before(code, match.start())
+        if not chain and before in ("def", "class"):
+            continue
         parts = [p for p in _SPACE.sub("", chain).split(".") if p]
-        on_result = before.endswith(".") and not parts  # `f(x).name(`: a call on a call's result
-        if before.endswith(".") and parts:
+        on_result = before == "." and not parts  # `f(x).name(`: a call on a call's result
+        if before == "." and parts:
             callee = None  # `f(x).a.name(`
         else:
             callee = None if on_result else ".".join([*parts, name])
@@ -291,6 +290,20 @@ def _calls(code: str) -> list[_Call]:
         calls.append(_Call(match.start("name") if callee is None else match.start(), callee, name))
     calls.sort(key=lambda call: call.offset)
     return calls
+
+
+def _code_before(code: str, offset: int) -> str:
+    """The word or the one other character that precedes `offset`, past blanks and line continuations
+    ("" at the start). Read backwards from the offset, never by slicing the text before it: a file
+    has a call every few words, and a copy of everything before each would make the summary cost the
+    square of the file's length."""
+    end = offset
+    while end and code[end - 1] in " \t\\\n":
+        end -= 1
+    start = end
+    while start and (code[start - 1].isalnum() or code[start - 1] == "_"):
+        start -= 1
+    return code[start:end] if start < end else code[end - 1:end]
 
 
 def _bodies(stmt: ast.stmt) -> list[list[ast.stmt]]:
