@@ -7,7 +7,7 @@ unless the environment already sets them); CI runs the default, small, derandomi
 import os
 
 NIGHTLY_SIZES = {
-    "ACCUMCHECK_FUZZ_EXAMPLES": "2000",  # tests/robustness: generated programs through the linter
+    "ACCUMCHECK_FUZZ_EXAMPLES": "5000",  # tests/robustness: generated programs (and a fifth as many notebooks)
     "ACCUMCHECK_PROPERTY_EXAMPLES": "200",  # tests/verifier, tests/verifier_loop: random splits and models
 }
 

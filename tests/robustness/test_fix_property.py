@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from generated import PROGRAMS, collect
+from generated import corpus, seed
 from gradcheck_accum.cli import main
 from gradcheck_accum.lint import deep
 from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source
@@ -33,7 +33,9 @@ FIXTURES = sorted((Path(__file__).parents[2] / "fixtures").glob("*.py"))
 @pytest.fixture(scope="module")
 def sources() -> dict[str, str]:
     found = {path.name: path.read_text(encoding="utf-8") for path in FIXTURES}
-    for i, program in enumerate(collect(PROGRAMS, EXAMPLES, derandomize=not NIGHTLY)):
+    chosen = seed() if NIGHTLY else 0
+    print(f"fuzz corpus seed {chosen}")
+    for i, program in enumerate(corpus(EXAMPLES, NIGHTLY, chosen)):
         found[f"program_{i:05}.py"] = program
     return found
 

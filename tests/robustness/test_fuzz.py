@@ -1,7 +1,8 @@
 """Generated programs never crash the linter, unsafe fixes always leave code that parses, and
 hollowing (leaving out definitions no training loop depends on) never changes the findings.
 
-CI runs a small derandomized sample; `pytest --nightly` (or ACCUMCHECK_FUZZ_EXAMPLES=2000) a nightly-size one.
+CI runs a small derandomized sample; `pytest --nightly` (or ACCUMCHECK_FUZZ_EXAMPLES=5000) a nightly-size
+one: hypothesmith draws one program in ten (generated.py says why), the seeded generator the rest.
 """
 
 import os
@@ -15,12 +16,15 @@ from hypothesis import strategies as st
 from gradcheck_accum.lint.engine import ParseFailure, analyze, fix_source, lint_source
 from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint import registry
-from generated import TRAINING_LINES
+from generated import HYPOTHESMITH_SHARE_AT_NIGHTLY_SIZE, TRAINING_LINES, seed, seeded_programs
 
 pytestmark = pytest.mark.slow
 
 EXAMPLES = int(os.environ.get("ACCUMCHECK_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize="ACCUMCHECK_FUZZ_EXAMPLES" not in os.environ,
+NIGHTLY = "ACCUMCHECK_FUZZ_EXAMPLES" in os.environ
+DRAWN = EXAMPLES // HYPOTHESMITH_SHARE_AT_NIGHTLY_SIZE if NIGHTLY else EXAMPLES  # per hypothesis test below
+SEEDED = EXAMPLES - 3 * DRAWN if NIGHTLY else EXAMPLES // 5
+FUZZ = settings(max_examples=max(DRAWN, 1), deadline=None, derandomize=not NIGHTLY,
                 suppress_health_check=list(HealthCheck))
 
 
@@ -69,3 +73,12 @@ def test_training_loops_with_generated_code(body, tail, generated, header, wrapp
         generated = wrapper + "\n" + indent(generated.splitlines() or ["pass"], 1)
     source = prefix + generated + "\n" + header + "\n" + indent(body, 1) + indent(tail, 0)
     check(source)
+
+
+def test_seeded_programs():
+    chosen = seed() if NIGHTLY else 0
+    for number, source in enumerate(seeded_programs(SEEDED, chosen)):
+        try:
+            check(source)
+        except Exception as error:
+            raise AssertionError(f"seeded program {number} of seed {chosen}:\n{source}") from error

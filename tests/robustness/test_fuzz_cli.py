@@ -7,8 +7,9 @@ it; an error is one line, only for code CPython rejects too), `--fix --unsafe-fi
 Python that parses and notebooks whose JSON differs only in code cells' sources, a second `--fix`
 must change nothing, and `--diff` must name the files `--fix` changes.
 
-CI runs a small derandomized tree; ACCUMCHECK_FUZZ_EXAMPLES=5000 runs the nightly size (5,000
-programs and 1,000 notebooks, random each night).
+CI runs a small derandomized tree; ACCUMCHECK_FUZZ_EXAMPLES=5000 (`pytest --nightly`) runs the
+nightly size: 5,000 programs and 1,000 notebooks, new each night (generated.corpus; the seed is
+printed, and ACCUMCHECK_FUZZ_SEED repeats a run).
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from generated import PROGRAMS, collect, notebooks
+from generated import corpus, notebook_corpus, seed
 
 pytestmark = pytest.mark.slow
 EXAMPLES = int(os.environ.get("ACCUMCHECK_FUZZ_EXAMPLES", "60"))
 NIGHTLY = "ACCUMCHECK_FUZZ_EXAMPLES" in os.environ
+SEED = seed() if NIGHTLY else 0
 CLI = [sys.executable, "-c", "from gradcheck_accum.cli import main; main()", "lint", "--no-cache"]
 SUMMARY = re.compile(r"(?:\bof |\()(\d+) files?\b")  # "in 3 of 120 files", "(120 files)"
 
@@ -37,10 +39,12 @@ SUMMARY = re.compile(r"(?:\bof |\()(\d+) files?\b")  # "in 3 of 120 files", "(12
 def tree(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("fuzz") / "tree"
     root.mkdir()
-    for i, program in enumerate(collect(PROGRAMS, EXAMPLES, derandomize=not NIGHTLY)):
-        (root / f"program_{i:05}.py").write_text(program, encoding="utf-8")
-    for i, notebook in enumerate(collect(notebooks(), max(EXAMPLES // 5, 1), derandomize=not NIGHTLY)):
-        (root / f"notebook_{i:04}.ipynb").write_text(notebook, encoding="utf-8")
+    programs, notebooks = corpus(EXAMPLES, NIGHTLY, SEED), notebook_corpus(max(EXAMPLES // 5, 1), NIGHTLY, SEED)
+    for i, program in enumerate(programs):
+        (root / f"program_{i:05}.py").write_text(program, encoding="utf-8", newline="")
+    for i, notebook in enumerate(notebooks):
+        (root / f"notebook_{i:04}.ipynb").write_text(notebook, encoding="utf-8", newline="")
+    print(f"fuzz tree: {len(programs)} programs, {len(notebooks)} notebooks, seed {SEED}")
     return root
 
 
