@@ -22,6 +22,8 @@ import hypothesmith
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from gradcheck_accum.lint.lines import split_lines
+
 import seeded
 
 T = TypeVar("T")
@@ -93,7 +95,7 @@ def training_program(choose: Drawn | Seeded, generated: str) -> str:
     header, wrapper = choose.one(HEADERS), choose.one(WRAPPERS)
     body.insert(choose.integer(0, 8) % (len(body) + 1), "loss.backward()")
     if wrapper:
-        lines = generated.splitlines() + (["pass"] if not ast.parse(generated).body else [])
+        lines = split_lines(generated) + (["pass"] if not ast.parse(generated).body else [])
         generated = wrapper + "\n" + indent(lines, 1)
     return PREFIX + generated + "\n" + header + "\n" + indent(body, 1) + indent(tail, 0)
 
@@ -101,7 +103,7 @@ def training_program(choose: Drawn | Seeded, generated: str) -> str:
 def notebook(choose: Drawn | Seeded, program: str) -> str:
     """A notebook's text: cells cut from a program at top-level lines, IPython lines among them,
     markdown and raw cells, written with one of the layouts notebook tools use."""
-    lines = program.splitlines(keepends=True)
+    lines = split_lines(program, keepends=True)  # as Python counts lines: not at form feeds
     starts = [min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))]) - 1
               for node in ast.parse(program).body]  # cells break between top-level statements
     cuts = sorted(choose.distinct(starts or [0], 4))
@@ -115,7 +117,7 @@ def notebook(choose: Drawn | Seeded, program: str) -> str:
         if choose.integer(0, 7) == 0:
             piece = ["%%time\n", *piece]
         text = "".join(piece)
-        source = text.splitlines(keepends=True) if choose.boolean() else text
+        source = split_lines(text, keepends=True) if choose.boolean() else text
         cells.append({"cell_type": "code", "execution_count": choose.one([None, *range(1, 100)]),
                       "metadata": {"scrolled": choose.boolean()}, "outputs": [], "source": source})
     data = {"cells": cells, "metadata": {"kernelspec": {"language": "python", "name": "python3"},

@@ -17,6 +17,8 @@ import random
 import tokenize
 from dataclasses import dataclass, replace
 
+from gradcheck_accum.lint.lines import split_lines
+
 TRAINING_STATEMENTS = [
     "optimizer.zero_grad()", "loss.backward()", "optimizer.step()", "scheduler.step()",
     "scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()", "scaler.unscale_(optimizer)",
@@ -311,7 +313,7 @@ def _expression(rng: random.Random, where: Where, depth: int = 0) -> ast.expr:
 def _decorated(rng: random.Random, text: str) -> str:
     """Comment lines, blank lines and form feeds before logical lines, trailing comments at their
     ends, and now and then tabs for indentation: all where the tokenizer takes them as layout."""
-    lines = text.splitlines(keepends=True)
+    lines = split_lines(text, keepends=True)
     starts, ends = set(), {}
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
@@ -334,7 +336,7 @@ def _decorated(rng: random.Random, text: str) -> str:
         out.append(line)
     result = "".join(out)
     if rng.random() < 0.1:
-        result = "".join(_tabs(line) for line in result.splitlines(keepends=True))
+        result = "".join(_tabs(line) for line in split_lines(result, keepends=True))
     if rng.random() < 0.1:
         result = result.replace("\n", "\r\n")
     return result

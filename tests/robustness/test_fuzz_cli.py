@@ -61,6 +61,7 @@ def accounted(run: subprocess.CompletedProcess, root: Path) -> dict[str, str]:
     summary = run.stderr.splitlines()[-1]
     counted = SUMMARY.findall(summary)
     assert counted and int(counted[-1]) == len(files), summary
+    print(f"{' '.join(run.args[len(CLI):-1])}: {summary}")  # the nightly log's record of each run
     errors = {}
     for line in run.stderr.splitlines()[:-1]:
         name, _, reason = line.partition(": error: ")
