@@ -48,7 +48,7 @@ class LoadedModule:
     classes: dict[str, cst.ClassDef] = field(default_factory=dict)
     qualnames_of_classes: dict[int, str] = field(default_factory=dict)  # id(class) -> qualname
     env: dict[str, frozenset[Role]] = field(default_factory=dict)  # module-level names' roles
-    _class_envs: dict[int, dict[str, frozenset[Role]]] = field(default_factory=dict)
+    _class_envs: dict[tuple, dict[str, frozenset[Role]]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, path: Path, module: cst.Module, text: str) -> "LoadedModule":
@@ -75,14 +75,16 @@ class LoadedModule:
         loaded.env = dict(module_scope.env)
         return loaded
 
-    def class_env(self, cls: cst.ClassDef | None) -> dict[str, frozenset[Role]]:
+    def class_env(self, cls: cst.ClassDef | None,
+                  constructed_with: dict[str, frozenset[Role]] | None = None) -> dict[str, frozenset[Role]]:
         """Roles of the `self.x` attributes the class's methods bind, in any of them: a model wrapped
         in DDP in `setup()` is wrapped in every method that runs after it. Compiled modules are left
         out (whether a load runs before or after the compile depends on the order, stated by the
-        methods themselves)."""
+        methods themselves). `constructed_with`: roles of `__init__`'s parameters, from the calls
+        that construct the class (`Trainer(ddp_model, ...)` makes `self.model = model` a DDP model)."""
         if cls is None:
             return {}
-        key = id(cls)
+        key = (id(cls), frozenset((constructed_with or {}).items()))
         if key not in self._class_envs:
             self._class_envs[key] = {}
             env: dict[str, frozenset[Role]] = {}
@@ -90,7 +92,8 @@ class LoadedModule:
             methods.sort(key=lambda m: m.name.value != "__init__")
             for method in methods:
                 scope = Scope(method, method.name.value, imports=self.imports)
-                walker = ScopeWalker(scope, self.imports, {**self.env, **env}, set(), [0])
+                parameters = constructed_with if method.name.value == "__init__" and constructed_with else {}
+                walker = ScopeWalker(scope, self.imports, {**self.env, **env, **parameters}, set(), [0])
                 for statement in _attribute_bindings(method):
                     walker.walk_stmt(statement, Context())
                 for name, roles in scope.env.items():
@@ -162,10 +165,17 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
         if ref.path != path and ref not in seen:
             seen.add(ref)
             pieces.append(_source_of(project, ref))
+        for _, _, target in project.calls(ref):
+            # what builds the objects it uses: a helper elsewhere returning `DistributedDataParallel(model)`
+            if target.path != path and target not in seen and _returns_made_object(project, target):
+                seen.add(target)
+                pieces.append(_source_of(project, target))
 
     for qualname, function in summary.functions.items():
         caller = FunctionRef(path, qualname)
         for _, in_loop, target in project.calls(caller):
+            if _returns_made_object(project, target):
+                take(target)
             effects = project.effects(target)
             if not effects:
                 continue
@@ -187,12 +197,24 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
                         if isinstance(cls, ClassRef):
                             for method in project.summary(cls.path).classes[cls.qualname].methods:
                                 take(cls.method(method))
+    for qualname, cls in summary.classes.items():
+        ref = ClassRef(path, qualname)
+        if any(project.effects(ref.method(m)) & _BACKWARDS for m in cls.methods):
+            for site in project.constructors_of(ref):  # what its constructors are given (a DDP model)
+                take(site)
     for qualname, cls in summary.classes.items():  # a framework's loop calls this class's hooks
         for driver in cat.DRIVERS:
             if driver.hook in cls.methods and project.derives_from(ClassRef(path, qualname), driver.bases):
                 reached = True
                 pieces.append(driver.source)
     return reached, "\n".join(pieces)
+
+
+def _returns_made_object(project: Project, ref: FunctionRef) -> bool:
+    """Does the function return something it may build with a role (Inliner.returned_roles reads it)?"""
+    summary = project.function(ref)
+    return summary is not None and summary.returns and any(
+        callee.rsplit(".", 1)[-1] in _ROLE_MAKERS for callee in summary.calls)
 
 
 def _source_of(project: Project, ref: FunctionRef) -> str:
@@ -240,7 +262,11 @@ class Inliner:
             return None
         module, qualname, self_class = origin
         ref = None
-        if self_class is not None and text.startswith("self.") and text.count(".") == 1:
+        if self._capturing is not None and self._capturing.qualname.endswith(".__init__"):
+            constructed = self.project.resolve_class(module.path, text)  # `Trainer(...)` runs its __init__
+            if isinstance(constructed, ClassRef):
+                ref = self.project.lookup_method(constructed, "__init__")
+        if ref is None and self_class is not None and text.startswith("self.") and text.count(".") == 1:
             ref = self.project.lookup_method(self_class, text[5:])
         head, *rest = text.split(".")
         known = self._classes.get(id(scope), {}).get(head)
@@ -279,9 +305,11 @@ class Inliner:
         effects = self.project.effects(ref)
         if not effects or _on_stack(walker.scope, function):
             return False
-        if not ctx.loops and not (effects & _BACKWARDS and not effects & _STEPS):
+        if not ctx.loops and not (effects & _BACKWARDS and not effects & _STEPS) and not (
+                effects & _STEPS and not effects & _BACKWARDS and _micro_step_loop_open(walker, ctx)):
             # Outside a loop a call matters only when it leaves its window open: it backpropagates
-            # (a micro-step loop, say) and the caller steps. A complete training function is
+            # (a micro-step loop, say) and the caller steps, or it closes such a window (an `update()`
+            # that clips and steps after the micro-step loop). A complete training function is
             # analysed where it is defined.
             return False
         caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, walker.tick(), walker.root)
@@ -294,7 +322,7 @@ class Inliner:
         foreign = loaded is not self.context.this
         cls = loaded.class_of(ref.qualname)
         frame = Frame(call, caller.scope, f"{self.context.display(ref.path)}:{ref.qualname}",
-                      self.context.display(ref.path) if foreign else None)
+                      self.context.display(ref.path) if foreign else None, in_loop=bool(ctx.loops))
         scope = Scope(function, function.name.value, _bases(cls), frame=frame,
                       imports=loaded.imports if foreign else None)
         receiver = _receiver(call, function, cls)
@@ -329,9 +357,7 @@ class Inliner:
         found = self.resolve(walker.scope, call)
         if found is None:
             return NO_ROLES
-        summary = self.project.function(found[0])
-        if summary is None or not summary.returns or not any(
-                callee.rsplit(".", 1)[-1] in _ROLE_MAKERS for callee in summary.calls):
+        if not _returns_made_object(self.project, found[0]):
             return NO_ROLES  # it builds nothing with a role (a DDP wrapper, an optimizer): not worth reading
         returned = self.returns(call, walker.scope, walker.counter[0])
         if not returned:
@@ -348,14 +374,42 @@ class Inliner:
         """Roles of `self.x` attributes bound by the class `qualname` of `module` and its bases in the
         project (a base trainer's `setup()` wrapping the model in DDP, in another file)."""
         env: dict[str, frozenset[Role]] = {}
-        for base in reversed(self.project.mro(ClassRef(module.path, qualname))):
+        constructed = ClassRef(module.path, qualname)
+        init = self.project.lookup_method(constructed, "__init__")
+        for base in reversed(self.project.mro(constructed)):
             if not isinstance(base, ClassRef):
                 continue
             loaded = self.context.load(base.path)
             cls = loaded.classes.get(base.qualname) if loaded is not None else None
             if cls is not None:
-                env.update(loaded.class_env(cls))
+                defines_init = init is not None and init.qualname == f"{base.qualname}.__init__" and init.path == base.path
+                env.update(loaded.class_env(cls, self.constructor_roles(constructed, init) if defines_init else None))
         return env
+
+    def constructor_roles(self, cls: ClassRef, init: FunctionRef) -> dict[str, frozenset[Role]]:
+        """Roles the calls constructing `cls` in the project give the parameters of its `__init__`
+        (the union over the calls: some construction passes them). Only for classes whose methods
+        reach a backward, whose attributes a window may read."""
+        memo = self.project.summaries.memo
+        key = ("constructed with", cls)
+        if key in memo:
+            return memo[key]
+        memo[key] = {}
+        summary = self.project.summary(cls.path).classes.get(cls.qualname)
+        if self.context.alone or summary is None or not any(
+                self.project.effects(cls.method(m)) & _BACKWARDS for m in summary.methods):
+            return {}
+        roles: dict[str, frozenset[Role]] = {}
+        for caller in self.project.constructors_of(cls):
+            self._capturing, self._captured, self._captured_classes = init, {}, {}
+            try:
+                self._walk_root(caller, None, keep=False)
+            finally:
+                self._capturing = None
+            for name, found in self._captured.items():
+                roles[name] = roles.get(name, NO_ROLES) | found
+        memo[key] = roles
+        return roles
 
     def class_of_expression(self, scope: Scope, node: cst.BaseExpression) -> ClassRef | None:
         """The project class of the object an expression names: a parameter bound to one, a name or
@@ -587,6 +641,9 @@ class Inliner:
             mode = "manual optimisation" if driver.manual else f"automatic optimisation ({driver.configured_by})"
             return f"{runs}; {driver.framework.display} calls `{callee}` once per batch ({mode})", []
         module = self._origin[id(root)][0] if id(root) in self._origin else self.context.this
+        if not outer.frame.in_loop:  # the micro-step loop is the callee's; the caller steps after it
+            places.append(Place(module, outer.frame.call, f"calls `{callee}` and then steps"))
+            return f"{runs}, which {{0}} calls before it steps", places
         places.append(Place(module, outer.frame.call, f"calls `{callee}` in its training loop"))
         return f"{runs}, which {{0}} calls in its training loop", places
 
@@ -659,6 +716,13 @@ def _guessed_roles(node: cst.BaseExpression | None) -> frozenset[Role]:
     return roles_from_name(dotted(node)) if node is not None else NO_ROLES
 
 
+def _micro_step_loop_open(walker: ScopeWalker, ctx: Context) -> bool:
+    """Did a loop that has ended (deeper than `ctx`) backpropagate last, with no step since: a
+    micro-step loop whose window a later call closes?"""
+    last = next((e for e in reversed(walker.root.events) if e.kind in (EventKind.BACKWARD, EventKind.STEP)), None)
+    return last is not None and last.kind is EventKind.BACKWARD and len(last.ctx.loops) > len(ctx.loops)
+
+
 def _on_stack(scope: Scope | None, function: cst.FunctionDef) -> bool:
     while scope is not None:
         if scope.node is function:
@@ -683,8 +747,8 @@ def _callee_text(call: cst.Call) -> str | None:
 def _receiver(call: cst.Call, function: cst.FunctionDef, cls: cst.ClassDef | None) -> cst.BaseExpression | None:
     """What `self` is bound to: the object the method is called on (`obj` in `obj.m()`, `self` in
     `super().m()`, the instance itself when it is called: `self.scaler(...)` runs `__call__`)."""
-    if cls is None or _is_static(function):
-        return None
+    if cls is None or _is_static(function) or function.name.value == "__init__":
+        return None  # `Trainer(...)`: the instance is made by the call
     func = call.func
     if function.name.value in ("__call__", "forward") and not (isinstance(func, cst.Attribute)
                                                                and func.attr.value == function.name.value):

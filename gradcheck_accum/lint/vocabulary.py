@@ -202,6 +202,8 @@ class Event:
     model_wide: bool = False  # zero_grad: clears a model's or parameters' gradients, not one optimizer's
     passed_names: frozenset[str] = frozenset()  # save: the names passed whole as arguments
     argument_names: frozenset[str] = frozenset()  # model_call: every name read in the arguments
+    # model_call: roles of the objects passed whole (`loss_fn(model, batch)`, `wrapper(unet=self.unet)`)
+    argument_roles: frozenset[Role] = NO_ROLES
     via_helper: str | None = None  # the helper function's name when this event stands for a call to it
     stmt: cst.CSTNode | None = None  # the statement the event belongs to (what a fix moves)
     scope: "Scope | None" = None  # whose names the event's expressions read: a called function's (inlined)
@@ -246,6 +248,7 @@ class Frame:
     where: str  # the function, for messages: `trainer.py:Trainer._run_batch`
     path: str | None = None  # the function's file, when it is not the file being linted
     line: int | None = None  # where the function is defined
+    in_loop: bool = True  # the call sits in a loop of the caller (else the callee's own loop is the window's)
 
     @property
     def depth(self) -> int:

@@ -292,7 +292,9 @@ class ScopeWalker:
             forward = method == "forward"
             self.emit(EventKind.MODEL_CALL, call, ctx, target=target if forward else callee,
                       roles=self.roles(receiver if forward else call.func),
-                      argument_names=frozenset(name for a in call.args for name in iter_names(a.value)))
+                      argument_names=frozenset(name for a in call.args for name in iter_names(a.value)),
+                      argument_roles=frozenset().union(*(self.roles(a.value) for a in call.args
+                                                         if not a.star and dotted(a.value) is not None)))
 
     def _matches(self, api: Api, call: cst.Call, receiver, target: str | None, owner: frozenset[Role],
                  qual: str) -> bool:

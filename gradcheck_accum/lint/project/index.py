@@ -449,6 +449,20 @@ class Project:
         return found
 
 
+    def constructors_of(self, cls: ClassRef) -> list[FunctionRef]:
+        """The functions of the project (module code included) that call `cls` to make an instance."""
+        name = cls.qualname.rsplit(".", 1)[-1]
+        found = []
+        for path in self.files:
+            if not self.summaries.may_mention(path, name):
+                continue
+            for qualname, function in self.summary(path).functions.items():
+                if any(callee.rsplit(".", 1)[-1] == name and self.resolve_class(path, callee) == cls
+                       for callee in function.calls):
+                    found.append(FunctionRef(path, qualname))
+        return found
+
+
 class SummarySource:
     """Where summaries come from: the cache (store.py) or the parser. Also memoises derived facts
     for one run."""

@@ -21,15 +21,16 @@ class DdpSyncEveryMicroBatch(Rule):
             if window.shape not in (WindowShape.GUARDED, WindowShape.NESTED) or not window.boundary_steps:
                 continue
             in_nest = window.nest_events
-            # a DDP wrapper: built here, or handed back by accelerator.prepare (DDP under a multi-process launch)
+            # a DDP wrapper: built here, or handed back by accelerator.prepare (DDP under a multi-process
+            # launch), called or handed whole to what calls it (`self.imagen(x, unet=self.unet)`)
             forwards = [e for e in in_nest if e.kind is EventKind.MODEL_CALL and window.inside(e)
-                        and (Role.DDP in e.roles or (Role.PREPARED in e.roles and not e.roles & _NOT_MODELS))]
+                        and (_is_ddp_model(e.roles) or not e.roles and _is_ddp_model(e.argument_roles))]
             if not forwards or any(e.kind is EventKind.SYNC_CONTROL for e in in_nest):
                 continue
             backwards = [e for e in window.backwards if not e.via_helper]
             if not backwards:
                 continue
-            if any(Role.DDP in e.roles for e in forwards):
+            if not any(Role.PREPARED in e.roles | e.argument_roles for e in forwards):
                 yield Report(backwards[0].node, "the DDP model all-reduces gradients on every micro-batch; wrap the "
                                                 "forward and backward of non-boundary micro-batches in "
                                                 "`with model.no_sync():`")
@@ -41,6 +42,10 @@ class DdpSyncEveryMicroBatch(Rule):
 
 
 _NOT_MODELS = frozenset({Role.OPTIMIZER, Role.SCHEDULER, Role.CRITERION, Role.DEEPSPEED})
+
+
+def _is_ddp_model(roles: frozenset[Role]) -> bool:
+    return Role.DDP in roles or (Role.PREPARED in roles and not roles & _NOT_MODELS)
 
 
 class NoSyncMissesForward(Rule):
