@@ -91,8 +91,7 @@ class SummaryStore(SummarySource):
                 if entry[0] == stat.st_mtime_ns and entry[1] == stat.st_size and entry[3] is not None:
                     summary = self.get(path)
         if summary is not None:
-            return any(callee.rsplit(".", 1)[-1] == name for function in summary.functions.values()
-                       for callee in function.calls) or any(name in keywords for _, keywords in summary.constructions)
+            return name in summary.mentioned
         text = self.text(path)
         return text is not None and name in text
 

@@ -18,6 +18,7 @@ import ast
 import bisect
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 
@@ -61,6 +62,14 @@ class ModuleSummary:
     # Constructor calls anywhere in the file whose last name is in `watched`, with their keywords:
     # what a framework is configured with in another file (`Trainer(accumulate_grad_batches=4)`).
     constructions: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+
+    @cached_property
+    def mentioned(self) -> frozenset[str]:
+        """The last name of every call in the file and every keyword passed to a watched constructor:
+        gathered once, for the question asked per function name (a scan of the file's calls for each
+        made a file of many functions cost the square of its size)."""
+        called = {callee.rsplit(".", 1)[-1] for function in self.functions.values() for callee in function.calls}
+        return frozenset(called.union(*(keywords for _, keywords in self.constructions)))
 
     def to_json(self) -> dict:
         return {
