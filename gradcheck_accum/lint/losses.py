@@ -75,6 +75,9 @@ class LossTracer:
                         facts.token_level = True
                 self._trace(node.left, scope, before, facts, depth)
                 return
+            if isinstance(node.operator, (cst.Add, cst.Subtract)):
+                self._trace_terms((node.left, node.right), scope, before, facts, depth)
+                return
             self._trace(node.left, scope, before, facts, depth)
             self._trace(node.right, scope, before, facts, depth)
             return
@@ -136,6 +139,30 @@ class LossTracer:
                     self._trace(d.value.elements[d.index].value, where, d.order, facts, depth + 1)
                 else:
                     self._trace(d.value, where, d.order, facts, depth + 1)
+
+    def _trace_terms(self, nodes: tuple[cst.BaseExpression, ...], scope: Scope, before: int, facts: LossFacts,
+                     depth: int) -> None:
+        """`a + w * b`: a sum of loss terms. When one term is a plain loss (known, neither scaled nor
+        summed nor detached) and no term is divided by anything, the sum is not normalised, whatever
+        weights multiply the other terms: `a`'s gradient alone is summed over the window undivided."""
+        terms = []
+        for node in nodes:
+            term = LossFacts()
+            self._trace(node, scope, before, term, depth)
+            terms.append((node, term))
+        plain = [t for node, t in terms if t.known and not (t.scaled or t.sum_reduced or t.detached)
+                 and (t.names or isinstance(node, cst.Call))]
+        for _, term in terms:
+            facts.names |= term.names
+            facts.divisions.extend(term.divisions)
+            facts.token_level |= term.token_level
+        if plain and not any(term.divisions for _, term in terms):
+            return
+        for _, term in terms:
+            facts.known &= term.known
+            facts.scaled |= term.scaled
+            facts.sum_reduced |= term.sum_reduced
+            facts.detached |= term.detached
 
     def _trace_element(self, call: cst.Call, index: int, scope: Scope, before: int, facts: LossFacts,
                        depth: int) -> None:
@@ -213,7 +240,7 @@ class LossTracer:
         # Only producers whose reduction we know count: torch losses and criteria, and model
         # forwards (HF-style `.loss`). Anything else (`compute_loss(...)`) may sum or scale inside.
         if not (Role.CRITERION in roles or (imports.qualify(node.func) or "").startswith("torch")
-                or _is_model_like(callee)):
+                or _is_model_like(callee) or self._is_torch_module(callee, scope)):
             facts.known = False
 
     def _masked_labels(self, outputs: cst.BaseExpression, scope: Scope, before: int) -> bool:
@@ -226,6 +253,13 @@ class LossTracer:
             if labels and any(d.op is DefOp.ITEM and _is_ignored_label(d.value) for d in scope.defs_of(labels)):
                 return True
         return False
+
+    def _is_torch_module(self, name: str | None, scope: Scope) -> bool:
+        """A name bound in this scope to one of torch's modules (`cos = torch.nn.CosineSimilarity()`):
+        calling it computes per-item values, which what surrounds the call reduces."""
+        imports = scope.imports or self.imports
+        return bool(name) and any(isinstance(d.value, cst.Call) and (imports.qualify(d.value.func) or "").startswith(
+            "torch.nn.") for d in scope.defs_of(name) if d.op is DefOp.ASSIGN)
 
     def _roles_of(self, name: str | None, scope: Scope) -> frozenset[Role]:
         """Roles of the constructors a name is bound to here, at module level, or (for `self.x`) in any method."""
