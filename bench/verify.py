@@ -12,6 +12,10 @@ Prints, as ratios and counts:
 
     .venv/bin/python bench/verify.py                 # full (compiles with inductor: ~1 min on 2 CPU cores)
     .venv/bin/python bench/verify.py --backend aot_eager --seeds 10 --sizes 1M
+    nice .venv/bin/python bench/verify.py --threads 2 --only-cost   # the cost ratios alone
+
+On a shared machine, compare two checkouts back to back under the same load (PYTHONPATH picks
+whose gradcheck_accum runs): `PYTHONPATH=/work/main .venv/bin/python bench/verify.py --only-cost`.
 """
 
 from __future__ import annotations
@@ -34,6 +38,11 @@ from gradcheck_accum import verify  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# What the timings read: wall time, or (--clock cpu) this process's CPU time, which load from other
+# processes on a shared machine disturbs far less (run it with --threads 1: idle OpenMP threads
+# spin, and that spinning counts as CPU time).
+_clock = time.perf_counter
+
 
 def _demo():
     spec = importlib.util.spec_from_file_location("verify_demo", ROOT / "fixtures" / "verify_demo.py")
@@ -55,11 +64,11 @@ def plain_step_seconds(demo, batch, repeats: int, dtype: str, steps: int = 1, de
     for _ in range(repeats + 2):
         model.zero_grad(set_to_none=True)
         _sync(device)
-        start = time.perf_counter()
+        start = _clock()
         for part in parts:
             (demo.token_loss_sum(model, part) / total).backward()
         _sync(device)
-        times.append(time.perf_counter() - start)
+        times.append(_clock() - start)
     return statistics.median(times[2:])
 
 
@@ -71,9 +80,9 @@ def _sync(device: str) -> None:
 def timed(fn, repeats: int = 1) -> tuple[float, object]:
     times, result = [], None
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = _clock()
         result = fn()
-        times.append(time.perf_counter() - start)
+        times.append(_clock() - start)
     return statistics.median(times), result
 
 
@@ -116,18 +125,31 @@ def cost_ratios(demo, label: str, width: int, layers: int, rows: int, steps: int
     sized.model_factory = factory
     batch = demo.token_batch(rows=rows)
     params = sum(p.numel() for p in factory().parameters())
-    step = plain_step_seconds(sized, batch, repeats=max(5, repeats), dtype=dtype, device=device)
     right = dict(model=factory, batch=batch, loss_fn=demo.token_loss_sum, scaling=demo.window_tokens,
                  accumulation_steps=steps, dtype=dtype, modes=("eager",), device=device)
     wrong = dict(right, loss_fn=demo.token_loss_mean, scaling="steps")
-    match_s, match = timed(lambda: verify(**right), repeats=repeats)
-    assert match.ok, match.render()
-    mismatch_s, mismatch = timed(lambda: verify(**wrong), repeats=repeats)
-    assert mismatch.verdict == "mismatch" and "mean-of-means" in mismatch.diagnosis, mismatch.render()
-    step_again = plain_step_seconds(sized, batch, repeats=max(5, repeats), dtype=dtype, device=device)
-    step = min(step, step_again)  # the plain step before and after; the faster is the baseline
+    # Interleaved (plain step, match, mismatch, in turn), so that load from other processes on a
+    # shared machine falls on all three alike; each ratio is a median over the rounds.
+    match_ratios, mismatch_ratios, steps_s = [], [], []
+    for _ in range(repeats):
+        step = plain_step_seconds(sized, batch, repeats=1, dtype=dtype, device=device)
+        match_s, match = timed(lambda: verify(**right))
+        assert match.ok, match.render()
+        mismatch_s, mismatch = timed(lambda: verify(**wrong))
+        assert mismatch.verdict == "mismatch" and "mean-of-means" in mismatch.diagnosis, mismatch.render()
+        step = min(step, plain_step_seconds(sized, batch, repeats=1, dtype=dtype, device=device))
+        steps_s.append(step)
+        match_ratios.append(match_s / step)
+        mismatch_ratios.append(mismatch_s / step)
+    float64 = "float64 run" if any(not math.isnan(r.reference_error) for r in match.rows) else "no float64 run"
     print(f"{label} on {device} ({params / 1e6:.1f}M parameters, {rows}x{demo.CONTEXT} tokens, N={steps}): plain step "
-          f"{step * 1e3:.0f} ms; verify on a match {match_s / step:.1f}x, on a mismatch {mismatch_s / step:.1f}x")
+          f"{statistics.median(steps_s) * 1e3:.0f} ms; verify on a match {statistics.median(match_ratios):.1f}x "
+          f"({_spread(match_ratios)}; {float64}), on a mismatch {statistics.median(mismatch_ratios):.1f}x "
+          f"({_spread(mismatch_ratios)})")
+
+
+def _spread(ratios: list[float]) -> str:
+    return f"{min(ratios):.1f}-{max(ratios):.1f}x over {len(ratios)}"
 
 
 def main() -> None:
@@ -139,16 +161,23 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--sizes", default="1M,20M", help="model sizes for the cost ratios (of " + ", ".join(SIZES)
                         + "), or 'none'")
-    parser.add_argument("--repeats", type=int, default=3, help="timed verify runs per ratio (the median counts)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of the cost ratios (the median counts)")
     parser.add_argument("--device", default="cpu", help="device of the cost ratios (the targets are CPU figures)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="time by the wall clock or by this process's CPU time (steadier on a shared machine)")
+    parser.add_argument("--only-cost", action="store_true", help="print the cost ratios and stop")
     args = parser.parse_args()
     torch.set_num_threads(args.threads or max(1, torch.get_num_threads()))
+    global _clock
+    _clock = time.process_time if args.clock == "cpu" else time.perf_counter
     demo = _demo()
-    print(f"torch {torch.__version__}; {torch.get_num_threads()} threads; dtype {args.dtype}")
+    print(f"torch {torch.__version__}; {torch.get_num_threads()} threads; dtype {args.dtype}; {args.clock} clock")
     for label in [s for s in args.sizes.split(",") if s and s != "none"]:
         width, layers = SIZES[label]
         cost_ratios(demo, label, width, layers, args.rows, args.steps, args.dtype, args.repeats, args.device)
+    if args.only_cost:
+        return
 
     batch = demo.token_batch(rows=args.rows)
     params = sum(p.numel() for p in demo.model_factory().parameters())

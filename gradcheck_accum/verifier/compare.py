@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional, Union
 
 import torch
 
@@ -55,14 +55,16 @@ class Comparison:
     cosine: float
     ok: bool
     note: str = ""
+    # <candidate, reference>, <reference, reference>, <candidate, candidate>: what a whole-model
+    # scale and cosine add up (scale_cosine), without another pass over the gradients
+    products: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 def _f64(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to(device="cpu", dtype=torch.float64)
 
 
-def _scale_cosine(norm_ref: float, norm_x: float, norm_diff: float) -> tuple[float, float]:
-    xr, rr, xx = _products(norm_ref, norm_x, norm_diff)
+def _scale_cosine(xr: float, rr: float, xx: float) -> tuple[float, float]:
     scale = xr / rr if rr > 0 else (1.0 if xx == 0 else math.inf)
     cosine = xr / math.sqrt(rr * xx) if rr > 0 and xx > 0 else (1.0 if rr == xx == 0 else 0.0)
     return scale, cosine
@@ -74,7 +76,7 @@ def compare(
     reference64: Optional[torch.Tensor],
     tol: Tolerance,
     *,
-    magnitude: float = 0.0,
+    magnitude: "Magnitude" = 0.0,
     nondeterminism: float = 0.0,
     steps: int = 1,
     measured: bool = True,
@@ -86,7 +88,8 @@ def compare(
     against reference64 is the rounding budget); reference64: the float64 big-batch gradient.
     None stands for a parameter without gradient. magnitude: the size of what was summed to get
     the candidate (root-sum-square of the micro-batch contributions' norms), which bounds the
-    rounding of the sum when the result itself is small; nondeterminism: the absolute L2
+    rounding of the sum when the result itself is small (a callable: taken only when needed);
+    nondeterminism: the absolute L2
     difference between two identical baseline runs; steps: micro-batches summed; rounding: the
     baseline's L2 error against reference64 when already known (Reference.rounding), so that it is
     not taken again for every candidate. measured=False:
@@ -122,13 +125,14 @@ def compare(
     if not math.isfinite(base_err):
         base_err = 0.0
     mult = tol.tiny_multiplier if ref.numel() <= tol.tiny_numel else tol.multiplier
-    size = max(norm, magnitude)
-    allowed = mult * max(base_err, nondeterminism) + tol.floor * tol.eps * math.sqrt(max(steps, 1)) * size
+    budget = mult * max(base_err, nondeterminism)
+    allowed = budget + _floor(tol, steps, norm, magnitude, err, budget)
     denom = norm if norm > 0 else 1.0
-    scale, cosine = _scale_cosine(norm, float(torch.linalg.vector_norm(cand, dtype=torch.float64)), err)
+    products = _products(norm, float(torch.linalg.vector_norm(cand, dtype=torch.float64)), err)
+    scale, cosine = _scale_cosine(*products)
     note = "" if norm > 0 else "reference is exactly zero: absolute errors"
     reported = base_err / denom if measured else math.nan
-    return Comparison(err / denom, reported, allowed / denom, scale, cosine, err <= allowed, note)
+    return Comparison(err / denom, reported, allowed / denom, scale, cosine, err <= allowed, note, products)
 
 
 def within_floor(
@@ -136,7 +140,7 @@ def within_floor(
     baseline: Optional[torch.Tensor],
     tol: Tolerance,
     *,
-    magnitude: float = 0.0,
+    magnitude: "Magnitude" = 0.0,
     steps: int = 1,
 ) -> Comparison:
     """Judge one gradient tensor against the same-precision big batch alone, before any float64
@@ -153,11 +157,27 @@ def within_floor(
     err = float(torch.linalg.vector_norm(c - b))
     if not math.isfinite(err):  # NaN/inf somewhere: compare() says which
         return compare(candidate, baseline, baseline, tol, magnitude=magnitude, steps=steps, measured=False)
-    allowed = tol.floor * tol.eps * math.sqrt(max(steps, 1)) * max(norm, magnitude)
+    allowed = _floor(tol, steps, norm, magnitude, err)
     denom = norm if norm > 0 else 1.0
-    scale, cosine = _scale_cosine(norm, float(torch.linalg.vector_norm(c)), err)
+    products = _products(norm, float(torch.linalg.vector_norm(c)), err)
+    scale, cosine = _scale_cosine(*products)
     note = "" if norm > 0 else "reference is exactly zero: absolute errors"
-    return Comparison(err / denom, math.nan, allowed / denom, scale, cosine, err <= allowed, note)
+    return Comparison(err / denom, math.nan, allowed / denom, scale, cosine, err <= allowed, note, products)
+
+
+Magnitude = Union[float, Callable[[], float]]
+
+
+def _floor(tol: Tolerance, steps: int, norm: float, magnitude: Magnitude, err: float, budget: float = 0.0) -> float:
+    """The floor of the budget: floor * eps * sqrt(steps) * the size judged by, the gradient's own
+    norm or the magnitude of what was summed, whichever is larger. A lazy magnitude (a callable)
+    is taken only when the norm alone does not cover err (the floor only grows with it)."""
+    scale = tol.floor * tol.eps * math.sqrt(max(steps, 1))
+    if callable(magnitude):
+        if err <= budget + scale * norm:
+            return scale * norm
+        magnitude = magnitude()
+    return scale * max(norm, magnitude)
 
 
 def _products(norm_b: float, norm_c: float, norm_diff: float) -> tuple[float, float, float]:
@@ -171,6 +191,17 @@ def _products(norm_b: float, norm_c: float, norm_diff: float) -> tuple[float, fl
 def _working(t: torch.Tensor) -> torch.Tensor:
     t = t.detach()
     return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def scale_cosine(products: Iterable[tuple[float, float, float]]) -> tuple[float, float]:
+    """Whole-model scale and cosine from the per-parameter products of the comparisons that judged
+    it (Comparison.products): what global_scale_cosine computes, without touching a gradient."""
+    xr = rr = xx = 0.0
+    for a, b, c in products:
+        xr, rr, xx = xr + a, rr + b, xx + c
+    scale = xr / rr if rr > 0 else math.nan
+    cosine = xr / math.sqrt(rr * xx) if rr > 0 and xx > 0 else math.nan
+    return scale, cosine
 
 
 def global_scale_cosine(

@@ -60,8 +60,8 @@ class Gram:
     """Inner products, in float64 over all parameters, of the contributions c_1..c_N, the reference
     r and the accumulated gradient a: everything the fits below need is a combination of them, so
     no model-sized float64 matrix of all the gradients is ever held. Built once per diagnosis, one
-    parameter at a time (that parameter's N + 2 gradients stacked on the CPU in float64, times its
-    transpose). A parameter missing from one of them (or of another size) is zeros there.
+    block of entries at a time (those entries of the N + 2 gradients stacked on the CPU in float64,
+    times their transpose). A parameter missing from one of them (or of another size) is zeros there.
     `squared_error`: |a - r|^2, summed directly (a difference of near-equal products would lose
     the digits of a small error)."""
 
@@ -73,16 +73,25 @@ class Gram:
         rows = [*contributions, reference, accumulated]
         products = torch.zeros(len(rows), len(rows), dtype=torch.float64)
         squared_error = 0.0
+        # One float64 block of _CHUNK columns, reused: stacking a whole parameter's N + 2 gradients
+        # in float64 would allocate (and fault in) 8 * (N + 2) bytes per gradient entry.
+        block = None
         for name, ref in reference.items():
             if ref is None:
                 continue
-            stacked = torch.zeros(len(rows), ref.numel(), dtype=torch.float64)
-            for row, grads in zip(stacked, rows):
-                g = grads.get(name)
-                if g is not None and g.numel() == ref.numel():
-                    row.copy_(g.detach().reshape(-1))  # one copy, converted on the way
-            products += stacked @ stacked.T
-            squared_error += float(torch.linalg.vector_norm(stacked[-1] - stacked[-2])) ** 2
+            flat = [_flat(grads.get(name), ref.numel()) for grads in rows]
+            for start in range(0, ref.numel(), _CHUNK):
+                width = min(_CHUNK, ref.numel() - start)
+                if block is None:
+                    block = torch.empty(len(rows), _CHUNK, dtype=torch.float64)
+                view = block[:, :width]
+                for row, g in zip(view, flat):
+                    if g is None:
+                        row.zero_()
+                    else:
+                        row.copy_(g[start:start + width])  # converted on the way
+                products += view @ view.T
+                squared_error += float(torch.linalg.vector_norm(view[-1] - view[-2])) ** 2
         return cls(products, squared_error)
 
     @property
@@ -124,6 +133,17 @@ class Gram:
     def relative_error(self) -> float:
         rr = float(self.products[-2, -2])
         return math.sqrt(self.squared_error / rr) if rr > 0 else math.nan
+
+
+# Gradient entries per block of Gram.of: (N + 2) x 2^16 float64 values stay in cache.
+_CHUNK = 1 << 16
+
+
+def _flat(g: Optional[torch.Tensor], numel: int) -> Optional[torch.Tensor]:
+    """A gradient as one flat vector on the CPU, or None where the parameter has none (or another size)."""
+    if g is None or g.numel() != numel:
+        return None
+    return g.detach().reshape(-1).cpu()
 
 
 def _solve(gram: torch.Tensor, rhs: torch.Tensor) -> Optional[torch.Tensor]:
