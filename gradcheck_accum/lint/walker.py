@@ -306,7 +306,9 @@ class ScopeWalker:
             return False
         if api.receiver_lacks & owner:
             return False
-        if api.on_grad and not _on_grad(target):
+        if api.on_grad and not _on_grad(target or dotted(_same_tensor(receiver))):
+            return False
+        if api.clips_by_factor and not _clipping_factor(positional(call, 0) or keyword(call, "other"), self.scope):
             return False
         if api.arguments is not None and api.arguments != bool(call.args):
             return False
@@ -329,6 +331,8 @@ class ScopeWalker:
                 if inner_method == "scale" and inner_receiver is not None:
                     expr = positional(receiver, 0) or receiver  # `scaler.scale(loss).backward()`
                     scaler = dotted(inner_receiver)
+        if target is None and api.on_grad:
+            target = dotted(_same_tensor(receiver))  # `p.grad.detach().mul_(c)`
         acted_on = {Operand.RECEIVER: target, Operand.FIRST_ARGUMENT: dotted(first),
                     Operand.GRAD_OWNER: target.split(".grad")[0] if target else None,
                     Operand.NOTHING: None}[api.target]
@@ -343,6 +347,37 @@ class ScopeWalker:
 def _on_grad(name: str | None) -> bool:
     """`p.grad`, `p.grad.data`: the name reaches a parameter's gradient."""
     return name is not None and ".grad" in f"{name}."
+
+
+def _same_tensor(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """The tensor an expression is a view of: `p.grad` for `p.grad.detach()`."""
+    while isinstance(node, cst.Call) and not node.args:
+        inner, method = call_receiver(node)
+        if inner is None or method not in cat.SAME_TENSOR_METHODS:
+            break
+        node = inner
+    return node
+
+
+def _clipping_factor(node: cst.BaseExpression | None, scope: Scope, depth: int = 0) -> bool:
+    """Is this factor computed from a gradient norm, or capped at 1 (catalogue.NORM_FUNCTIONS,
+    CAPPING_FUNCTIONS), here or in the values of the names it reads? Rescaling gradients by it
+    clips them."""
+    if node is None or depth > 3:
+        return False
+    for call in iter_calls(node):
+        receiver, name = call_receiver(call)
+        if name in cat.NORM_FUNCTIONS:
+            return True
+        if name in cat.CAPPING_FUNCTIONS and keyword(call, "max") is not None:
+            return True
+        if name == cat.CAPPING_BUILTIN and receiver is None and len(call.args) >= 2:
+            return True
+    for name in iter_names(node):
+        for d in scope.defs_of(name):
+            if d.op is DefOp.ASSIGN and _clipping_factor(d.value, d.scope or scope, depth + 1):
+                return True
+    return False
 
 
 def _tests_orig_mod(test: cst.BaseExpression) -> bool:

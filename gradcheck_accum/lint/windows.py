@@ -269,6 +269,17 @@ class Window:
                 return step
         return None
 
+    def clears_before_next_step(self, zero: Event) -> bool:
+        """`zero` runs after a backward of its micro-batch and the next gradient event after it is a step
+        of the same optimizer: on every micro-batch it clears what that micro-batch just made, the
+        boundary one included, so nothing it clears ever reaches a step (a step on cleared gradients,
+        ACC103, or parameters kept out of the update on purpose: `p.grad = None` for a frozen layer)."""
+        if not any(e.order < zero.order for e in self.backwards if self.inside(e)):
+            return False
+        later = [e for e in self.events if e.order > zero.order and self.inside(e)
+                 and (e.kind is EventKind.BACKWARD or (e.kind is EventKind.STEP and same_target(zero, e, self.scope)))]
+        return bool(later) and later[0].kind is EventKind.STEP
+
     @property
     def accumulates(self) -> bool:
         """The optimizer steps once per window of several micro-batches."""
@@ -656,9 +667,22 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
                 return BOUNDARY
         elif boundary is not None and boundary.kind is BoundaryKind.SYNC_FLAG:
             return BOUNDARY if boundary.positive == guard.positive else OFF_BOUNDARY
-        elif not invariant(guard.test, variant):
+        elif not invariant(guard.test, variant) and not _per_item(window, event, guard, variant):
             return UNKNOWN
     return placement
+
+
+def _per_item(window: Window, event: Event, guard: Guard, variant: set[str]) -> bool:
+    """A test inside a loop nested in the micro-batch loop that makes no gradients and takes no
+    step (`for p in params: if p.grad is not None: ...`, `if coef < 1:`), reading only what that
+    loop binds besides names fixed for the run: it picks items of each micro-batch, not micro-batches."""
+    level = event.ctx.loops.index(window.loop)
+    inner = event.ctx.loops[level + 1:guard.depth]
+    if not inner or any(e.kind in (EventKind.BACKWARD, EventKind.STEP) and inner[0] in e.ctx.loops
+                        for e in window.events):
+        return False
+    own = assigned_in(window.scope, inner[0])
+    return invariant(guard.test, {name for name in variant if name.split(".")[0] not in own})
 
 
 def invariant_guards(guards: tuple[Guard, ...], scope: Scope, outer: tuple[Loop, ...]) -> bool:
