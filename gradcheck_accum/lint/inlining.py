@@ -282,6 +282,9 @@ class Inliner:
             return None
         return ref, loaded, function
 
+    def runs_project_function(self, walker: ScopeWalker, call: cst.Call) -> bool:
+        return self.resolve(walker.scope, call) is not None
+
     # -- walking in place ---------------------------------------------------------------------------
     def inline(self, walker: ScopeWalker, call: cst.Call, ctx: Context) -> bool:
         depth = walker.scope.frame.depth if walker.scope.frame is not None else 0
@@ -610,9 +613,13 @@ class Inliner:
         and the scope they were walked in. A finding never points into another file: it moves to
         that call, or is left to the other file's own lint."""
         out: dict[int, tuple[cst.Call | None, Scope]] = {}
-        for scope in [*self.roots, *self.frames]:
-            if not (scope.foreign or scope.frame is not None and scope.frame.path is not None):
-                continue
+        scopes = [s for s in [*self.roots, *self.frames] if s.foreign or s.frame is not None and s.frame.path is not None]
+        for scope in scopes:  # a call that runs a line first (`f(clip=False)` then `f(clip=True)`: the second)
+            root = self._root_of.get(id(scope), scope)
+            for event in root.events:
+                if event.scope is scope:
+                    out.setdefault(id(event.node), (_entry_call(scope), scope))
+        for scope in scopes:
             entry = _entry_call(scope)
             stack = [scope.node]
             while stack:
