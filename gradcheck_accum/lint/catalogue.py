@@ -230,6 +230,8 @@ CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS,
 NORM_FUNCTIONS = frozenset({"norm", "vector_norm", "clip_grad_norm_", "get_total_norm"})
 CAPPING_FUNCTIONS = frozenset({"clamp", "clamp_", "clip"})  # with a `max=` bound
 CAPPING_BUILTIN = "min"
+# The decorator of a method read as an attribute: a predicate property (`if self.should_step:`) is a call.
+PROPERTY = "property"
 # What a gradient is reached through without leaving it (`p.grad.detach().mul_(c)` rescales p.grad).
 SAME_TENSOR_METHODS = frozenset({"detach", "data"})
 

@@ -577,6 +577,9 @@ def assigned_in(scope: Scope, loop: Loop) -> set[str]:
     own = set(_bound_by_loop(scope).get(id(loop), ()))
     if scope.called_frames is None:  # the scopes walked in place of calls, callers first; once per scope
         called = {id(e.scope): e.scope for e in scope.events if e.scope is not None and e.scope is not scope}
+        # and those of the predicates tests call (`if self._is_update_step(step):`)
+        called.update({id(g.scope): g.scope for e in scope.events for g in e.ctx.guards
+                       if g.scope is not None and g.scope is not scope and g.scope.frame is not None})
         scope.called_frames = sorted(called.values(), key=lambda s: s.frame.depth if s.frame is not None else 0)
     if not scope.called_frames:
         return own
