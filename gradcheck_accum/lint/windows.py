@@ -20,7 +20,7 @@ from gradcheck_accum.lint.bindings import is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_names, keyword, last_part, positional
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
-from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
+from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, bound_argument, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Framework, Guard, Role, Scope, Tag
 
 if TYPE_CHECKING:
@@ -146,8 +146,12 @@ class Window:
         return self.as_own(self.boundary.counter) if self.boundary is not None else None
 
     def as_own(self, node: cst.BaseExpression | None) -> cst.BaseExpression | None:
-        """A name of the boundary test (its counter, its last-step marker) as the window's scope names it."""
-        return in_scope(node, self.boundary_scope or self.scope, self.scope)
+        """A name of the boundary test (its counter, its last-step marker) as the window's scope names it,
+        through the parameters it arrives by; None when it is a name of the called function itself."""
+        if node is None:
+            return None
+        node, scope = bound_argument(node, self.boundary_scope or self.scope)
+        return node if scope is self.scope else None
 
     def _first_value(self, counter: cst.BaseExpression | None, depth: int) -> int | None:
         name = dotted(counter)
@@ -748,29 +752,6 @@ def increment(d: Def, name: str, wrapped: bool = True) -> cst.BaseExpression | N
         if dotted(value.right) == name:
             return value.left
     return None
-
-
-def in_scope(node: cst.BaseExpression | None, scope: Scope, target: Scope, depth: int = 0) \
-        -> cst.BaseExpression | None:
-    """`node`, read in `scope` (a function walked in place), as `target` (a scope up its chain of
-    callers) would write it: a name bound only by a parameter becomes the caller's argument (`step`
-    in `update_step(self, step)` called as `update_step(i)` is `i`), `self.x` the argument's `.x`.
-    None when some name on the way is bound otherwise, or `scope` is not called from `target`."""
-    if node is None or scope is target:
-        return node
-    name = dotted(node)
-    if name is None or depth > 8:
-        return None
-    head, _, rest = name.partition(".")
-    defs = scope.defs_of(head)
-    if len(defs) != 1 or defs[0].scope is None or defs[0].value is None:
-        return None  # not (only) a parameter: the function's own name
-    argument = defs[0].value
-    if rest:
-        if dotted(argument) is None:
-            return None
-        argument = cst.parse_expression(f"{dotted(argument)}.{rest}")
-    return in_scope(argument, defs[0].scope, target, depth + 1)
 
 
 def _enumerate_start(loop: Loop, index: int | None, scope: Scope) -> int | None:
