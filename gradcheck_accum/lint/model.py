@@ -22,15 +22,15 @@ from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, cont
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
-from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, increment, inner_count,
-                                          is_micro_batch_loop, same_target, straight_line_clears)
+from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, exclusive, increment,
+                                          inner_count, is_micro_batch_loop, same_target, straight_line_clears)
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
 
 __all__ = ["FileModel", "Window", "Event", "Scope", "LossFacts", "ScheduleLength", "EventKind", "Role", "Framework",
            "Fact", "Placement", "WindowShape", "BoundaryKind", "DDP_NO_SYNC", "same_target", "Tail", "TailFate",
-           "Lifetime", "PassKind", "Repetition", "Shift", "Boundary"]
+           "Lifetime", "PassKind", "Repetition", "Shift", "Boundary", "exclusive"]
 
 
 @dataclass(frozen=True)

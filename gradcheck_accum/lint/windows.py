@@ -326,6 +326,13 @@ def is_micro_batch_loop(loop: Loop, n: cst.BaseExpression | None) -> bool:
     return any(_MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in names)
 
 
+def exclusive(a: Event, b: Event) -> bool:
+    """Do the two events sit in opposite branches of one `if` (`if use_apex: ... else: ...`)? Then no
+    pass through the code runs both."""
+    taken = {id(g.owner): g.positive for g in a.ctx.guards}
+    return any(taken.get(id(g.owner), g.positive) != g.positive for g in b.ctx.guards)
+
+
 def same_target(zero: Event, step: Event, scope: Scope | None = None) -> bool:
     """Does clearing `zero` affect the gradients `step` uses? Unknown or model-wide clears do; with
     the scope, two names bound once to the same value do too (`opt_a = optimizers[0]`, `opt_b = optimizers[0]`)."""

@@ -346,3 +346,32 @@ def test_gradients_rescaled_by_a_norm_derived_factor_are_clipped(factor, clips):
     window = only_window(source)
     assert placements(window, EventKind.CLIP) == ([EVERY] if clips else [])
     assert placements(window, EventKind.GRAD_SCALE) == ([] if clips else [EVERY])
+
+
+def test_clip_in_another_branch_than_the_gradscaler_backward_is_not_clipped_before_unscale():
+    # five configuration tests: the last ones are not split into paths (paths.MAX_SPLIT_TESTS), so
+    # the apex branch and the GradScaler branch share a window; ACC405 must read each clip with the
+    # backward of its own branch
+    from gradcheck_accum.lint.rules.once_per_step import ClipBeforeUnscale
+    source = (
+        "import torch\nfrom apex import amp\n"
+        "scaler = torch.cuda.amp.GradScaler()\nopt = torch.optim.SGD(ps, lr=1)\n"
+        "for i, batch in enumerate(loader):\n"
+        "    loss = model(batch) / accum\n"
+        "    if a:\n        opt.step()\n"
+        "    if b:\n        opt.step()\n"
+        "    if c:\n        opt.step()\n"
+        "    if d:\n        opt.step()\n"
+        "    if use_apex:\n"
+        "        with amp.scale_loss(loss, opt) as scaled:\n"
+        "            scaled.backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(ps, 1.0)\n"
+        "    else:\n"
+        "        scaler.scale(loss).backward()\n"
+        "        scaler.unscale_(opt)\n"
+        "        torch.nn.utils.clip_grad_norm_(ps, 1.0)\n"
+    )
+    model = FileModel(cst.parse_module(source))
+    assert not list(ClipBeforeUnscale().check(model))
+    unscaled = source.replace("        scaler.unscale_(opt)\n", "")
+    assert len(list(ClipBeforeUnscale().check(FileModel(cst.parse_module(unscaled))))) >= 1

@@ -6,7 +6,7 @@ from typing import Iterator
 
 from gradcheck_accum.lint.fixes import Fix, move_statement
 from gradcheck_accum.lint.model import (Boundary, BoundaryKind, Event, EventKind, Fact, FileModel, Framework,
-                                        Placement, Role, Shift, TailFate, Window, WindowShape)
+                                        Placement, Role, Shift, TailFate, Window, WindowShape, exclusive)
 from gradcheck_accum.lint.rule import Report, Rule
 
 _EVERY, _BOUNDARY, _AFTER = Placement.EVERY, Placement.BOUNDARY, Placement.AFTER
@@ -142,6 +142,8 @@ class ClipBeforeUnscale(Rule):
             for clip in window.of(EventKind.CLIP, direct=True):
                 if clip.api.unscales_first or window.placement(clip) is _AFTER:
                     continue
+                if all(exclusive(b, clip) for b in window.backwards if b.scaler):
+                    continue  # the GradScaler's backward is another branch's (`if use_apex: ... else: ...`)
                 if not any(u.order < clip.order and window.placement(u) in (window.placement(clip), _EVERY)
                            for u in unscales):
                     yield Report(clip.node, "gradients are clipped while still multiplied by the GradScaler's scale, "
