@@ -199,7 +199,7 @@ def _named(rows: Sequence[Row], diagnoses: Mapping[str, Diagnosis]) -> bool:
 
 
 def _run_pass(plan: _Plan, *, freeze_batchnorm: bool, label: str = "as given") -> _Pass:
-    prepared = prepare(plan.model, freeze_batchnorm=freeze_batchnorm)
+    prepared = prepare(plan.model, freeze_batchnorm=freeze_batchnorm, in_place=True)
     tol = Tolerance.for_dtype(plan.dtype)
     steps = len(plan.sizes)
     with exact_numerics():
