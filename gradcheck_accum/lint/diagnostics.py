@@ -57,7 +57,14 @@ class Finding:
     related: tuple[Related, ...] = ()  # the other places it depends on (calls, loops in other files)
 
     def __lt__(self, other: "Finding") -> bool:
-        return _order(self) < _order(other)
+        """Field by field in their declaration order (path, line, column, ..., code, message), as
+        order=True would compare, except that an absent value sorts first instead of being compared
+        (a finding with a fix and one without, a Related without its snippet)."""
+        for name in _FIELDS:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine != theirs:
+                return _order(mine) < _order(theirs)
+        return False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -69,10 +76,11 @@ class Finding:
         return cls(**{**data, "fix_edit": Edit(**edit) if edit else None, "related": related})
 
 
+_FIELDS = tuple(f.name for f in fields(Finding))
+
+
 def _order(value: object) -> tuple:
-    """Findings sort field by field in their declaration order (path, line, column, ..., code, message),
-    but an absent value sorts first instead of being compared: a finding with a fix and one without, or
-    a Related without its snippet, still compare."""
+    """A value as a key that sorts an absent value (None, at any depth) first instead of comparing it."""
     if value is None:
         return (0,)
     if is_dataclass(value):
