@@ -45,19 +45,19 @@ class PreparedModel:
         (compiled mode compiles it in place).
         """
         if self._source is not None:
-            working = self._in_place()
+            working = self._in_place(device, dtype)
             return (copy.deepcopy(working) if fresh else working).to(device=device, dtype=dtype)
         if fresh:
             return copy.deepcopy(self.module).to(device=device, dtype=dtype)
-        if self._working is None or not _restore(self._working, _state(self.module)):
+        if self._working is None or not _restore(self._working, _state(self.module), device, dtype):
             self._working = copy.deepcopy(self.module)
         _same_modes(self._working, self.module)
         return self._working.to(device=device, dtype=dtype)
 
-    def _in_place(self) -> nn.Module:
+    def _in_place(self, device: torch.device, dtype: torch.dtype) -> nn.Module:
         """`module` as prepared: the given model's tensors written back once a run has had it (a
         new copy of the model when its tensors no longer line up), its prepared train/eval flags."""
-        if self._handed_out and not _restore(self.module, _state(self._source)):
+        if self._handed_out and not _restore(self.module, _state(self._source), device, dtype):
             self.module = _private_copy(self._source)
             _switch_off(self.module, self._freeze_batchnorm)
         for module, training in zip(self.module.modules(), self._modes):
@@ -81,19 +81,22 @@ def _state(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [*module.named_parameters(), *module.named_buffers()]
 
 
-def _restore(module: nn.Module, pristine: list[tuple[str, torch.Tensor]]) -> bool:
-    """Write the pristine tensors' values (and dtypes, devices) into `module`; False when its tensors no
-    longer line up with them (a forward pass that registers new ones)."""
+def _restore(module: nn.Module, pristine: list[tuple[str, torch.Tensor]], device: torch.device,
+             dtype: torch.dtype) -> bool:
+    """Write the pristine tensors' values into `module`, on `device` and floating ones in `dtype` (as
+    the run's conversion would make them, without first writing them in their own dtype); False
+    when its tensors no longer line up with them (a forward pass that registers new ones)."""
     current = _state(module)
     if [n for n, _ in current] != [n for n, _ in pristine] or any(
             t.shape != s.shape for (_, t), (_, s) in zip(current, pristine)):
         return False
     with torch.no_grad():
         for (_, t), (_, s) in zip(current, pristine):
-            if t.dtype == s.dtype and t.device == s.device:
+            want = dtype if s.is_floating_point() else s.dtype
+            if t.dtype == want and t.device == device:
                 t.copy_(s)
             else:
-                t.data = s.clone()
+                t.data = s.to(device=device, dtype=want, copy=True)
     for p in module.parameters():
         p.grad = None
     return True
