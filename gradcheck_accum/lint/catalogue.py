@@ -72,6 +72,9 @@ class Api:
     clears_gradients: bool = False  # the step also clears the gradients (DeepSpeed's engine.step())
     unscales_first: bool = False  # the clip unscales AMP gradients itself before clipping
     model_wide: bool = False  # zero_grad: clears a model's or parameters' gradients, not an optimizer's
+    # sync switch: the value set (`m.require_backward_grad_sync = v`) or the first argument
+    # (`m.set_requires_gradient_sync(v)`) says whether the next backward synchronises (True: it does)
+    sync_flag: bool = False
 
     @property
     def token(self) -> str:
@@ -95,6 +98,15 @@ _FIRST, _NOTHING = Operand.FIRST_ARGUMENT, Operand.NOTHING
 # `with model.no_sync():` on a DistributedDataParallel model
 DDP_NO_SYNC = Api("no_sync", _E.SYNC_CONTROL, _DDP, receiver_lacks=frozenset({Role.ACCELERATOR, Role.FABRIC}),
                   has_receiver=None)
+# `model.require_backward_grad_sync = is_last`: what DDP.no_sync() sets, by hand
+DDP_SYNC_FLAG = Api("require_backward_grad_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_SET, sync_flag=True)
+# When a sync switch takes effect. DistributedDataParallel reads `require_backward_grad_sync` (which
+# no_sync() sets) in its forward: `_pre_forward`/`_post_forward` arm the reducer for the backward of that
+# forward's graph, so a switch thrown after the forward changes nothing until the next one. FSDP reads its
+# switch when the gradients are ready: FullyShardedDataParallel.no_sync() sets `_sync_gradients`, read in
+# the post-backward hook (fsdp/_runtime_utils.py); fully_shard's set_requires_gradient_sync sets the param
+# groups' reduce_grads, read in post_backward. Models with this role are the latter.
+SYNCS_AT_BACKWARD = Role.SHARDED
 
 # In order: for one call, the first entry whose conditions hold decides.
 APIS: tuple[Api, ...] = (
@@ -144,7 +156,8 @@ APIS: tuple[Api, ...] = (
     # `accumulate` on anything but an Accelerator is numpy's or itertools' (`np.maximum.accumulate(x)`)
     *(Api(name, _E.SYNC_CONTROL, Framework.OTHER, has_receiver=None, target=_FIRST) for name in _SYNC_SWITCHES
       if name != "accumulate"),
-    Api("require_backward_grad_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_SET),
+    DDP_SYNC_FLAG,
+    Api("set_requires_gradient_sync", _E.SYNC_CONTROL, _DDP, sync_flag=True),  # FSDP2 (fully_shard) modules
     Api("no_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_READ),  # `ctx = model.no_sync if ... else nullcontext`
     Api("gradient_accumulation_steps", None, _ACCELERATE, form=Form.ATTRIBUTE_SET,
         grants=Role.ACCELERATOR_ACCUMULATES),  # `accelerator.gradient_accumulation_steps = n`
@@ -195,7 +208,11 @@ def _names(text: str) -> frozenset[str]:
 
 # In order: the first that matches decides.
 COMPILE = Constructor(Role.COMPILED, _TORCH, qualname="torch.compile")
-WRAPPERS = Constructor(Role.DDP, _DDP, _names("DistributedDataParallel DDP FullyShardedDataParallel FSDP"))
+WRAPPERS = Constructor(Role.DDP, _DDP, _names("DistributedDataParallel DDP FullyShardedDataParallel FSDP fully_shard"))
+# ... of which these shard the model (Role.SHARDED as well): FSDP, and FSDP2's fully_shard, which shards the
+# module in place and returns it (`fully_shard(model)` alone wraps `model`)
+SHARDED_WRAPPERS = _names("FullyShardedDataParallel FSDP fully_shard")
+IN_PLACE_WRAPPERS = _names("fully_shard")
 SCALERS = Constructor(Role.SCALER, _TORCH, _names("GradScaler ShardedGradScaler"))
 SCHEDULERS = Constructor(
     Role.SCHEDULER, _TORCH,
