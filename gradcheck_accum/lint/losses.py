@@ -17,7 +17,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, no_roles
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, keyword, positional
+from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, item_name, keyword, positional
 from gradcheck_accum.lint.predicates import is_accumulation_count
 from gradcheck_accum.lint.vocabulary import NO_ROLES, DefOp, Role, Scope
 
@@ -94,6 +94,12 @@ class LossTracer:
         if isinstance(node, (cst.Tuple, cst.List, cst.Dict, cst.Set)):
             facts.known = False  # several values (a function returning the loss with its parts)
             return
+        item = item_name(node)
+        if item is not None and scope.defs_of(item, before):
+            # `out["loss"]` after `out["loss"] /= n` (or `= loss / n`): what is stored under that key
+            facts.names.add(item)
+            if self._trace_defs(item, scope, before, facts, depth):
+                return
         if isinstance(node, (cst.Subscript, cst.Attribute)) and dotted(node) is None or (
                 isinstance(node, cst.Attribute) and node.attr.value == "data"):
             if isinstance(node, cst.Attribute) and node.attr.value == "data":
@@ -109,14 +115,19 @@ class LossTracer:
             if self._masked_labels(node.value, scope, before):
                 facts.token_level = True
             return
-        defs = scope.defs_of(name, before)
-        if not defs:
+        if not scope.defs_of(name, before):
             if isinstance(node, cst.Attribute):
                 self._trace(node.value, scope, before, facts, depth + 1)
             else:
                 facts.known = False  # a parameter or global we cannot follow
             return
-        # The definitions that can reach `before`: the last unconditional one and any later ones.
+        self._trace_defs(name, scope, before, facts, depth)
+
+    def _trace_defs(self, name: str, scope: Scope, before: int, facts: LossFacts, depth: int) -> bool:
+        """Read the definitions of `name` that can reach `before` into `facts`: the last unconditional
+        one and any later ones. False when none of them binds the name anew (only `name /= n` and
+        the like): its value from before them is still to be read."""
+        defs = scope.defs_of(name, before)
         reaching = []
         for d in reversed(defs):
             reaching.append(d)
@@ -139,6 +150,7 @@ class LossTracer:
                     self._trace(d.value.elements[d.index].value, where, d.order, facts, depth + 1)
                 else:
                     self._trace(d.value, where, d.order, facts, depth + 1)
+        return any(d.op.rebinds for d in reaching)
 
     def _trace_terms(self, nodes: tuple[cst.BaseExpression, ...], scope: Scope, before: int, facts: LossFacts,
                      depth: int) -> None:
