@@ -272,9 +272,21 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
     "item": LossOp.DETACHES, "detach": LossOp.DETACHES, "tolist": LossOp.DETACHES, "cpu": LossOp.DETACHES,
     "mean": LossOp.KEEPS, "sum": LossOp.KEEPS, "squeeze": LossOp.KEEPS, "float": LossOp.KEEPS, "to": LossOp.KEEPS,
     "view": LossOp.KEEPS, "reshape": LossOp.KEEPS, "contiguous": LossOp.KEEPS,
+    # element-wise and indexing operations on per-token values (`logprobs.gather(-1, ids).squeeze(-1)`):
+    # what they make is still the operand, element by element
+    **{name: LossOp.KEEPS for name in ("gather", "unsqueeze", "flatten", "masked_fill", "exp", "log", "neg", "abs",
+                                       "log_softmax", "softmax", "sigmoid", "index_select", "transpose", "permute")},
 }
 DETACHING_FUNCTIONS = frozenset({"float"})  # float(loss): a Python number
 ITEM_COUNTS = frozenset({"sum", "count_nonzero"})  # `mask.sum()`: a per-micro-batch count of valid items
+# How many rows or elements a tensor has: `x.size(0)`, `x.numel()`, `len(x)`, `x.shape[0]`.
+SIZE_METHODS = frozenset({"size", "numel", "nelement"})
+SIZE_FUNCTIONS = frozenset({"len"})
+SHAPE_ATTRIBUTE = "shape"
+# Calls that keep a count a count: `n.clamp(min=1)`, `n.float()`, `n.item()`, `int(n)`, `max(n, 1)`.
+COUNT_KEEPING_METHODS = frozenset({"clamp", "clamp_min", "float", "item", "to", "type", "double"})
+COUNT_KEEPING_FUNCTIONS = frozenset({"int", "float", "max"})
+NEXT_BATCH_FUNCTION = "next"  # `batch = next(it)`: a new micro-batch each time it runs
 # The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value.
 IGNORED_LABEL = -100
 

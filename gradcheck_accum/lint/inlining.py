@@ -322,7 +322,8 @@ class Inliner:
         foreign = loaded is not self.context.this
         cls = loaded.class_of(ref.qualname)
         frame = Frame(call, caller.scope, f"{self.context.display(ref.path)}:{ref.qualname}",
-                      self.context.display(ref.path) if foreign else None, in_loop=bool(ctx.loops))
+                      self.context.display(ref.path) if foreign else None, in_loop=bool(ctx.loops),
+                      for_returns=caller.root is None)
         scope = Scope(function, function.name.value, _bases(cls), frame=frame,
                       imports=loaded.imports if foreign else None)
         receiver = _receiver(call, function, cls)

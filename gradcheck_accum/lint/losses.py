@@ -10,16 +10,30 @@ that need them stay silent.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from dataclasses import dataclass, field
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.bindings import constructor_roles, no_roles
+from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size_name, no_roles
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, item_name, keyword, positional
+from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, full_names, item_name, keyword, positional
 from gradcheck_accum.lint.predicates import is_accumulation_count
-from gradcheck_accum.lint.vocabulary import NO_ROLES, DefOp, Role, Scope
+from gradcheck_accum.lint.vocabulary import NO_ROLES, Def, DefOp, Guard, Role, Scope
+
+if TYPE_CHECKING:
+    from gradcheck_accum.lint.vocabulary import Loop
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """A division or multiplication of the loss after it was computed (`loss / n`, `loss *= w`)."""
+
+    node: cst.CSTNode  # the operation (or the augmented assignment)
+    factor: cst.BaseExpression  # the divisor or multiplier
+    divides: bool
+    scope: Scope  # whose names the factor reads
+    guards: tuple[Guard, ...] = ()  # the conditions of the statement that scales (only then does it happen)
 
 
 @dataclass
@@ -27,12 +41,20 @@ class LossFacts:
     """What the dataflow says about a backpropagated loss expression."""
 
     known: bool = True  # every definition was traced to something we understand
-    scaled: bool = False  # divided or multiplied after it was computed
-    divisions: list[tuple[cst.CSTNode, cst.BaseExpression]] = field(default_factory=list)  # (node, divisor)
+    scalings: list[Scaling] = field(default_factory=list)
     token_level: bool = False  # a mean over a variable number of valid items
     sum_reduced: bool = False
     detached: bool = False
     names: set[str] = field(default_factory=set)  # every name the expression was traced through
+
+    @property
+    def scaled(self) -> bool:
+        return bool(self.scalings)
+
+    @property
+    def divisions(self) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+        """(node, divisor) of each division."""
+        return [(s.node, s.factor) for s in self.scalings if s.divides]
 
 
 # What a call to a function of the project returns: (expression, the scope it is read in, the point
@@ -46,6 +68,7 @@ class LossTracer:
         self.module, self.imports, self.scopes = module, imports, scopes
         self.module_scopes = [s for s in scopes if s.node is module]
         self.returns = returns
+        self._guards: tuple[Guard, ...] = ()  # the conditions of the definition being read
 
     def facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
         """The facts of `expr` as evaluated just before program point `before` in `scope`."""
@@ -68,9 +91,9 @@ class LossTracer:
                 self._trace(node.right if _is_number(node.left) else node.left, scope, before, facts, depth)
                 return
             if isinstance(node.operator, (cst.Divide, cst.Multiply, cst.FloorDivide)):
-                facts.scaled = True
+                divides = not isinstance(node.operator, cst.Multiply)
+                facts.scalings.append(Scaling(node, node.right, divides, scope, self._guards))
                 if isinstance(node.operator, cst.Divide):
-                    facts.divisions.append((node, node.right))
                     if _is_count_of_items(node.right):
                         facts.token_level = True
                 self._trace(node.left, scope, before, facts, depth)
@@ -135,22 +158,28 @@ class LossTracer:
                 break
         for d in reaching:
             if d.op.scales:
-                facts.scaled = True
-                if d.op is DefOp.DIVIDE and d.value is not None:
-                    facts.divisions.append((d.node, d.value))
-                    if _is_count_of_items(d.value):  # `loss /= mask.sum()`, as `loss = loss / mask.sum()`
-                        facts.token_level = True
+                if d.value is not None:
+                    facts.scalings.append(Scaling(d.node, d.value, d.op is not DefOp.MULTIPLY, scope, d.ctx.guards))
+                if d.op is DefOp.DIVIDE and d.value is not None and _is_count_of_items(d.value):
+                    facts.token_level = True  # `loss /= mask.sum()`, as `loss = loss / mask.sum()`
             elif d.op is DefOp.LOOP_TARGET:
                 facts.known = False
             elif d.value is not None:
                 where = d.scope or scope  # a parameter's argument is read in the caller
-                if d.op is DefOp.UNPACK and isinstance(d.value, cst.Call) and d.index is not None:
-                    self._trace_element(d.value, d.index, where, d.order, facts, depth + 1)
-                elif d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)) and d.index is not None:
-                    self._trace(d.value.elements[d.index].value, where, d.order, facts, depth + 1)
-                else:
-                    self._trace(d.value, where, d.order, facts, depth + 1)
+                outer, self._guards = self._guards, d.ctx.guards
+                try:
+                    self._trace_def(d, where, facts, depth)
+                finally:
+                    self._guards = outer
         return any(d.op.rebinds for d in reaching)
+
+    def _trace_def(self, d: Def, where: Scope, facts: LossFacts, depth: int) -> None:
+        if d.op is DefOp.UNPACK and isinstance(d.value, cst.Call) and d.index is not None:
+            self._trace_element(d.value, d.index, where, d.order, facts, depth + 1)
+        elif d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)) and d.index is not None:
+            self._trace(d.value.elements[d.index].value, where, d.order, facts, depth + 1)
+        else:
+            self._trace(d.value, where, d.order, facts, depth + 1)
 
     def _trace_terms(self, nodes: tuple[cst.BaseExpression, ...], scope: Scope, before: int, facts: LossFacts,
                      depth: int) -> None:
@@ -164,15 +193,16 @@ class LossTracer:
             terms.append((node, term))
         plain = [t for node, t in terms if t.known and not (t.scaled or t.sum_reduced or t.detached)
                  and (t.names or isinstance(node, cst.Call))]
+        divided = any(term.divisions for _, term in terms)
         for _, term in terms:
             facts.names |= term.names
-            facts.divisions.extend(term.divisions)
+            # a weight on another term (`cfg.w * proj`) scales that term only
+            facts.scalings.extend(s for s in term.scalings if s.divides or divided or not plain)
             facts.token_level |= term.token_level
-        if plain and not any(term.divisions for _, term in terms):
+        if plain and not divided:
             return
         for _, term in terms:
             facts.known &= term.known
-            facts.scaled |= term.scaled
             facts.sum_reduced |= term.sum_reduced
             facts.detached |= term.detached
 
@@ -202,8 +232,7 @@ class LossTracer:
             self._trace(value, where, at, inner, depth + 1)
         if not returned or not inner.known:
             return False
-        facts.scaled |= inner.scaled
-        facts.divisions.extend(inner.divisions)
+        facts.scalings.extend(inner.scalings)
         facts.token_level |= inner.token_level
         facts.sum_reduced |= inner.sum_reduced
         facts.detached |= inner.detached
@@ -217,9 +246,11 @@ class LossTracer:
             receiver = positional(node, 0)
         operation = cat.LOSS_OPERATIONS.get(method or "")
         if operation in (LossOp.DIVIDES, LossOp.MULTIPLIES) and receiver is not None:
-            facts.scaled = True
-            if operation is LossOp.DIVIDES and node.args:
-                facts.divisions.append((node, node.args[0].value))
+            if node.args:
+                facts.scalings.append(Scaling(node, node.args[0].value, operation is LossOp.DIVIDES, scope,
+                                              self._guards))
+            else:
+                facts.known = False  # `loss.div(**kw)`: by what is unknown
             self._trace(receiver, scope, before, facts, depth)
             return
         if operation is LossOp.AMP_SCALES and node.args:
@@ -331,11 +362,105 @@ def _is_ignored_label(value: cst.BaseExpression | None) -> bool:
 
 
 def _is_count_of_items(node: cst.BaseExpression) -> bool:
-    """`mask.sum()`, `(labels != -100).sum()`, `num_valid`: a per-micro-batch item count."""
+    """`mask.sum()`, `(labels != -100).sum().clamp(min=1)`, `mask.sum() + eps`: a count of valid items."""
+    node = _count_kept(node)
     if isinstance(node, cst.Call):
         receiver, method = call_receiver(node)
-        if method in cat.ITEM_COUNTS and receiver is not None:
-            return True
-        if method == "clamp" and receiver is not None:
-            return _is_count_of_items(receiver)
+        return method in cat.ITEM_COUNTS and receiver is not None
     return False
+
+
+# -- what a scaling normalises ---------------------------------------------------------------------
+def per_micro_batch_count(factor: cst.BaseExpression, scope: Scope, loop: Loop, depth: int = 0) -> bool:
+    """Is `factor` a count of the current micro-batch's items (`mask.sum()`, `(labels != -100).sum()`,
+    `x.size(0)`, `len(batch)`, a name bound to one) or the size of one micro-batch (`micro_batch_size`)?
+    Dividing by one makes a mean over that micro-batch, which normalises nothing across the window.
+    `loop` is the micro-batch loop: a count is per micro-batch when what it counts is bound anew
+    in it (or in a function called for each micro-batch)."""
+    node = _count_kept(factor)
+    if is_micro_batch_size_name(node):
+        return True
+    counted = _counted(node, scope)
+    if counted is not None:
+        return varies_per_micro_batch(counted, scope, loop)
+    name = dotted(node)
+    if name is None or depth > 3:
+        return False
+    defs = scope.defs_of(name)
+    return bool(defs) and all(
+        d.op is DefOp.ASSIGN and d.value is not None and per_micro_batch_count(d.value, d.scope or scope, loop, depth + 1)
+        and (d.scope is not None or loop in d.ctx.loops or _read_for_returns(scope)) for d in defs)
+
+
+def varies_per_micro_batch(expr: cst.BaseExpression, scope: Scope, loop: Loop, depth: int = 0) -> bool:
+    """Does `expr` read the current micro-batch's data: a target of `loop` (or of a loop inside it),
+    a batch fetched in it (`next(it)`), or what is computed from those, there or in a function
+    called for each micro-batch (its parameters followed to the arguments)? A value merely bound
+    in the loop from constants (`scale = 1 / accum`) does not."""
+    if depth > 5:
+        return False
+    for name in full_names(expr):
+        for d in scope.defs_of(_root_name(name)):
+            if loop in d.ctx.loops:
+                if d.op is DefOp.LOOP_TARGET or _fetches_a_batch(d.value) or (
+                        d.value is not None and varies_per_micro_batch(d.value, d.scope or scope, loop, depth + 1)):
+                    return True
+            elif d.value is None:
+                continue
+            elif d.scope is not None:  # a parameter: what the caller passes
+                if varies_per_micro_batch(d.value, d.scope, loop, depth + 1):
+                    return True
+            elif _read_for_returns(scope) and varies_per_micro_batch(d.value, scope, loop, depth + 1):
+                return True
+    return False
+
+
+def _fetches_a_batch(value: cst.BaseExpression | None) -> bool:
+    return isinstance(value, cst.Call) and call_receiver(value) == (None, cat.NEXT_BATCH_FUNCTION)
+
+
+def _root_name(name: str) -> str:
+    return name.split(".", 1)[0] if not name.startswith("self.") else name
+
+
+def _read_for_returns(scope: Scope) -> bool:
+    return scope.frame is not None and scope.frame.for_returns
+
+
+def _count_kept(node: cst.BaseExpression) -> cst.BaseExpression:
+    """The count inside `n.clamp(min=1)`, `n.float()`, `int(n)`, `max(n, 1)`, `n + eps`."""
+    for _ in range(6):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)) \
+                and _is_number(node.right):
+            node = node.left
+            continue
+        if isinstance(node, cst.Call):
+            receiver, method = call_receiver(node)
+            if receiver is not None and method in cat.COUNT_KEEPING_METHODS:
+                node = receiver
+                continue
+            if receiver is None and method in cat.COUNT_KEEPING_FUNCTIONS:
+                counts = [a.value for a in node.args if a.keyword is None and not _is_number(a.value)]
+                if len(counts) == 1:
+                    node = counts[0]
+                    continue
+        break
+    return node
+
+
+def _counted(node: cst.BaseExpression, scope: Scope) -> cst.BaseExpression | None:
+    """What a count counts: `mask` in `mask.sum()`, `torch.sum(mask)`, `x` in `x.size(0)`, `len(x)`, `x.shape[0]`."""
+    if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute) \
+            and node.value.attr.value == cat.SHAPE_ATTRIBUTE:
+        return node.value.value
+    if not isinstance(node, cst.Call):
+        return None
+    receiver, method = call_receiver(node)
+    first = positional(node, 0)
+    if isinstance(receiver, cst.Name) and first is not None and not _is_number(first):
+        receiver = first  # a module's function, `torch.sum(mask)`: the operand is its argument
+    if receiver is None:
+        return positional(node, 0) if method in cat.SIZE_FUNCTIONS else None
+    if method in cat.ITEM_COUNTS or method in cat.SIZE_METHODS:
+        return receiver
+    return None

@@ -16,7 +16,8 @@ from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift
                                           unstepped_tail)
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
-from gradcheck_accum.lint.losses import LossFacts, LossTracer, returned_loss, summed_loss_name
+from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, per_micro_batch_count, returned_loss,
+                                         summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
                                         keyword, last_part, positional)
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
@@ -191,6 +192,31 @@ class FileModel:
     def divisions_by_n(self, facts: LossFacts, scope: Scope, window: Window | None = None) -> list[cst.CSTNode]:
         """The divisions of a traced loss whose divisor is the accumulation count."""
         return [node for node, divisor in facts.divisions if self.is_accumulation_count(divisor, window, scope)]
+
+    def normalised(self, facts: LossFacts, window: Window, backward: Event) -> bool:
+        """Is the traced loss scaled in a way that can normalise the window: by a factor that may be
+        N or a window-wide count, on every micro-batch? Dividing by a count or the size of the
+        micro-batch itself makes a per-micro-batch mean, and a scaling only under a condition that
+        changes from one micro-batch to the next (`if batch["runt_size"] > 0: loss = loss * w`)
+        leaves the others unscaled; neither is normalisation (`loss = -loss` is not scaling at all)."""
+        return any(self._normalises(scaling, window, backward) for scaling in facts.scalings)
+
+    def _normalises(self, scaling: Scaling, window: Window, backward: Event) -> bool:
+        if any(self.is_accumulation_count(part, window, scaling.scope) for part in _parts(scaling.factor)):
+            return True
+        if per_micro_batch_count(scaling.factor, scaling.scope, window.loop):
+            # divided: a per-micro-batch mean; multiplied (`loss * bs`): a sum, which may be meant
+            # for a nominal batch size and is left alone like any summed loss
+            return not scaling.divides
+        if not scaling.divides and varies_per_micro_batch(scaling.factor, scaling.scope, window.loop):
+            return False  # weighted by the micro-batch's own data (`values * mask`, a per-sample weight)
+        shared = set(backward.ctx.guards)  # conditions the backward itself runs under make no other path
+        return not any(guard not in shared and varies_per_micro_batch(guard.test, guard.scope or scaling.scope,
+                                                                       window.loop) for guard in scaling.guards)
+
+    def averaged_per_micro_batch(self, facts: LossFacts, window: Window) -> bool:
+        """Is the traced loss divided by a count or the size of its own micro-batch (a sum made a mean)?"""
+        return any(s.divides and per_micro_batch_count(s.factor, s.scope, window.loop) for s in facts.scalings)
 
     @staticmethod
     def summed_loss_name(event: Event) -> str | None:
@@ -377,6 +403,17 @@ class FileModel:
             if sync.api is not DDP_NO_SYNC or sync.target is None:
                 continue
             yield scope, sync, [e for e in scope.events if any(call is sync.node for call in e.ctx.withs)]
+
+
+def _parts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """An expression and the operands of its arithmetic (`n` in `micro_bs * n`, `1 / n`)."""
+    parts, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        parts.append(current)
+        if isinstance(current, cst.BinaryOperation):
+            stack.extend((current.left, current.right))
+    return parts
 
 
 def _reached(methods: list[Scope], start: set[str]) -> set[str]:

@@ -249,6 +249,9 @@ class Frame:
     path: str | None = None  # the function's file, when it is not the file being linted
     line: int | None = None  # where the function is defined
     in_loop: bool = True  # the call sits in a loop of the caller (else the callee's own loop is the window's)
+    # walked only to read what it returns (the loss tracer): its statements carry no context of the
+    # call (no loops, no guards), and its locals are computed anew on every call
+    for_returns: bool = False
 
     @property
     def depth(self) -> int:

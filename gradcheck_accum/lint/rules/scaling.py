@@ -33,7 +33,11 @@ class UnscaledAccumulatedLoss(Rule):
                 if backward.via_helper or model.framework_divides_loss(window, backward):
                     continue
                 facts = model.backward_facts(window, backward)
-                if facts.known and not facts.scaled and not facts.sum_reduced and not facts.detached:
+                if not facts.known or facts.detached or model.normalised(facts, window, backward):
+                    continue
+                # a summed loss is left alone (it may be normalised elsewhere) unless divided by its
+                # own micro-batch's count, which makes it a per-micro-batch mean
+                if not facts.sum_reduced or model.averaged_per_micro_batch(facts, window):
                     yield Report(backward.node, "the accumulated loss is never divided by the accumulation steps, "
                                                 "so the summed gradient is N times the big-batch gradient; divide "
                                                 "the loss by N before backward",
