@@ -17,7 +17,8 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size_name, no_roles
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, full_names, item_name, keyword, positional
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, code, dotted, full_names, item_name, keyword,
+                                        positional)
 from gradcheck_accum.lint.predicates import is_accumulation_count
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Def, DefOp, Guard, Role, Scope
 
@@ -46,6 +47,15 @@ class LossFacts:
     sum_reduced: bool = False
     detached: bool = False
     names: set[str] = field(default_factory=set)  # every name the expression was traced through
+
+    def absorb(self, other: "LossFacts") -> None:
+        """Take in the facts of an operand that is the loss (`loss` of `loss * w`)."""
+        self.known &= other.known
+        self.scalings.extend(other.scalings)
+        self.token_level |= other.token_level
+        self.sum_reduced |= other.sum_reduced
+        self.detached |= other.detached
+        self.names |= other.names
 
     @property
     def scaled(self) -> bool:
@@ -90,12 +100,21 @@ class LossTracer:
                 # `0.5 * kl`: a fixed weight between terms, not a normalisation of the window
                 self._trace(node.right if _is_number(node.left) else node.left, scope, before, facts, depth)
                 return
-            if isinstance(node.operator, (cst.Divide, cst.Multiply, cst.FloorDivide)):
-                divides = not isinstance(node.operator, cst.Multiply)
-                facts.scalings.append(Scaling(node, node.right, divides, scope, self._guards))
-                if isinstance(node.operator, cst.Divide):
-                    if _is_count_of_items(node.right):
-                        facts.token_level = True
+            if isinstance(node.operator, cst.Multiply):
+                # `loss * w` or `w * loss`: the loss is the operand the tracer can follow (the left one
+                # when both can be), the other one is the factor
+                left = LossFacts()
+                self._trace(node.left, scope, before, left, depth)
+                loss, factor = (left, node.right) if left.known else (LossFacts(), node.left)
+                if not left.known:
+                    self._trace(node.right, scope, before, loss, depth)
+                facts.scalings.append(Scaling(node, factor, False, scope, self._guards))
+                facts.absorb(loss)
+                return
+            if isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
+                facts.scalings.append(Scaling(node, node.right, True, scope, self._guards))
+                if isinstance(node.operator, cst.Divide) and _is_count_of_items(node.right):
+                    facts.token_level = True
                 self._trace(node.left, scope, before, facts, depth)
                 return
             if isinstance(node.operator, (cst.Add, cst.Subtract)):
@@ -110,6 +129,15 @@ class LossTracer:
         if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
             # `loss = -loss` (a reward maximised): the sign is no scaling, the operand keeps its facts
             self._trace(node.expression, scope, before, facts, depth)
+            return
+        if isinstance(node, cst.IfExp):
+            # `(loss, outputs) if return_outputs else loss`: a tensor that is backpropagated is not the
+            # tuple, so the branches that are tuples are not the ones that reach here
+            branches = [b for b in (node.body, node.orelse) if not isinstance(b, (cst.Tuple, cst.List))]
+            if not branches:
+                facts.known = False
+            for branch in branches:
+                self._trace(branch, scope, before, facts, depth)
             return
         if isinstance(node, cst.Dict) and returned_loss(node) is not None:
             self._trace(returned_loss(node), scope, before, facts, depth + 1)  # `{"loss": loss, ...}`
@@ -183,9 +211,11 @@ class LossTracer:
 
     def _trace_terms(self, nodes: tuple[cst.BaseExpression, ...], scope: Scope, before: int, facts: LossFacts,
                      depth: int) -> None:
-        """`a + w * b`: a sum of loss terms. When one term is a plain loss (known, neither scaled nor
-        summed nor detached) and no term is divided by anything, the sum is not normalised, whatever
-        weights multiply the other terms: `a`'s gradient alone is summed over the window undivided."""
+        """`a + w * b`: a sum of loss terms. A factor that multiplies some terms and not all of them
+        (`cfg.w * proj`, `alpha * kd + (1 - alpha) * ce`) weighs the terms against each other: it
+        normalises nothing. When one term is a plain loss (known, neither scaled nor summed nor
+        detached) and no term is divided by anything, the sum is not normalised whatever the other
+        terms are: `a`'s gradient alone is summed over the window undivided."""
         terms = []
         for node in nodes:
             term = LossFacts()
@@ -194,10 +224,11 @@ class LossTracer:
         plain = [t for node, t in terms if t.known and not (t.scaled or t.sum_reduced or t.detached)
                  and (t.names or isinstance(node, cst.Call))]
         divided = any(term.divisions for _, term in terms)
+        factors = [{code(s.factor) for s in term.scalings if not s.divides} for _, term in terms]
+        common = set.intersection(*factors) if factors else set()
         for _, term in terms:
             facts.names |= term.names
-            # a weight on another term (`cfg.w * proj`) scales that term only
-            facts.scalings.extend(s for s in term.scalings if s.divides or divided or not plain)
+            facts.scalings.extend(s for s in term.scalings if s.divides or code(s.factor) in common)
             facts.token_level |= term.token_level
         if plain and not divided:
             return
@@ -232,11 +263,7 @@ class LossTracer:
             self._trace(value, where, at, inner, depth + 1)
         if not returned or not inner.known:
             return False
-        facts.scalings.extend(inner.scalings)
-        facts.token_level |= inner.token_level
-        facts.sum_reduced |= inner.sum_reduced
-        facts.detached |= inner.detached
-        facts.names |= inner.names
+        facts.absorb(inner)
         return True
 
     def _trace_call(self, node: cst.Call, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
@@ -371,28 +398,31 @@ def _is_count_of_items(node: cst.BaseExpression) -> bool:
 
 
 # -- what a scaling normalises ---------------------------------------------------------------------
-def per_micro_batch_count(factor: cst.BaseExpression, scope: Scope, loop: Loop, depth: int = 0) -> bool:
+# `loop` below is the micro-batch loop; None when the scope itself runs once per micro-batch (a hook a
+# framework's loop calls, like transformers' `compute_loss`): its parameters are the micro-batch.
+
+def per_micro_batch_count(factor: cst.BaseExpression, scope: Scope, loop: Loop | None, depth: int = 0) -> bool:
     """Is `factor` a count of the current micro-batch's items (`mask.sum()`, `(labels != -100).sum()`,
     `x.size(0)`, `len(batch)`, a name bound to one) or the size of one micro-batch (`micro_batch_size`)?
-    Dividing by one makes a mean over that micro-batch, which normalises nothing across the window.
-    `loop` is the micro-batch loop: a count is per micro-batch when what it counts is bound anew
-    in it (or in a function called for each micro-batch)."""
+    Dividing by one makes a mean over that micro-batch, which normalises nothing across the window."""
     node = _count_kept(factor)
     if is_micro_batch_size_name(node):
         return True
-    counted = _counted(node, scope)
+    counted = _counted(node)
     if counted is not None:
         return varies_per_micro_batch(counted, scope, loop)
     name = dotted(node)
     if name is None or depth > 3:
         return False
     defs = scope.defs_of(name)
+    if name in _parameters(scope) and not any(d.scope is not None for d in defs):
+        return False  # what the caller passes may be anything (`num_items_in_batch`, unless None)
     return bool(defs) and all(
         d.op is DefOp.ASSIGN and d.value is not None and per_micro_batch_count(d.value, d.scope or scope, loop, depth + 1)
-        and (d.scope is not None or loop in d.ctx.loops or _read_for_returns(scope)) for d in defs)
+        and (d.scope is not None or _fresh(d, loop) or _read_for_returns(scope)) for d in defs)
 
 
-def varies_per_micro_batch(expr: cst.BaseExpression, scope: Scope, loop: Loop, depth: int = 0) -> bool:
+def varies_per_micro_batch(expr: cst.BaseExpression, scope: Scope, loop: Loop | None, depth: int = 0) -> bool:
     """Does `expr` read the current micro-batch's data: a target of `loop` (or of a loop inside it),
     a batch fetched in it (`next(it)`), or what is computed from those, there or in a function
     called for each micro-batch (its parameters followed to the arguments)? A value merely bound
@@ -400,8 +430,12 @@ def varies_per_micro_batch(expr: cst.BaseExpression, scope: Scope, loop: Loop, d
     if depth > 5:
         return False
     for name in full_names(expr):
-        for d in scope.defs_of(_root_name(name)):
-            if loop in d.ctx.loops:
+        root = _root_name(name)
+        defs = scope.defs_of(root)
+        if not defs and loop is None and root in _data_parameters(scope):
+            return True
+        for d in defs:
+            if _fresh(d, loop):
                 if d.op is DefOp.LOOP_TARGET or _fetches_a_batch(d.value) or (
                         d.value is not None and varies_per_micro_batch(d.value, d.scope or scope, loop, depth + 1)):
                     return True
@@ -415,12 +449,31 @@ def varies_per_micro_batch(expr: cst.BaseExpression, scope: Scope, loop: Loop, d
     return False
 
 
+def _fresh(d: Def, loop: Loop | None) -> bool:
+    """Is the definition made anew for each micro-batch: inside the loop (or, with no loop, anywhere
+    in a scope that runs once per micro-batch)?"""
+    return loop in d.ctx.loops if loop is not None else True
+
+
+def _parameters(scope: Scope) -> set[str]:
+    node = scope.node
+    if not isinstance(node, cst.FunctionDef):
+        return set()
+    return {p.name.value for p in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params)}
+
+
+def _data_parameters(scope: Scope) -> set[str]:
+    """The parameters of a function that runs once per micro-batch, but the object it is a method of."""
+    return _parameters(scope) - {"self", "cls"}
+
+
 def _fetches_a_batch(value: cst.BaseExpression | None) -> bool:
     return isinstance(value, cst.Call) and call_receiver(value) == (None, cat.NEXT_BATCH_FUNCTION)
 
 
 def _root_name(name: str) -> str:
-    return name.split(".", 1)[0] if not name.startswith("self.") else name
+    """The name whose bindings say where a value comes from: `batch` of `batch.x`, `self.mask` of `self.mask.t`."""
+    return ".".join(name.split(".")[:2 if name.startswith("self.") else 1])
 
 
 def _read_for_returns(scope: Scope) -> bool:
@@ -448,7 +501,7 @@ def _count_kept(node: cst.BaseExpression) -> cst.BaseExpression:
     return node
 
 
-def _counted(node: cst.BaseExpression, scope: Scope) -> cst.BaseExpression | None:
+def _counted(node: cst.BaseExpression) -> cst.BaseExpression | None:
     """What a count counts: `mask` in `mask.sum()`, `torch.sum(mask)`, `x` in `x.size(0)`, `len(x)`, `x.shape[0]`."""
     if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute) \
             and node.value.attr.value == cat.SHAPE_ATTRIBUTE:

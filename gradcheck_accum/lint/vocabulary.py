@@ -90,6 +90,7 @@ class Framework(Tag):
     FABRIC = "fabric"
     DEEPSPEED = "deepspeed"
     LIGHTNING = "lightning"
+    TRANSFORMERS = "transformers"  # Hugging Face's Trainer
     APEX = "apex"  # and other FP16 optimizers whose `optimizer.backward(loss)` applies the loss scale
     HOROVOD = "horovod"
     SAFETENSORS = "safetensors"
@@ -100,7 +101,8 @@ class Framework(Tag):
         return _DISPLAY.get(self, self.value)
 
 
-_DISPLAY = {Framework.DEEPSPEED: "DeepSpeed", Framework.LIGHTNING: "Lightning", Framework.DDP: "DDP"}
+_DISPLAY = {Framework.DEEPSPEED: "DeepSpeed", Framework.LIGHTNING: "Lightning", Framework.DDP: "DDP",
+            Framework.TRANSFORMERS: "transformers' Trainer"}
 
 
 class Fact(Tag):
