@@ -337,7 +337,8 @@ class Inliner:
         foreign = loaded is not self.context.this
         cls = loaded.class_of(ref.qualname)
         frame = Frame(call, caller.scope, f"{self.context.display(ref.path)}:{ref.qualname}",
-                      self.context.display(ref.path) if foreign else None, in_loop=bool(ctx.loops))
+                      self.context.display(ref.path) if foreign else None, in_loop=bool(ctx.loops),
+                      for_returns=caller.root is None)
         scope = Scope(function, function.name.value, _bases(cls), frame=frame,
                       imports=loaded.imports if foreign else None)
         receiver = _receiver(call, function, cls)
@@ -790,9 +791,12 @@ def _arguments(call: cst.Call, function: cst.FunctionDef, receiver: cst.BaseExpr
         names = names[1:]
     elif names and names[0] in _SELF and not _is_static(function):
         names = names[1:]  # `Class.method(obj, ...)` or an unknown receiver: self stays unknown
-    positional = [a.value for a in call.args if a.keyword is None and not a.star]
-    if any(a.star for a in call.args):
-        return pairs  # `f(*args)`: which parameter gets what is unknown
+    positional = []
+    for a in call.args:
+        if a.star == "*":
+            break  # `f(x, *args)`: which parameter gets what after `x` is unknown
+        if a.keyword is None and not a.star:
+            positional.append(a.value)
     pairs.extend(zip(names, positional))
     keywords = {p.name.value for p in [*function.params.params, *function.params.kwonly_params]}
     pairs.extend((a.keyword.value, a.value) for a in call.args if a.keyword is not None and a.keyword.value in keywords)

@@ -13,7 +13,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, roles_from_name, unpacked_roles
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, iter_calls, iter_names, keyword,
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, item_name, iter_calls, iter_names, keyword,
                                         positional)
 from gradcheck_accum.lint.predicates import caller_name
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
@@ -195,7 +195,7 @@ class ScopeWalker:
             return
         if isinstance(small, cst.AugAssign):
             self.scan_expression(small.value, ctx)
-            name = dotted(small.target)
+            name = dotted(small.target) or item_name(small.target)  # `out["loss"] /= n` scales that entry
             if name:
                 op = _AUGMENTED.get(type(small.operator).__name__, DefOp.OTHER_AUGMENTED)
                 self.add_def(Def(name, small.value, self.tick(), ctx, op=op, node=small))
@@ -233,6 +233,9 @@ class ScopeWalker:
             base = dotted(target.value)
             if base:
                 self.add_def(Def(base, value, self.tick(), ctx, op=DefOp.ITEM, node=node))
+            item = item_name(target)
+            if item:  # and binds the entry itself, which the loss tracer reads (`out["loss"] = loss / n`)
+                self.add_def(Def(item, value, self.tick(), ctx, node=node))
             return
         name = dotted(target)
         if not name:
