@@ -63,6 +63,9 @@ class Window:
     events: list[Event] = field(default_factory=list)  # events inside the loop and after it
     placements: dict[int, Placement] = field(default_factory=dict)  # id(event) -> placement
     path: Path = NO_PATH  # the configuration this window is built for (paths.py)
+    # whose names the boundary test reads: a function called in the loop and walked in place (its
+    # counter may be a parameter bound to the caller's loop index)
+    boundary_scope: Scope | None = None
     # Guards every backward of the window runs under: micro-batches they turn away make no gradient,
     # so they say nothing about where other calls run relative to the window.
     backward_guards: frozenset[Guard] = frozenset()
@@ -134,7 +137,18 @@ class Window:
         """0 or 1: the value of the boundary test's counter on the first micro-batch, when the code
         makes it certain (`enumerate(x, start=1)`, `step = 0` then `step += 1` before the test,
         `ni = i + nb * epoch` in the first epoch)."""
-        return self._first_value(self.boundary.counter, 0) if self.boundary is not None else None
+        return self._first_value(self.counter, 0)
+
+    @property
+    def counter(self) -> cst.BaseExpression | None:
+        """The boundary test's counter as the window's own scope names it: a counter read in a function
+        walked in place is followed through the parameter it arrives by (`update_step(batch_idx)`
+        called with the caller's loop index `i` is `i`). None when it cannot be named there."""
+        return self.as_own(self.boundary.counter) if self.boundary is not None else None
+
+    def as_own(self, node: cst.BaseExpression | None) -> cst.BaseExpression | None:
+        """A name of the boundary test (its counter, its last-step marker) as the window's scope names it."""
+        return in_scope(node, self.boundary_scope or self.scope, self.scope)
 
     def _first_value(self, counter: cst.BaseExpression | None, depth: int) -> int | None:
         name = dotted(counter)
@@ -256,6 +270,17 @@ class Window:
             if zero_guards <= {(id(g.owner), g.positive) for g in step.ctx.guards}:
                 return step
         return None
+
+    def clears_before_next_step(self, zero: Event) -> bool:
+        """`zero` runs after a backward of its micro-batch and the next gradient event after it is a step
+        of the same optimizer: on every micro-batch it clears what that micro-batch just made, the
+        boundary one included, so nothing it clears ever reaches a step (a step on cleared gradients,
+        ACC103, or parameters kept out of the update on purpose: `p.grad = None` for a frozen layer)."""
+        if not any(e.order < zero.order for e in self.backwards if self.inside(e)):
+            return False
+        later = [e for e in self.events if e.order > zero.order and self.inside(e)
+                 and (e.kind is EventKind.BACKWARD or (e.kind is EventKind.STEP and same_target(zero, e, self.scope)))]
+        return bool(later) and later[0].kind is EventKind.STEP
 
     @property
     def accumulates(self) -> bool:
@@ -488,11 +513,13 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
             found = _step_boundary(step, loop, scope)
             if found is not None and not _self_contained(step, found[1], inside):
                 window.shape, window.boundary, window.n = GUARDED, found[0], found[0].n
+                window.boundary_scope = found[1].scope or scope
                 break
         else:
             inverted = _inverted_boundary(steps, loop, scope)
             if inverted is not None:  # `if i % N:`: the window's boundary, read backwards
-                window.shape, window.boundary, window.n = GUARDED, inverted, inverted.n
+                window.shape, window.boundary, window.n = GUARDED, inverted[0], inverted[0].n
+                window.boundary_scope = inverted[1].scope or scope
     elif window.shape is not FRAMEWORK:
         # nested: the step follows the inner loop, in the same enclosing loop (or function body)
         later = [e for e in after if e.kind is EventKind.STEP and e.ctx.loops == outer]
@@ -595,7 +622,7 @@ def _step_boundary(step: Event, loop: Loop, scope: Scope) -> tuple[Boundary, Gua
     return None
 
 
-def _inverted_boundary(steps: list[Event], loop: Loop, scope: Scope) -> Boundary | None:
+def _inverted_boundary(steps: list[Event], loop: Loop, scope: Scope) -> tuple[Boundary, Guard] | None:
     """The boundary a step runs the wrong side of: a `% N` test over the accumulation count that is
     true on the N - 1 micro-batches that should accumulate (`if i % accum_steps:`)."""
     for step in steps:
@@ -606,7 +633,7 @@ def _inverted_boundary(steps: list[Event], loop: Loop, scope: Scope) -> Boundary
             effective = boundary if guard.positive else boundary.flipped()
             if not effective.positive and effective.kind is BoundaryKind.MODULO and effective.n is not None \
                     and is_accumulation_count(effective.n, None, scope):
-                return effective.flipped()
+                return effective.flipped(), guard
             break
     return None
 
@@ -642,9 +669,22 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
                 return BOUNDARY
         elif boundary is not None and boundary.kind is BoundaryKind.SYNC_FLAG:
             return BOUNDARY if boundary.positive == guard.positive else OFF_BOUNDARY
-        elif not invariant(guard.test, variant):
+        elif not invariant(guard.test, variant) and not _per_item(window, event, guard, variant):
             return UNKNOWN
     return placement
+
+
+def _per_item(window: Window, event: Event, guard: Guard, variant: set[str]) -> bool:
+    """A test inside a loop nested in the micro-batch loop that makes no gradients and takes no
+    step (`for p in params: if p.grad is not None: ...`, `if coef < 1:`), reading only what that
+    loop binds besides names fixed for the run: it picks items of each micro-batch, not micro-batches."""
+    level = event.ctx.loops.index(window.loop)
+    inner = event.ctx.loops[level + 1:guard.depth]
+    if not inner or any(e.kind in (EventKind.BACKWARD, EventKind.STEP) and inner[0] in e.ctx.loops
+                        for e in window.events):
+        return False
+    own = assigned_in(window.scope, inner[0])
+    return invariant(guard.test, {name for name in variant if name.split(".")[0] not in own})
 
 
 def invariant_guards(guards: tuple[Guard, ...], scope: Scope, outer: tuple[Loop, ...]) -> bool:
@@ -738,6 +778,29 @@ def increment(d: Def, name: str, wrapped: bool = True) -> cst.BaseExpression | N
         if dotted(value.right) == name:
             return value.left
     return None
+
+
+def in_scope(node: cst.BaseExpression | None, scope: Scope, target: Scope, depth: int = 0) \
+        -> cst.BaseExpression | None:
+    """`node`, read in `scope` (a function walked in place), as `target` (a scope up its chain of
+    callers) would write it: a name bound only by a parameter becomes the caller's argument (`step`
+    in `update_step(self, step)` called as `update_step(i)` is `i`), `self.x` the argument's `.x`.
+    None when some name on the way is bound otherwise, or `scope` is not called from `target`."""
+    if node is None or scope is target:
+        return node
+    name = dotted(node)
+    if name is None or depth > 8:
+        return None
+    head, _, rest = name.partition(".")
+    defs = scope.defs_of(head)
+    if len(defs) != 1 or defs[0].scope is None or defs[0].value is None:
+        return None  # not (only) a parameter: the function's own name
+    argument = defs[0].value
+    if rest:
+        if dotted(argument) is None:
+            return None
+        argument = cst.parse_expression(f"{dotted(argument)}.{rest}")
+    return in_scope(argument, defs[0].scope, target, depth + 1)
 
 
 def _enumerate_start(loop: Loop, index: int | None, scope: Scope) -> int | None:
