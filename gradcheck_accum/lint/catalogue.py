@@ -43,6 +43,9 @@ class LossScaling(Tag):
     WHEN_ENGINE_OWNS_WINDOW = "when the engine owns the window"
     # Lightning automatic optimisation: the loss `training_step` returns is divided by accumulate_grad_batches
     AUTOMATIC_OPTIMIZATION = "automatic optimisation"
+    # transformers' Trainer (4.46 and later): training_step divides what compute_loss returns by the
+    # accumulation steps unless the window's items are counted and handed to compute_loss instead
+    UNLESS_ITEMS_COUNTED = "unless the window's items are counted"
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,9 @@ class Api:
     clears_gradients: bool = False  # the step also clears the gradients (DeepSpeed's engine.step())
     unscales_first: bool = False  # the clip unscales AMP gradients itself before clipping
     model_wide: bool = False  # zero_grad: clears a model's or parameters' gradients, not an optimizer's
+    # sync switch: the value set (`m.require_backward_grad_sync = v`) or the first argument
+    # (`m.set_requires_gradient_sync(v)`) says whether the next backward synchronises (True: it does)
+    sync_flag: bool = False
     # a gradient rescaled by a factor computed from a gradient norm, or capped at 1, is clipped by hand
     # (`p.grad.mul_(max_norm / (total_norm + eps))` under `if coef < 1`): matched only for such a factor
     clips_by_factor: bool = False
@@ -98,6 +104,15 @@ _FIRST, _NOTHING = Operand.FIRST_ARGUMENT, Operand.NOTHING
 # `with model.no_sync():` on a DistributedDataParallel model
 DDP_NO_SYNC = Api("no_sync", _E.SYNC_CONTROL, _DDP, receiver_lacks=frozenset({Role.ACCELERATOR, Role.FABRIC}),
                   has_receiver=None)
+# `model.require_backward_grad_sync = is_last`: what DDP.no_sync() sets, by hand
+DDP_SYNC_FLAG = Api("require_backward_grad_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_SET, sync_flag=True)
+# When a sync switch takes effect. DistributedDataParallel reads `require_backward_grad_sync` (which
+# no_sync() sets) in its forward: `_pre_forward`/`_post_forward` arm the reducer for the backward of that
+# forward's graph, so a switch thrown after the forward changes nothing until the next one. FSDP reads its
+# switch when the gradients are ready: FullyShardedDataParallel.no_sync() sets `_sync_gradients`, read in
+# the post-backward hook (fsdp/_runtime_utils.py); fully_shard's set_requires_gradient_sync sets the param
+# groups' reduce_grads, read in post_backward. Models with this role are the latter.
+SYNCS_AT_BACKWARD = Role.SHARDED
 
 # In order: for one call, the first entry whose conditions hold decides.
 APIS: tuple[Api, ...] = (
@@ -149,7 +164,8 @@ APIS: tuple[Api, ...] = (
     # `accumulate` on anything but an Accelerator is numpy's or itertools' (`np.maximum.accumulate(x)`)
     *(Api(name, _E.SYNC_CONTROL, Framework.OTHER, has_receiver=None, target=_FIRST) for name in _SYNC_SWITCHES
       if name != "accumulate"),
-    Api("require_backward_grad_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_SET),
+    DDP_SYNC_FLAG,
+    Api("set_requires_gradient_sync", _E.SYNC_CONTROL, _DDP, sync_flag=True),  # FSDP2 (fully_shard) modules
     Api("no_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_READ),  # `ctx = model.no_sync if ... else nullcontext`
     Api("gradient_accumulation_steps", None, _ACCELERATE, form=Form.ATTRIBUTE_SET,
         grants=Role.ACCELERATOR_ACCUMULATES),  # `accelerator.gradient_accumulation_steps = n`
@@ -200,7 +216,11 @@ def _names(text: str) -> frozenset[str]:
 
 # In order: the first that matches decides.
 COMPILE = Constructor(Role.COMPILED, _TORCH, qualname="torch.compile")
-WRAPPERS = Constructor(Role.DDP, _DDP, _names("DistributedDataParallel DDP FullyShardedDataParallel FSDP"))
+WRAPPERS = Constructor(Role.DDP, _DDP, _names("DistributedDataParallel DDP FullyShardedDataParallel FSDP fully_shard"))
+# ... of which these shard the model (Role.SHARDED as well): FSDP, and FSDP2's fully_shard, which shards the
+# module in place and returns it (`fully_shard(model)` alone wraps `model`)
+SHARDED_WRAPPERS = _names("FullyShardedDataParallel FSDP fully_shard")
+IN_PLACE_WRAPPERS = _names("fully_shard")
 SCALERS = Constructor(Role.SCALER, _TORCH, _names("GradScaler ShardedGradScaler"))
 SCHEDULERS = Constructor(
     Role.SCHEDULER, _TORCH,
@@ -287,9 +307,21 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
     "item": LossOp.DETACHES, "detach": LossOp.DETACHES, "tolist": LossOp.DETACHES, "cpu": LossOp.DETACHES,
     "mean": LossOp.KEEPS, "sum": LossOp.KEEPS, "squeeze": LossOp.KEEPS, "float": LossOp.KEEPS, "to": LossOp.KEEPS,
     "view": LossOp.KEEPS, "reshape": LossOp.KEEPS, "contiguous": LossOp.KEEPS,
+    # element-wise and indexing operations on per-token values (`logprobs.gather(-1, ids).squeeze(-1)`):
+    # what they make is still the operand, element by element
+    **{name: LossOp.KEEPS for name in ("gather", "unsqueeze", "flatten", "masked_fill", "exp", "log", "neg", "abs",
+                                       "log_softmax", "softmax", "sigmoid", "index_select", "transpose", "permute")},
 }
 DETACHING_FUNCTIONS = frozenset({"float"})  # float(loss): a Python number
 ITEM_COUNTS = frozenset({"sum", "count_nonzero"})  # `mask.sum()`: a per-micro-batch count of valid items
+# How many rows or elements a tensor has: `x.size(0)`, `x.numel()`, `len(x)`, `x.shape[0]`.
+SIZE_METHODS = frozenset({"size", "numel", "nelement"})
+SIZE_FUNCTIONS = frozenset({"len"})
+SHAPE_ATTRIBUTE = "shape"
+# Calls that keep a count a count: `n.clamp(min=1)`, `n.float()`, `n.item()`, `int(n)`, `max(n, 1)`.
+COUNT_KEEPING_METHODS = frozenset({"clamp", "clamp_min", "float", "item", "to", "type", "double"})
+COUNT_KEEPING_FUNCTIONS = frozenset({"int", "float", "max"})
+NEXT_BATCH_FUNCTION = "next"  # `batch = next(it)`: a new micro-batch each time it runs
 # The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value.
 IGNORED_LABEL = -100
 
@@ -303,11 +335,34 @@ class Hook:
     base: str  # the class the method's class derives from
     divides_loss: LossScaling
     switch: str  # the attribute that turns the framework's optimisation off (manual optimisation)
+    # For a scaling that depends on more than the class (UNLESS_ITEMS_COUNTED):
+    qualified_bases: tuple[str, ...] = ()  # the framework classes (resolved through imports) it is a hook of
+    count_parameter: str | None = None  # the window's item count the framework hands the hook
+    settings: tuple[str, ...] = ()  # attributes a subclass sets to decide the framework's division itself
+    takes_over: tuple[str, ...] = ()  # methods that, overridden, replace the framework's step around the hook
+    output_attributes: tuple[str, ...] = ()  # what the framework's models return (`outputs.logits`)
+    labels_key: str | None = None  # the batch entry the framework counts the items of
 
 
 LIGHTNING_TRAINING_STEP = Hook("training_step", Framework.LIGHTNING, "LightningModule",
                                LossScaling.AUTOMATIC_OPTIMIZATION, "automatic_optimization")
-HOOKS: tuple[Hook, ...] = (LIGHTNING_TRAINING_STEP,)
+# transformers/trainer.py (4.46 to 5.x): training_step calls compute_loss(model, inputs,
+# num_items_in_batch=...) and divides its loss by the window's micro-batch count only when the loss
+# is not "scaled for gradient accumulation": the class attribute loss_is_scaled_for_ga (5.x) decides
+# when set, else the loss counts as scaled when the model accepts loss kwargs (model_accepts_loss_kwargs:
+# its forward takes **kwargs, as Hugging Face's language models do) and num_items_in_batch was counted
+# (the batches have "labels"), or a compute_loss_func was given. An override that takes
+# num_items_in_batch is written for these versions (4.46 passes it to every override); before 4.46
+# the Trainer always divided. trl's SFTTrainer keeps Trainer's training_step.
+HF_COMPUTE_LOSS = Hook(
+    "compute_loss", Framework.TRANSFORMERS, "Trainer", LossScaling.UNLESS_ITEMS_COUNTED, "model_accepts_loss_kwargs",
+    qualified_bases=("transformers.Trainer", "transformers.trainer.Trainer", "transformers.Seq2SeqTrainer",
+                     "transformers.trainer_seq2seq.Seq2SeqTrainer", "trl.SFTTrainer", "trl.trainer.SFTTrainer",
+                     "trl.trainer.sft_trainer.SFTTrainer"),
+    count_parameter="num_items_in_batch",
+    settings=("model_accepts_loss_kwargs", "loss_is_scaled_for_ga", "compute_loss_func"),
+    takes_over=("training_step",), output_attributes=("logits", "loss"), labels_key="labels")
+HOOKS: tuple[Hook, ...] = (LIGHTNING_TRAINING_STEP, HF_COMPUTE_LOSS)
 # The key of the loss in a dict a hook returns (`return {"loss": loss, "log": ...}`).
 RETURNED_LOSS_KEY = "loss"
 

@@ -12,6 +12,7 @@ loss is read the same way by the loss tracer (`returns`). What does not resolve 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -42,12 +43,10 @@ class LoadedModule:
     path: Path
     module: cst.Module
     text: str
-    imports: ImportMap = field(default_factory=ImportMap)
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)  # qualname -> def
     qualnames: dict[int, str] = field(default_factory=dict)  # id(def) -> qualname
     classes: dict[str, cst.ClassDef] = field(default_factory=dict)
     qualnames_of_classes: dict[int, str] = field(default_factory=dict)  # id(class) -> qualname
-    env: dict[str, frozenset[Role]] = field(default_factory=dict)  # module-level names' roles
     _class_envs: dict[tuple, dict[str, frozenset[Role]]] = field(default_factory=dict)
 
     @classmethod
@@ -67,13 +66,29 @@ class LoadedModule:
                     loaded.classes[qualname] = child
                     loaded.qualnames_of_classes[id(child)] = qualname
                     stack.append((qualname + ".", child))
-        module_scope = Scope(module, MODULE_CODE)
-        walker = ScopeWalker(module_scope, loaded.imports, {}, set(), [0])
-        for statement in module.body:  # imports and module-level bindings; no calls walked in place
+        return loaded
+
+    @property
+    def imports(self) -> ImportMap:
+        return self._module_level[0]
+
+    @property
+    def env(self) -> dict[str, frozenset[Role]]:
+        """The roles of the module-level names."""
+        return self._module_level[1]
+
+    @cached_property
+    def _module_level(self) -> tuple[ImportMap, dict[str, frozenset[Role]]]:
+        """The imports and module-level bindings, walked when first asked for: only walking the file's
+        functions in place of calls needs them, and for the file being linted the walk would repeat
+        much of the file model's."""
+        imports = ImportMap()
+        module_scope = Scope(self.module, MODULE_CODE)
+        walker = ScopeWalker(module_scope, imports, {}, set(), [0])
+        for statement in self.module.body:  # no calls walked in place
             if isinstance(statement, cst.SimpleStatementLine):
                 walker.walk_stmt(statement, Context())
-        loaded.env = dict(module_scope.env)
-        return loaded
+        return imports, dict(module_scope.env)
 
     def class_env(self, cls: cst.ClassDef | None,
                   constructed_with: dict[str, frozenset[Role]] | None = None) -> dict[str, frozenset[Role]]:
@@ -337,7 +352,8 @@ class Inliner:
         foreign = loaded is not self.context.this
         cls = loaded.class_of(ref.qualname)
         frame = Frame(site or call, caller.scope, f"{self.context.display(ref.path)}:{ref.qualname}",
-                      self.context.display(ref.path) if foreign else None, in_loop=bool(ctx.loops))
+                      self.context.display(ref.path) if foreign else None, in_loop=bool(ctx.loops),
+                      for_returns=caller.root is None)
         scope = Scope(function, function.name.value, _bases(cls), frame=frame,
                       imports=loaded.imports if foreign else None)
         receiver = _receiver(call, function, cls)
@@ -835,9 +851,12 @@ def _arguments(call: cst.Call, function: cst.FunctionDef, receiver: cst.BaseExpr
         names = names[1:]
     elif names and names[0] in _SELF and not _is_static(function):
         names = names[1:]  # `Class.method(obj, ...)` or an unknown receiver: self stays unknown
-    positional = [a.value for a in call.args if a.keyword is None and not a.star]
-    if any(a.star for a in call.args):
-        return pairs  # `f(*args)`: which parameter gets what is unknown
+    positional = []
+    for a in call.args:
+        if a.star == "*":
+            break  # `f(x, *args)`: which parameter gets what after `x` is unknown
+        if a.keyword is None and not a.star:
+            positional.append(a.value)
     pairs.extend(zip(names, positional))
     keywords = {p.name.value for p in [*function.params.params, *function.params.kwonly_params]}
     pairs.extend((a.keyword.value, a.value) for a in call.args if a.keyword is not None and a.keyword.value in keywords)

@@ -13,7 +13,8 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, roles_from_name, unpacked_roles
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, iter_calls, iter_names, keyword, positional
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, item_name, iter_calls, iter_names, keyword,
+                                        positional)
 from gradcheck_accum.lint.predicates import caller_name
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
@@ -266,7 +267,7 @@ class ScopeWalker:
             return
         if isinstance(small, cst.AugAssign):
             self.scan_expression(small.value, ctx)
-            name = dotted(small.target)
+            name = dotted(small.target) or item_name(small.target)  # `out["loss"] /= n` scales that entry
             if name:
                 op = _AUGMENTED.get(type(small.operator).__name__, DefOp.OTHER_AUGMENTED)
                 self.add_def(Def(name, small.value, self.tick(), ctx, op=op, node=small))
@@ -277,6 +278,7 @@ class ScopeWalker:
             return
         if isinstance(small, cst.Expr):
             self.scan_expression(small.value, ctx)
+            self._wrapped_in_place(small.value, ctx)
             return
         if isinstance(small, cst.Return):
             if small.value is not None:
@@ -303,16 +305,17 @@ class ScopeWalker:
             base = dotted(target.value)
             if base:
                 self.add_def(Def(base, value, self.tick(), ctx, op=DefOp.ITEM, node=node))
+            item = item_name(target)
+            if item:  # and binds the entry itself, which the loss tracer reads (`out["loss"] = loss / n`)
+                self.add_def(Def(item, value, self.tick(), ctx, node=node))
             return
         name = dotted(target)
         if not name:
             return
         self.add_def(Def(name, value, self.tick(), ctx, node=node))
-        for read in iter_names(value):
-            api = cat.ATTRIBUTES_READ.get(read.rpartition(".")[2]) if "." in read else None
-            if api is not None:  # `ctx = model.no_sync`: the bound method, entered later
-                self.emit(api.event, node, ctx, api=api, target=name)
-                break
+        api = _bound_method_read(value)
+        if api is not None:  # `ctx = model.no_sync`: the bound method, entered later
+            self.emit(api.event, node, ctx, api=api, target=name)
         roles = self.roles(value)
         if isinstance(target, cst.Attribute):
             api = cat.ATTRIBUTES_SET.get(target.attr.value)
@@ -321,6 +324,15 @@ class ScopeWalker:
         self.bind(name, roles, ctx)
         if isinstance(value, cst.Call) and Role.SCHEDULER in roles:
             self.emit(EventKind.SCHEDULER_BUILT, value, ctx, target=name)
+
+    def _wrapped_in_place(self, value: cst.BaseExpression, ctx: Context) -> None:
+        """`fully_shard(model)`: the module itself becomes the wrapper (catalogue.IN_PLACE_WRAPPERS)."""
+        if not isinstance(value, cst.Call):
+            return
+        module = positional(value, 0) or keyword(value, "module")
+        name = dotted(module)
+        if call_receiver(value)[1] in cat.IN_PLACE_WRAPPERS and name:
+            self.bind(name, self.roles(module) | constructor_roles(value, self.imports, self.roles), ctx)
 
     def _attribute_set(self, api: Api, target: cst.Attribute, value: cst.BaseExpression, node, ctx: Context) -> None:
         owner = dotted(target.value)
@@ -331,7 +343,7 @@ class ScopeWalker:
             if isinstance(value, cst.Name) and value.value == "None":  # `p.grad = None`
                 self.emit(api.event, node, ctx, api=api, target=owner, model_wide=api.model_wide)
         elif api.event is not None:
-            self.emit(api.event, node, ctx, api=api, target=owner)
+            self.emit(api.event, node, ctx, api=api, target=owner, roles=self.roles(target.value))
 
     # -- calls --------------------------------------------------------------------------------
     def scan_expression(self, expr: cst.CSTNode, ctx: Context) -> None:
@@ -431,6 +443,22 @@ class ScopeWalker:
             fields["passed_names"] = frozenset(name for a in call.args if (name := dotted(a.value)))
         self.emit(api.event, call, ctx, api=api, target=acted_on, roles=roles, expr=expr, scaler=scaler,
                   model_wide=api.model_wide, **fields)
+
+
+def _bound_method_read(value: cst.BaseExpression) -> Api | None:
+    """The catalogue's attribute read in a value (`model.no_sync`), not called there: a call
+    (`model.no_sync()`) is an event of its own."""
+    called = {id(call.func) for call in iter_calls(value)}
+    stack: list[cst.CSTNode] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute) and id(node) not in called:
+            api = cat.ATTRIBUTES_READ.get(node.attr.value)
+            if api is not None:
+                return api
+        if not isinstance(node, (cst.Lambda, cst.FunctionDef)):
+            stack.extend(children(node))
+    return None
 
 
 def _on_grad(name: str | None) -> bool:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from gradcheck_accum.lint.bindings import is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_names, keyword, last_part, positional
+from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_names, keyword, last_part,
+                                        positional)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, bound_argument, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Framework, Guard, Role, Scope, Tag
@@ -108,7 +109,7 @@ class Window:
     def nest_events(self) -> list[Event]:
         """Every event inside the outermost loop around the window (where clearing or syncing may sit)."""
         outermost = self.loop_nest[0]
-        return [e for e in _between(self.scope, outermost) if outermost in e.ctx.loops]
+        return [e for e in loop_events(self.scope, outermost) if outermost in e.ctx.loops]
 
     @property
     def n_varies(self) -> bool:
@@ -217,10 +218,11 @@ class Window:
                 return False
         return any(call.argument_names for call in calls)
 
-    def sync_boundaries(self) -> list[Boundary]:
-        """The tests that decide on which micro-batches a DDP model all-reduces, normalised so that
-        they are true where it does: `ctx = model.no_sync if i % N != 0 else nullcontext`,
-        `if not boundary: with model.no_sync(): ...`, `model.require_backward_grad_sync = test`."""
+    def sync_boundaries(self) -> list[tuple[Event, Boundary]]:
+        """Each DDP sync switch of the window with the test that decides on which micro-batches the
+        model all-reduces, normalised so that it is true where it does: `ctx = model.no_sync if i % N
+        != 0 else nullcontext`, `if not boundary: with model.no_sync(): ...`,
+        `model.require_backward_grad_sync = test`, `m.set_requires_gradient_sync(test)`."""
         found = []
         for event in self.events:
             if event.kind is not EventKind.SYNC_CONTROL or event.framework is not Framework.DDP \
@@ -228,7 +230,7 @@ class Window:
                 continue
             boundary = _sync_boundary(event, self)
             if boundary is not None:
-                found.append(boundary)
+                found.append((event, boundary))
         return found
 
     def placement_of_def(self, d: Def) -> bool:
@@ -473,7 +475,7 @@ def _span(scope: Scope, first: int, last: int | None) -> list[Event]:
     return scope.events[low:high]
 
 
-def _between(scope: Scope, loop: Loop) -> list[Event]:
+def loop_events(scope: Scope, loop: Loop) -> list[Event]:
     """The scope's events from the start to the end of `loop` (those inside it, and few others)."""
     return _span(scope, scope.loop_start.get(id(loop), 0), scope.loop_end.get(id(loop)))
 
@@ -488,7 +490,7 @@ def _loop_guards(window: Window, loop: Loop) -> tuple[Guard, ...]:
 
 def _loop_stack(scope: Scope, loop: Loop) -> tuple[Loop, ...]:
     """The loops enclosing `loop` (not including it)."""
-    for event in _between(scope, loop):
+    for event in loop_events(scope, loop):
         if loop in event.ctx.loops:
             return event.ctx.loops[: event.ctx.loops.index(loop)]
     return ()
@@ -709,25 +711,56 @@ def invariant_guards(guards: tuple[Guard, ...], scope: Scope, outer: tuple[Loop,
 
 def _sync_boundary(sync: Event, window: Window) -> Boundary | None:
     scope = window.scope
-    bound = [d for d in scope.defs.get(sync.target or "", []) if d.node is sync.node] if sync.target else []
-    bound = bound or [d for defs in scope.defs.values() for d in defs if d.node is sync.node]
-    if bound and bound[0].value is not None:
-        value = bound[0].value
-        if sync.api is not None and sync.api.name == "require_backward_grad_sync":
-            return analyze(value, scope)  # the flag is the test itself: sync where it holds
-        if isinstance(value, cst.IfExp):  # `ctx = model.no_sync if test else nullcontext`
-            test = analyze(value.test, scope)
-            if test is None:
-                return None
-            skips_when_true = any(last_part(name) == sync.api.name for name in iter_names(value.body)) \
-                if sync.api is not None else False
-            return test.flipped() if skips_when_true else test
-        return None
+    if sync.api is not None and sync.api.sync_flag:
+        value = _flag_value(sync, scope)
+        return analyze(value, scope) if value is not None else None  # the flag is the test: sync where it holds
+    selection = _selecting_test(sync, scope)
+    if selection is not None:  # `ctx = model.no_sync if test else nullcontext`, `with m.no_sync() if t else ...`
+        test, skips_when_true = selection
+        boundary = analyze(test, scope)
+        if boundary is None:
+            return None
+        return boundary.flipped() if skips_when_true else boundary
     for guard in _guards_below(sync, window.loop):  # `if test: with model.no_sync(): ...`
         boundary = analyze(guard.test, scope)
         if boundary is not None:
             skips = boundary if guard.positive else boundary.flipped()
             return skips.flipped()
+    return None
+
+
+def _flag_value(sync: Event, scope: Scope) -> cst.BaseExpression | None:
+    """The value a sync flag is given: assigned (`m.require_backward_grad_sync = v`) or passed
+    (`m.set_requires_gradient_sync(v)`)."""
+    if isinstance(sync.node, cst.Call):
+        return positional(sync.node, 0) or keyword(sync.node, "requires_gradient_sync")
+    bound = [d for d in scope.defs.get(sync.target or "", []) if d.node is sync.node] if sync.target else []
+    bound = bound or [d for defs in scope.defs.values() for d in defs if d.node is sync.node]
+    return bound[0].value if bound else None
+
+
+def _selecting_test(sync: Event, scope: Scope) -> tuple[cst.BaseExpression, bool] | None:
+    """The conditional expression that chooses the sync switch or something else, and whether the
+    switch is its true branch: `ctx = model.no_sync if test else nullcontext` (the bound method read),
+    `cm = model.no_sync() if test else nullcontext()`, `with (m.no_sync() if test else nullcontext()):`."""
+    if isinstance(sync.node, cst.Call):
+        statement = sync.stmt
+        roots = [item.item for item in statement.items] if isinstance(statement, cst.With) else \
+            [statement] if statement is not None else []
+        stack = list(roots)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.IfExp):
+                if contains(node.body, sync.node):
+                    return node.test, True
+                if contains(node.orelse, sync.node):
+                    return node.test, False
+            stack.extend(children(node))
+        return None
+    bound = [d for d in scope.defs.get(sync.target or "", []) if d.node is sync.node]
+    value = bound[0].value if bound else None
+    if isinstance(value, cst.IfExp) and sync.api is not None:
+        return value.test, any(last_part(name) == sync.api.name for name in iter_names(value.body))
     return None
 
 
