@@ -263,6 +263,11 @@ IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid it
 # Calls whose results are the prepared objects, element by element.
 DEEPSPEED_INITIALIZE = "deepspeed.initialize"  # -> engine, optimizer, dataloader, scheduler
 PREPARE_METHODS = frozenset({"prepare", "setup"})  # accelerator.prepare(...), fabric.setup(...)
+# What they make of an optimizer: accelerate's AcceleratedOptimizer steps and clears only when
+# gradient_state.sync_gradients, which accumulate() sets on entering the window's last micro-batch
+# (accelerate/optimizer.py, accelerator.py `_do_sync`): a prepared optimizer's zero_grad inside
+# accumulate() runs on that micro-batch alone, before or after its backward as written.
+SYNC_ONLY_OPTIMIZER = Role.PREPARED
 # What they make of a model: launched on several processes, both wrap it in DistributedDataParallel
 # (accelerate's Accelerator.prepare_model, Fabric's DDP strategy), so it all-reduces on every backward
 # unless `accelerator.no_sync`/`accumulate` or `fabric.no_backward_sync` says otherwise.
