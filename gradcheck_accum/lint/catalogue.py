@@ -438,6 +438,10 @@ SCHEDULE_LENGTH_POSITION = 2
 # torch schedulers whose length may be passed positionally: the argument's index
 SCHEDULE_LENGTH_POSITIONS = {"OneCycleLR": 2, "CosineAnnealingLR": 1, "PolynomialLR": 1, "LinearLR": 4}
 LENGTH_FUNCTION = "len"  # len(loader): a length counted in micro-batches
+# Schedulers made of others, which step them when they are stepped: where the list of parts is given
+# (SequentialLR(optimizer, schedulers, milestones), ChainedScheduler(schedulers)).
+SCHEDULER_PARTS_KEYWORD = "schedulers"
+SCHEDULER_PARTS_POSITIONS = {"SequentialLR": 1, "ChainedScheduler": 0}
 
 
 def apis_named(name: str) -> tuple[Api, ...]:

@@ -345,6 +345,20 @@ class FileModel:
         return ScheduleLength(facts.has_len, facts.divided, facts.mentions_accumulation)
 
     @staticmethod
+    def scheduler_parts(built: Event) -> set[str]:
+        """The schedulers a composite one is built from (`SequentialLR(opt, [warmup, decay], ...)`):
+        stepping it steps them."""
+        call = built.node
+        if not isinstance(call, cst.Call):
+            return set()
+        position = cat.SCHEDULER_PARTS_POSITIONS.get(call_receiver(call)[1] or "")
+        parts = keyword(call, cat.SCHEDULER_PARTS_KEYWORD) or (positional(call, position) if position is not None
+                                                                else None)
+        if not isinstance(parts, (cst.List, cst.Tuple)):
+            return set()
+        return {name for element in parts.elements if (name := dotted(element.value))}
+
+    @staticmethod
     def scheduler_given_position(stepped: Event) -> bool:
         """`scheduler.step(epoch + i / iters)`, `step_update(num_updates=n)`: the call says where the
         schedule is, so how often it is called does not move it."""

@@ -63,6 +63,9 @@ class ScheduleLengthIgnoresAccumulation(Rule):
         per_window = {e.target for w in model.windows if w.accumulates for e in w.of(EventKind.SCHEDULER_STEP)
                       if w.placement(e) is _BOUNDARY or (w.shape is WindowShape.FRAMEWORK
                                                          and Role.PREPARED in e.roles)}
+        for _, built in reversed(model.events(EventKind.SCHEDULER_BUILT)):  # the composite after its parts
+            if built.target in per_window:
+                per_window |= model.scheduler_parts(built)
         for scope, built in model.events(EventKind.SCHEDULER_BUILT):
             if built.target not in per_window:
                 continue
