@@ -262,6 +262,9 @@ class LossTracer:
         for value, where, at in returned:
             self._trace(value, where, at, inner, depth + 1)
         if not returned or not inner.known:
+            # a value divided by a count of valid items on its way out (`masked_mean(...)`) is a
+            # per-item mean whatever else it reads
+            facts.token_level |= inner.token_level
             return False
         facts.absorb(inner)
         return True
