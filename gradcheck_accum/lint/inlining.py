@@ -319,6 +319,11 @@ class Inliner:
         effects = self.project.effects(ref)
         if not effects or _on_stack(walker.scope, function):
             return False
+        if any(f.node is function and self._root_of.get(id(f)) is walker.root for f in self.frames) \
+                and _has_loop(function):
+            # walked in place twice into one scope, its loop would be one loop (loops are told apart
+            # by their node) holding both calls' micro-batches: the second call stays a plain call
+            return False
         if not ctx.loops and not (effects & _BACKWARDS and not effects & _STEPS) and not (
                 effects & _STEPS and not effects & _BACKWARDS and _micro_step_loop_open(walker, ctx)):
             # Outside a loop a call matters only when it leaves its window open: it backpropagates
@@ -891,6 +896,17 @@ def _arguments(call: cst.Call, function: cst.FunctionDef, receiver: cst.BaseExpr
     keywords = {p.name.value for p in [*function.params.params, *function.params.kwonly_params]}
     pairs.extend((a.keyword.value, a.value) for a in call.args if a.keyword is not None and a.keyword.value in keywords)
     return pairs
+
+
+def _has_loop(function: cst.FunctionDef) -> bool:
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.For, cst.While)):
+            return True
+        if not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            stack.extend(children(node))
+    return False
 
 
 def _annotation(function: cst.FunctionDef, parameter: str) -> str | None:
