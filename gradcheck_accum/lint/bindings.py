@@ -59,10 +59,12 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
     qual = imports.qualify(call.func) or dotted(call.func) or ""
     last = method if receiver is not None else last_part(qual)
     if qual == cat.COMPILE.qualname:
-        return _ONE[Role.COMPILED]
+        # `torch.compile(ddp_model)` forwards to the DDP model: it syncs (and `no_sync()`s) as that does
+        return frozenset({Role.COMPILED} | (lookup(positional(call, 0) or keyword(call, "model")) & _DISTRIBUTED))
     if last in cat.WRAPPERS.names:
         inner = lookup(positional(call, 0) or keyword(call, "module"))
-        return frozenset({Role.DDP} | ({Role.WRAPS_COMPILED} if Role.COMPILED in inner else set()))
+        return frozenset({Role.DDP} | ({Role.WRAPS_COMPILED} if Role.COMPILED in inner else set())
+                         | ({Role.SHARDED} if last in cat.SHARDED_WRAPPERS else set()))
     if last in cat.SCALERS.names:
         return _ONE[Role.SCALER]
     schedulers = cat.SCHEDULERS
@@ -126,3 +128,4 @@ def no_roles(_: cst.BaseExpression | None) -> frozenset[Role]:
 
 
 _ONE = {role: frozenset({role}) for role in Role}
+_DISTRIBUTED = frozenset({Role.DDP, Role.SHARDED, Role.PREPARED})  # what a wrapper around the model keeps

@@ -75,6 +75,12 @@ class Api:
     clears_gradients: bool = False  # the step also clears the gradients (DeepSpeed's engine.step())
     unscales_first: bool = False  # the clip unscales AMP gradients itself before clipping
     model_wide: bool = False  # zero_grad: clears a model's or parameters' gradients, not an optimizer's
+    # sync switch: the value set (`m.require_backward_grad_sync = v`) or the first argument
+    # (`m.set_requires_gradient_sync(v)`) says whether the next backward synchronises (True: it does)
+    sync_flag: bool = False
+    # a gradient rescaled by a factor computed from a gradient norm, or capped at 1, is clipped by hand
+    # (`p.grad.mul_(max_norm / (total_norm + eps))` under `if coef < 1`): matched only for such a factor
+    clips_by_factor: bool = False
 
     @property
     def token(self) -> str:
@@ -98,6 +104,15 @@ _FIRST, _NOTHING = Operand.FIRST_ARGUMENT, Operand.NOTHING
 # `with model.no_sync():` on a DistributedDataParallel model
 DDP_NO_SYNC = Api("no_sync", _E.SYNC_CONTROL, _DDP, receiver_lacks=frozenset({Role.ACCELERATOR, Role.FABRIC}),
                   has_receiver=None)
+# `model.require_backward_grad_sync = is_last`: what DDP.no_sync() sets, by hand
+DDP_SYNC_FLAG = Api("require_backward_grad_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_SET, sync_flag=True)
+# When a sync switch takes effect. DistributedDataParallel reads `require_backward_grad_sync` (which
+# no_sync() sets) in its forward: `_pre_forward`/`_post_forward` arm the reducer for the backward of that
+# forward's graph, so a switch thrown after the forward changes nothing until the next one. FSDP reads its
+# switch when the gradients are ready: FullyShardedDataParallel.no_sync() sets `_sync_gradients`, read in
+# the post-backward hook (fsdp/_runtime_utils.py); fully_shard's set_requires_gradient_sync sets the param
+# groups' reduce_grads, read in post_backward. Models with this role are the latter.
+SYNCS_AT_BACKWARD = Role.SHARDED
 
 # In order: for one call, the first entry whose conditions hold decides.
 APIS: tuple[Api, ...] = (
@@ -118,6 +133,8 @@ APIS: tuple[Api, ...] = (
     Api("zero_grad", _E.ZERO_GRAD, receiver=Role.OPTIMIZER),
     Api("zero_grad", _E.ZERO_GRAD, has_receiver=None, model_wide=True),  # model.zero_grad(), a module's own
     Api("grad", _E.ZERO_GRAD, form=Form.ATTRIBUTE_SET, target=Operand.GRAD_OWNER, model_wide=True),  # p.grad = None
+    Api("mul_", _E.CLIP, on_grad=True, clips_by_factor=True),  # clipping written by hand
+    Api("clamp_", _E.CLIP, on_grad=True),  # `p.grad.clamp_(-v, v)`: clipping by value
     Api("div_", _E.GRAD_SCALE, on_grad=True),
     Api("mul_", _E.GRAD_SCALE, on_grad=True),
     Api("zero_", _E.ZERO_GRAD, on_grad=True, target=Operand.GRAD_OWNER, model_wide=True),
@@ -147,7 +164,8 @@ APIS: tuple[Api, ...] = (
     # `accumulate` on anything but an Accelerator is numpy's or itertools' (`np.maximum.accumulate(x)`)
     *(Api(name, _E.SYNC_CONTROL, Framework.OTHER, has_receiver=None, target=_FIRST) for name in _SYNC_SWITCHES
       if name != "accumulate"),
-    Api("require_backward_grad_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_SET),
+    DDP_SYNC_FLAG,
+    Api("set_requires_gradient_sync", _E.SYNC_CONTROL, _DDP, sync_flag=True),  # FSDP2 (fully_shard) modules
     Api("no_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_READ),  # `ctx = model.no_sync if ... else nullcontext`
     Api("gradient_accumulation_steps", None, _ACCELERATE, form=Form.ATTRIBUTE_SET,
         grants=Role.ACCELERATOR_ACCUMULATES),  # `accelerator.gradient_accumulation_steps = n`
@@ -198,7 +216,11 @@ def _names(text: str) -> frozenset[str]:
 
 # In order: the first that matches decides.
 COMPILE = Constructor(Role.COMPILED, _TORCH, qualname="torch.compile")
-WRAPPERS = Constructor(Role.DDP, _DDP, _names("DistributedDataParallel DDP FullyShardedDataParallel FSDP"))
+WRAPPERS = Constructor(Role.DDP, _DDP, _names("DistributedDataParallel DDP FullyShardedDataParallel FSDP fully_shard"))
+# ... of which these shard the model (Role.SHARDED as well): FSDP, and FSDP2's fully_shard, which shards the
+# module in place and returns it (`fully_shard(model)` alone wraps `model`)
+SHARDED_WRAPPERS = _names("FullyShardedDataParallel FSDP fully_shard")
+IN_PLACE_WRAPPERS = _names("fully_shard")
 SCALERS = Constructor(Role.SCALER, _TORCH, _names("GradScaler ShardedGradScaler"))
 SCHEDULERS = Constructor(
     Role.SCHEDULER, _TORCH,
@@ -222,6 +244,14 @@ LOSSES = Constructor(
            "binary_cross_entropy_with_logits kl_div ctc_loss"),
     suffix="Loss")
 CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS, OPTIMIZERS, ACCELERATOR, FABRIC, LOSSES)
+
+# What makes a factor a clipping factor (Api.clips_by_factor): it is computed from a gradient norm, or
+# capped at 1 (`(max_norm / norm).clamp(max=1)`, `min(1.0, max_norm / norm)`).
+NORM_FUNCTIONS = frozenset({"norm", "vector_norm", "clip_grad_norm_", "get_total_norm"})
+CAPPING_FUNCTIONS = frozenset({"clamp", "clamp_", "clip"})  # with a `max=` bound
+CAPPING_BUILTIN = "min"
+# What a gradient is reached through without leaving it (`p.grad.detach().mul_(c)` rescales p.grad).
+SAME_TENSOR_METHODS = frozenset({"detach", "data"})
 
 # Keywords of constructors that change what the result does.
 ACCUMULATION_STEPS_KEYWORD = "gradient_accumulation_steps"  # Accelerator(gradient_accumulation_steps=N)
@@ -365,8 +395,9 @@ def fit(self, train_dataloader, max_epochs):
 """)
 # loops/optimization/automatic.py and closure.py: the returned loss (or its "loss" entry) is divided by
 # accumulate_grad_batches, backpropagated, on_after_backward runs after every backward; the optimizer
-# steps (on_before_optimizer_step, clipping, step) when the window is full or on the last batch
-# (training_epoch_loop._should_accumulate); gradients are cleared before the first backward of a window.
+# steps when the window is full or on the last batch (training_epoch_loop._should_accumulate), after the
+# precision plugin's _after_closure has run on_before_optimizer_step and then configure_gradient_clipping
+# (plugins/precision/precision.py); gradients are cleared before the first backward of a window.
 LIGHTNING_AUTOMATIC = Driver(Framework.LIGHTNING, _LIGHTNING_MODULES, "training_step", False,
                              "automatic_optimization", "accumulate_grad_batches", """\
 def fit(self, train_dataloader, max_epochs, optimizer, accumulate_grad_batches):
@@ -377,6 +408,7 @@ def fit(self, train_dataloader, max_epochs, optimizer, accumulate_grad_batches):
             self.on_after_backward()
             if (batch_idx + 1) % accumulate_grad_batches == 0 or batch_idx + 1 == len(train_dataloader):
                 self.on_before_optimizer_step(optimizer)
+                self.configure_gradient_clipping(optimizer)
                 optimizer.step()
                 optimizer.zero_grad()
 """)

@@ -12,6 +12,7 @@ loss is read the same way by the loss tracer (`returns`). What does not resolve 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -19,8 +20,8 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import roles_from_name
 from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted
-from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names
-from gradcheck_accum.lint.project.summary import MODULE_CODE
+from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
+from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, EventKind, Frame, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 
@@ -43,12 +44,10 @@ class LoadedModule:
     path: Path
     module: cst.Module
     text: str
-    imports: ImportMap = field(default_factory=ImportMap)
     functions: dict[str, cst.FunctionDef] = field(default_factory=dict)  # qualname -> def
     qualnames: dict[int, str] = field(default_factory=dict)  # id(def) -> qualname
     classes: dict[str, cst.ClassDef] = field(default_factory=dict)
     qualnames_of_classes: dict[int, str] = field(default_factory=dict)  # id(class) -> qualname
-    env: dict[str, frozenset[Role]] = field(default_factory=dict)  # module-level names' roles
     _class_envs: dict[tuple, dict[str, frozenset[Role]]] = field(default_factory=dict)
 
     @classmethod
@@ -68,13 +67,29 @@ class LoadedModule:
                     loaded.classes[qualname] = child
                     loaded.qualnames_of_classes[id(child)] = qualname
                     stack.append((qualname + ".", child))
-        module_scope = Scope(module, MODULE_CODE)
-        walker = ScopeWalker(module_scope, loaded.imports, {}, set(), [0])
-        for statement in module.body:  # imports and module-level bindings; no calls walked in place
+        return loaded
+
+    @property
+    def imports(self) -> ImportMap:
+        return self._module_level[0]
+
+    @property
+    def env(self) -> dict[str, frozenset[Role]]:
+        """The roles of the module-level names."""
+        return self._module_level[1]
+
+    @cached_property
+    def _module_level(self) -> tuple[ImportMap, dict[str, frozenset[Role]]]:
+        """The imports and module-level bindings, walked when first asked for: only walking the file's
+        functions in place of calls needs them, and for the file being linted the walk would repeat
+        much of the file model's."""
+        imports = ImportMap()
+        module_scope = Scope(self.module, MODULE_CODE)
+        walker = ScopeWalker(module_scope, imports, {}, set(), [0])
+        for statement in self.module.body:  # no calls walked in place
             if isinstance(statement, cst.SimpleStatementLine):
                 walker.walk_stmt(statement, Context())
-        loaded.env = dict(module_scope.env)
-        return loaded
+        return imports, dict(module_scope.env)
 
     def class_env(self, cls: cst.ClassDef | None,
                   constructed_with: dict[str, frozenset[Role]] | None = None) -> dict[str, frozenset[Role]]:
@@ -131,7 +146,7 @@ class ProjectContext:
     def alone(cls, module: cst.Module, text: str, path: str = "<file>") -> "ProjectContext":
         """A project of one file (a snippet, standard input): calls resolve inside it only."""
         file = Path(path).absolute()
-        store = SummaryStore(file.parent, effect_names(), texts={file: text})
+        store = SummaryStore(file.parent, effect_names(), texts={file: text}, words=watched_words())
         context = cls(Project(file.parent, store, files=[file]), file, module, text)
         context.alone = True
         return context
@@ -290,6 +305,9 @@ class Inliner:
         if function is None:
             return None
         return ref, loaded, function
+
+    def runs_project_function(self, walker: ScopeWalker, call: cst.Call) -> bool:
+        return self.resolve(walker.scope, call) is not None
 
     # -- walking in place ---------------------------------------------------------------------------
     def inline(self, walker: ScopeWalker, call: cst.Call, ctx: Context) -> bool:
@@ -592,17 +610,25 @@ class Inliner:
         return False
 
     def _configured(self, keyword: str) -> bool:
-        """Does some constructor call in the project set `keyword` to something other than 1?"""
+        """Does some constructor call in the project set `keyword` to something other than 1? Or take
+        settings it does not spell out (`Trainer(**cfg)`, `Trainer.from_argparse_args(args)`) in a
+        project whose code names `keyword` (reads it from its arguments or config, passes it on)?"""
         key = ("configured", keyword)
         memo = self.project.summaries.memo
         if key not in memo:
-            memo[key] = False
+            summaries = self.project.summaries
+            named = unspelled = False
             for path in self.project.files:
-                if not self.project.summaries.may_mention(path, keyword):
+                if not summaries.may_mention(path, keyword) and not summaries.may_mention(path, UNSPELLED):
                     continue
-                if any(keywords.get(keyword, "1") != "1" for _, keywords in self.project.summary(path).constructions):
-                    memo[key] = True
-                    break
+                summary = self.project.summary(path)
+                named = named or keyword in summary.names
+                for _, keywords in summary.constructions:
+                    if keywords.get(keyword, "1") != "1":
+                        memo[key] = True
+                        return True
+                    unspelled = unspelled or UNSPELLED in keywords
+            memo[key] = named and unspelled
         return memo[key]
 
     def _walk_driver(self, driver: cat.Driver, cls: ClassRef) -> Scope:
@@ -713,9 +739,13 @@ class Inliner:
         and the scope they were walked in. A finding never points into another file: it moves to
         that call, or is left to the other file's own lint."""
         out: dict[int, tuple[cst.Call | None, Scope]] = {}
-        for scope in [*self.roots, *self.frames]:
-            if not (scope.foreign or scope.frame is not None and scope.frame.path is not None):
-                continue
+        scopes = [s for s in [*self.roots, *self.frames] if s.foreign or s.frame is not None and s.frame.path is not None]
+        for scope in scopes:  # a call that runs a line first (`f(clip=False)` then `f(clip=True)`: the second)
+            root = self._root_of.get(id(scope), scope)
+            for event in root.events:
+                if event.scope is scope:
+                    out.setdefault(id(event.node), (_entry_call(scope), scope))
+        for scope in scopes:
             entry = _entry_call(scope)
             stack = [scope.node]
             while stack:

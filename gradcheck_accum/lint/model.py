@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import ACCUM_NAME, constructor_roles, no_roles
-from gradcheck_accum.lint.catalogue import DDP_NO_SYNC, LossScaling
+from gradcheck_accum.lint.catalogue import DDP_NO_SYNC, DDP_SYNC_FLAG, SYNCS_AT_BACKWARD, LossScaling
 from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift, Tail, TailFate, distance_shift,
                                           unstepped_tail)
 from gradcheck_accum.lint.lazy import cst
@@ -25,13 +25,14 @@ from gradcheck_accum.lint.trainer_hooks import items_counted
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, increment, inner_count,
-                                          is_micro_batch_loop, same_target, straight_line_clears)
+                                          is_micro_batch_loop, loop_events, same_target, straight_line_clears)
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
 
 __all__ = ["FileModel", "Window", "Event", "Scope", "LossFacts", "ScheduleLength", "EventKind", "Role", "Framework",
-           "Fact", "Placement", "WindowShape", "BoundaryKind", "DDP_NO_SYNC", "same_target", "Tail", "TailFate",
+           "Fact", "Placement", "WindowShape", "BoundaryKind", "DDP_NO_SYNC", "DDP_SYNC_FLAG", "SYNCS_AT_BACKWARD",
+           "same_target", "Tail", "TailFate",
            "Lifetime", "PassKind", "Repetition", "Shift", "Boundary"]
 
 
@@ -433,6 +434,21 @@ class FileModel:
             if sync.api is not DDP_NO_SYNC or sync.target is None:
                 continue
             yield scope, sync, [e for e in scope.events if any(call is sync.node for call in e.ctx.withs)]
+
+    def ddp_sync_flags(self) -> Iterator[tuple[Scope, Event]]:
+        """Each `model.require_backward_grad_sync = ...` of the file."""
+        for scope, sync in self.events(EventKind.SYNC_CONTROL):
+            if sync.api is DDP_SYNC_FLAG and sync.target is not None:
+                yield scope, sync
+
+    @staticmethod
+    def same_iteration(scope: Scope, event: Event) -> list[Event]:
+        """The events of one iteration of the innermost loop around `event` (those inside that loop,
+        deeper loops included), in program order; empty outside loops."""
+        if not event.ctx.loops:
+            return []
+        loops = event.ctx.loops
+        return [e for e in loop_events(scope, loops[-1]) if e.ctx.loops[:len(loops)] == loops]
 
 
 def _parts(node: cst.BaseExpression) -> list[cst.BaseExpression]:

@@ -32,7 +32,9 @@ def node_positions(module: cst.Module, source: str, nodes: Iterable[cst.CSTNode]
     if len(paths) < len(wanted):  # a node outside the fields `children` reads: take the long road
         return whole_module(module)
     found: Ranges = {}
-    placed: dict[int, Ranges | None] = {}  # id(statement) -> its nodes' ranges (None: text not unique)
+    # id(statement) -> the line it starts at (0-based) and its nodes' ranges within it (None: its text
+    # is not unique in the source); only the wanted nodes' ranges are shifted to the file's lines
+    placed: dict[int, tuple[int, Ranges] | None] = {}
     lines = _Lines(source)
     for node, path in paths.items():
         for index in range(len(path) - 1, 0, -1):
@@ -41,9 +43,9 @@ def node_positions(module: cst.Module, source: str, nodes: Iterable[cst.CSTNode]
                 continue
             if id(statement) not in placed:
                 placed[id(statement)] = _place(module, lines, statement, path[:index])
-            ranges = placed[id(statement)]
-            if ranges is not None and node in ranges:
-                found[node] = ranges[node]
+            here = placed[id(statement)]
+            if here is not None and node in here[1]:
+                found[node] = _shifted(here[1][node], here[0])
                 break
         else:
             return whole_module(module)
@@ -119,17 +121,16 @@ class _Lines:
 
 
 def _place(module: cst.Module, lines: _Lines, statement: cst.CSTNode,
-           ancestors: tuple[cst.CSTNode, ...]) -> Ranges | None:
+           ancestors: tuple[cst.CSTNode, ...]) -> tuple[int, Ranges] | None:
+    """The line the statement starts at (0-based) and its nodes' ranges counted from there."""
     state = _state(module)
     state.indent_tokens = [block.indent if block.indent is not None else module.default_indent
                            for block in ancestors if isinstance(block, cst.IndentedBlock)]
     statement._codegen(state)
-    line = lines.only_start("".join(state.tokens))  # 0-based: lines before the statement's
-    if line is None:
-        return None
+    line = lines.only_start("".join(state.tokens))
+    return (line, state.provider._computed) if line is not None else None
 
-    def shift(position: cst.metadata.CodePosition) -> cst.metadata.CodePosition:
-        return cst.metadata.CodePosition(position.line + line, position.column)
 
-    return {node: cst.metadata.CodeRange(shift(span.start), shift(span.end))
-            for node, span in state.provider._computed.items()}
+def _shifted(span: cst.metadata.CodeRange, lines: int) -> cst.metadata.CodeRange:
+    return cst.metadata.CodeRange(cst.metadata.CodePosition(span.start.line + lines, span.start.column),
+                                  cst.metadata.CodePosition(span.end.line + lines, span.end.column))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -191,6 +192,15 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
     """Read the file and decide whether it needs libcst: a finished result when it does not."""
     result = FileResult(target)
     try:
+        return _screen_file(result, settings, rules, options, stdin, cached, fingerprint)
+    except Exception as exc:  # noqa: BLE001 - a bug of ours costs this file, not the run
+        return _internal_error(result, exc)
+
+
+def _screen_file(result: FileResult, settings: Settings, rules: list[type[Rule]], options: Options,
+                 stdin, cached: Entry | None, fingerprint: bool) -> FileResult | Pending:
+    target = result.target
+    try:
         stat = target.path.stat() if fingerprint and target.path is not None else None
         source = read_source(target, stdin)
     except (UnreadableFile, OSError) as exc:
@@ -239,6 +249,21 @@ def _analyze_file(item: Pending) -> FileResult:
         result.error = str(exc)
     except RecursionError:
         result.error = "nesting too deep to analyse"
+    except Exception as exc:  # noqa: BLE001 - a bug of ours costs this file, not the run
+        return _internal_error(result, exc)
+    return result
+
+
+def _internal_error(result: FileResult, exc: Exception) -> FileResult:
+    """The file's result when its analysis raised what no input should make it raise: one line naming
+    the exception and where it was raised (for a bug report), no findings; every other file is still
+    linted and reported, and the run exits 2 as for a file that cannot be read."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    said = " ".join(str(exc).split())
+    result.findings, result.fingerprint = [], None  # not cached: the next run tries again
+    result.error = (f"internal error while linting this file: {type(exc).__name__}{': ' if said else ''}{said}{where}"
+                    "; please report it (the other files are linted)")
     return result
 
 

@@ -66,6 +66,7 @@ class Role(Tag):
     SCALER = "scaler"  # torch.amp.GradScaler and its sharded variant
     COMPILED = "compiled"  # a torch.compile wrapper
     DDP = "ddp"  # DistributedDataParallel / FSDP wrapper
+    SHARDED = "sharded"  # ... an FSDP one (FullyShardedDataParallel, fully_shard): syncs in the post-backward hook
     WRAPS_COMPILED = "wraps-compiled"  # a DDP/FSDP wrapper around a compiled module: `.module` is compiled
     ACCELERATOR = "accelerator"
     ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)

@@ -71,7 +71,7 @@ def compare_rows(
         else:
             c = compare(grads.get(name), base.get(name), reference.exact.get(name), tol, magnitude=size,
                         nondeterminism=reference.nondeterminism.get(name, 0.0), steps=steps,
-                        rounding=reference.rounding.get(name, (None,))[0])
+                        rounding=reference.rounding.get(name))
         if products is not None:
             products[name] = c.products
         rows.append(Row.from_comparison(mode, name, tuple(shapes[name]), c, note))

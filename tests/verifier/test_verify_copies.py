@@ -34,8 +34,10 @@ def tensors(module):
     return {n: t.detach().clone() for n, t in [*module.named_parameters(), *module.named_buffers()]}
 
 
-def test_every_run_starts_from_the_prepared_state():
-    prepared = prepare(Normalised())
+@pytest.mark.parametrize("in_place", [False, True])
+def test_every_run_starts_from_the_prepared_state(in_place):
+    given = Normalised()
+    prepared = prepare(given, in_place=in_place)
     pristine = tensors(prepared.module)
     first = prepared.copy(torch.device("cpu"), torch.float32)
     first(torch.randn(8, 6)).sum().backward()  # moves the running statistics, fills .grad
@@ -44,6 +46,19 @@ def test_every_run_starts_from_the_prepared_state():
     again = prepared.copy(torch.device("cpu"), torch.float32)
     assert again is first and all(p.grad is None for p in again.parameters())
     assert all(torch.equal(t, tensors(again)[n]) for n, t in pristine.items())
+    assert all(torch.equal(t, tensors(given)[n]) for n, t in pristine.items())  # never written to
+    assert all(p.grad is None for p in given.parameters())
+
+
+def test_in_place_runs_keep_the_prepared_modes_and_switches():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5), nn.BatchNorm1d(4))
+    prepared = prepare(model, freeze_batchnorm=True, in_place=True)
+    first = prepared.copy(torch.device("cpu"), torch.float32)
+    assert first is prepared.module and not first[2].training and first[1].p == 0
+    first.eval()  # a loss_fn that switches modes
+    again = prepared.copy(torch.device("cpu"), torch.float32)
+    assert again.training and again[1].training and not again[2].training
+    assert model[1].p == 0.5 and model[2].training  # the model given keeps its own
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
@@ -57,7 +72,8 @@ def test_conversions_start_from_the_prepared_precision(dtype):
     assert all(torch.equal(t, tensors(back)[n]) for n, t in pristine.items())  # no bf16 or float64 residue
 
 
-def test_fresh_copies_are_independent_and_a_changed_module_is_copied_anew():
+@pytest.mark.parametrize("in_place", [False, True])
+def test_fresh_copies_are_independent_and_a_changed_module_is_copied_anew(in_place):
     class GrowsABuffer(nn.Module):
         def __init__(self):
             super().__init__()
@@ -67,7 +83,7 @@ def test_fresh_copies_are_independent_and_a_changed_module_is_copied_anew():
             self.register_buffer(f"seen{len(list(self.buffers()))}", x.detach().sum())
             return self.fc(x)
 
-    prepared = prepare(GrowsABuffer())
+    prepared = prepare(GrowsABuffer(), in_place=in_place)
     working = prepared.copy(torch.device("cpu"), torch.float32)
     assert prepared.copy(torch.device("cpu"), torch.float32, fresh=True) is not working
     working(torch.ones(1, 2))

@@ -211,12 +211,19 @@ def _sync_off_boundary(window: Window, boundary: Boundary) -> Iterator[Report]:
     """DDP all-reduces on the micro-batches its sync test selects: they must be the stepping ones."""
     if boundary.kind is not BoundaryKind.MODULO or boundary.offset is None:
         return
-    for sync in window.sync_boundaries():
-        if sync.same_count(boundary) and sync.positive and sync.offset is not None and sync.offset != boundary.offset:
+    for switch, sync in window.sync_boundaries():
+        if not sync.same_count(boundary) or sync.offset is None:
+            continue
+        if sync.positive and sync.offset != boundary.offset:
             yield Report(sync.comparison, "this test lifts no_sync() on a different micro-batch than the one the "
                                           "optimizer steps on, so the window's last gradients are stepped without "
                                           "being all-reduced across ranks; select no_sync() with the step's own "
                                           "boundary test")
+        elif not sync.positive and sync.offset == boundary.offset:
+            # synced everywhere but on the boundary: the switch is read backwards
+            yield Report(switch.node, "gradient syncing is turned off on the very micro-batch the optimizer steps "
+                                      "on (and on for the others), so every step applies gradients the ranks never "
+                                      "all-reduced; turn it off where the step's boundary test is false")
 
 
 def _distance_message(shift: Shift | None, boundary: Boundary) -> str | None:
