@@ -337,10 +337,12 @@ class Inliner:
         effects = self.project.effects(ref)
         if not effects or _on_stack(walker.scope, function):
             return False
-        if any(f.node is function and self._root_of.get(id(f)) is walker.root for f in self.frames) \
-                and _has_loop(function):
+        if effects & _BACKWARDS and _has_loop(function) and any(
+                f.node is function and self._root_of.get(id(f)) is walker.root for f in self.frames):
             # walked in place twice into one scope, its loop would be one loop (loops are told apart
-            # by their node) holding both calls' micro-batches: the second call stays a plain call
+            # by their node) holding both calls' micro-batches: the second call stays a plain call.
+            # A function that does not backpropagate (a clip helper's loop over parameters) has no
+            # window of its own to merge and is walked at every call.
             return False
         if not ctx.loops and not (effects & _BACKWARDS and not effects & _STEPS) and not (
                 effects & _STEPS and not effects & _BACKWARDS and _micro_step_loop_open(walker, ctx)):
