@@ -26,6 +26,7 @@ from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, EventKind, F
 from gradcheck_accum.lint.walker import ScopeWalker
 
 MAX_DEPTH = 4  # calls walked in place within calls walked in place
+MAX_IMPLEMENTATIONS = 6  # a call to an annotated parameter is read through at most this many classes' __call__
 _SELF = ("self", "cls")
 
 
@@ -258,7 +259,10 @@ class Inliner:
         self._capturing: FunctionRef | None = None  # parameter_roles: the function whose calls are read
         self._captured: dict[str, frozenset[Role]] = {}
         self._captured_classes: dict[str, ClassRef] = {}
+        self._captured_callables: dict[str, FunctionRef | None] = {}  # None: the calls pass different ones
         self._classes: dict[int, dict[str, ClassRef]] = {}  # id(scope) -> its parameters' project classes
+        # id(scope) -> what calling each of its parameters runs (a loss function or loss module passed in)
+        self._callables: dict[int, dict[str, FunctionRef]] = {}
 
     def register(self, scope: Scope, module: LoadedModule | None = None, qualname: str | None = None,
                  self_class: ClassRef | None = None) -> None:
@@ -287,8 +291,13 @@ class Inliner:
         known = self._classes.get(id(scope), {}).get(head)
         if ref is None and known is not None:  # a parameter the callers bind to an instance of a project class
             ref = self.project.member_call(known, rest)
+        if ref is None and not rest:  # a parameter the callers bind to a function, or a loss module
+            ref = self._callables.get(id(scope), {}).get(head)
         if ref is None:
             ref = self.project.resolve_call(FunctionRef(module.path, qualname), text)
+        if ref is None and head in _SELF and len(rest) == 1:  # `self.criterion = criterion` in __init__
+            owner = self_class or self.project.class_of(FunctionRef(module.path, qualname))
+            ref = self._attribute_callable(owner, rest[0]) if owner is not None else None
         if ref is None:
             return None
         loaded = self.context.load(ref.path)
@@ -319,9 +328,21 @@ class Inliner:
                     cls = self.class_of_expression(walker.scope, argument)
                     if cls is not None:
                         self._captured_classes.setdefault(name, cls)
+                    target = self.callable_of_expression(walker.scope, argument)
+                    if target is not None and self._captured_callables.get(name, target) != target:
+                        target = None  # calls that pass different callables: which one runs is unknown
+                    if target is not None or name in self._captured_callables:
+                        self._captured_callables[name] = target
             return False
         effects = self.project.effects(ref)
         if not effects or _on_stack(walker.scope, function):
+            return False
+        if effects & _BACKWARDS and _has_loop(function) and any(
+                f.node is function and self._root_of.get(id(f)) is walker.root for f in self.frames):
+            # walked in place twice into one scope, its loop would be one loop (loops are told apart
+            # by their node) holding both calls' micro-batches: the second call stays a plain call.
+            # A function that does not backpropagate (a clip helper's loop over parameters) has no
+            # window of its own to merge and is walked at every call.
             return False
         if not ctx.loops and not (effects & _BACKWARDS and not effects & _STEPS) and not (
                 effects & _STEPS and not effects & _BACKWARDS and _micro_step_loop_open(walker, ctx)):
@@ -369,6 +390,9 @@ class Inliner:
             cls = self.class_of_expression(caller.scope, argument)
             if cls is not None:
                 self._classes.setdefault(id(scope), {})[name] = cls
+            target = self.callable_of_expression(caller.scope, argument)
+            if target is not None:
+                self._callables.setdefault(id(scope), {})[name] = target
             roles = caller.roles(argument)
             if roles:
                 seed[name] = roles
@@ -442,26 +466,71 @@ class Inliner:
         """Roles the calls constructing `cls` in the project give the parameters of its `__init__`
         (the union over the calls: some construction passes them). Only for classes whose methods
         reach a backward, whose attributes a window may read."""
+        return self._constructed_with(cls, init)[0]
+
+    def _constructed_with(self, cls: ClassRef, init: FunctionRef) \
+            -> tuple[dict[str, frozenset[Role]], dict[str, FunctionRef | None]]:
+        """What the calls constructing `cls` give the parameters of its `__init__`: their roles, and
+        what calling each runs (the same callable in every call, else None)."""
         memo = self.project.summaries.memo
         key = ("constructed with", cls)
         if key in memo:
             return memo[key]
-        memo[key] = {}
+        memo[key] = ({}, {})
         summary = self.project.summary(cls.path).classes.get(cls.qualname)
         if self.context.alone or summary is None or not any(
                 self.project.effects(cls.method(m)) & _BACKWARDS for m in summary.methods):
-            return {}
+            return memo[key]
         roles: dict[str, frozenset[Role]] = {}
+        callables: dict[str, FunctionRef | None] = {}
         for caller in self.project.constructors_of(cls):
             self._capturing, self._captured, self._captured_classes = init, {}, {}
+            self._captured_callables = {}
             try:
                 self._walk_root(caller, None, keep=False)
             finally:
                 self._capturing = None
             for name, found in self._captured.items():
                 roles[name] = roles.get(name, NO_ROLES) | found
-        memo[key] = roles
-        return roles
+            for name, target in self._captured_callables.items():
+                callables[name] = target if callables.get(name, target) == target else None
+        memo[key] = (roles, callables)
+        return memo[key]
+
+    def _attribute_callable(self, owner: ClassRef, attribute: str) -> FunctionRef | None:
+        """What calling `self.attribute` runs when `__init__` binds it to a parameter (`self.criterion =
+        criterion`) that every construction of the class passes the same callable for."""
+        init = self.project.lookup_method(owner, "__init__")
+        loaded = self.context.load(init.path) if init is not None else None
+        function = loaded.functions.get(init.qualname) if loaded is not None else None
+        if function is None:
+            return None
+        parameter = _bound_parameter(function, attribute)
+        if parameter is None:
+            return None
+        return self._constructed_with(owner, init)[1].get(parameter)
+
+    def callable_of_expression(self, scope: Scope, node: cst.BaseExpression) -> FunctionRef | None:
+        """What calling the value of an expression runs: a project function passed by name
+        (`loss_fn=masked_nll`, `self.compute_loss`), a loss module built in place or bound to a
+        name (`MaskedLoss()`, `criterion`): its `__call__`/`forward`."""
+        origin = self._origin.get(id(scope))
+        if origin is None:
+            return None
+        module, qualname, _ = origin
+        if isinstance(node, cst.Call):
+            written = dotted(node.func)
+            cls = self.project.resolve_class(module.path, written) if written else None
+            return self.project.member_call(cls, []) if isinstance(cls, ClassRef) else None
+        name = dotted(node)
+        if name is None:
+            return None
+        cls = self.class_of_expression(scope, node)
+        if cls is not None:
+            return self.project.member_call(cls, [])
+        if "." not in name and name in self._callables.get(id(scope), {}):
+            return self._callables[id(scope)][name]
+        return self.project.resolve_call(FunctionRef(module.path, qualname), name)
 
     def class_of_expression(self, scope: Scope, node: cst.BaseExpression) -> ClassRef | None:
         """The project class of the object an expression names: a parameter bound to one, a name or
@@ -503,10 +572,12 @@ class Inliner:
             return {}  # no loop: no window of its own
         roles: dict[str, frozenset[Role]] = {}
         classes: dict[str, ClassRef] = {}
+        callables: dict[str, FunctionRef | None] = {}
         for site in self.project.callers(ref):
             if site.caller == ref:
                 continue
             self._capturing, self._captured, self._captured_classes = ref, {}, {}
+            self._captured_callables = {}
             try:
                 self._walk_root(site.caller, site.receiver, keep=False)
             finally:
@@ -515,8 +586,13 @@ class Inliner:
                 roles[name] = roles.get(name, NO_ROLES) | found
             for name, cls in self._captured_classes.items():
                 classes.setdefault(name, cls)
+            for name, target in self._captured_callables.items():
+                callables[name] = target if callables.get(name, target) == target else None
         if classes:
             self._classes[id(scope)] = classes
+        known = {name: target for name, target in callables.items() if target is not None}
+        if known:
+            self._callables[id(scope)] = known
         return roles
 
     # -- callers in other files -----------------------------------------------------------------------
@@ -642,19 +718,55 @@ class Inliner:
             return self._returns[key]
         self._returns[key] = None  # a recursive function: unknown while it is being read
         walked = self._inlined.get(key)
-        if walked is None:
-            found = self.resolve(scope, call)
-            depth = scope.frame.depth if scope.frame is not None else 0
-            if found is not None and depth < MAX_DEPTH and not _on_stack(scope, found[2]):
-                caller = _Caller(scope, {}, _guessed_roles, [before], before, None)
-                walked = self._walk(caller, call, Context(), *found)
-        result = None
         if walked is not None:
-            events = self._root_of[id(walked)].events
-            result = [(event.expr, walked, event.order + 1) for event in events
-                      if event.kind is EventKind.RETURN and event.scope is walked and event.expr is not None]
+            targets = [walked]
+        else:
+            found = self.resolve(scope, call)
+            candidates = [found] if found is not None else self.implementations(scope, call)
+            depth = scope.frame.depth if scope.frame is not None else 0
+            targets = []
+            for target in candidates:
+                if depth >= MAX_DEPTH or _on_stack(scope, target[2]):
+                    targets = []
+                    break
+                targets.append(self._walk(_Caller(scope, {}, _guessed_roles, [before], before, None), call, Context(),
+                                          *target))
+        result = None
+        if targets:
+            result = [(event.expr, one, event.order + 1) for one in targets for event in self._root_of[id(one)].events
+                      if event.kind is EventKind.RETURN and event.scope is one and event.expr is not None]
         self._returns[key] = result
         return result
+
+    def implementations(self, scope: Scope, call: cst.Call) -> list[tuple[FunctionRef, LoadedModule, cst.FunctionDef]]:
+        """What calling a parameter annotated with a project class may run (`loss_fn: LossFunction`,
+        called `loss_fn(logits, batch)`): the `__call__`/`forward` of that class and of its subclasses
+        in the project, those with a body (a Protocol's or an abstract class's own stub is left
+        out). Empty when there are none, or too many to read them all."""
+        origin = self._origin.get(id(scope))
+        function = scope.node
+        if origin is None or not isinstance(function, cst.FunctionDef) or not isinstance(call.func, cst.Name):
+            return []
+        annotation = _annotation(function, call.func.value)
+        cls = self.project.resolve_class(origin[0].path, annotation) if annotation else None
+        if not isinstance(cls, ClassRef):
+            return []
+        memo = self.project.summaries.memo
+        key = ("implementations", cls)
+        if key not in memo:
+            found: dict[FunctionRef, None] = {}
+            for candidate in [cls, *self.project.subclasses(cls)]:
+                ref = self.project.member_call(candidate, [])
+                if ref is not None:
+                    found.setdefault(ref)
+            memo[key] = list(found)
+        out = []
+        for ref in memo[key]:
+            loaded = self.context.load(ref.path)
+            node = loaded.functions.get(ref.qualname) if loaded is not None else None
+            if node is not None and not _is_stub(node):
+                out.append((ref, loaded, node))
+        return out if len(out) <= MAX_IMPLEMENTATIONS else []
 
     def foreign_nodes(self) -> dict[int, tuple[cst.Call | None, Scope]]:
         """The nodes that belong to other files (walked in place here), by id, each with the call in
@@ -861,6 +973,59 @@ def _arguments(call: cst.Call, function: cst.FunctionDef, receiver: cst.BaseExpr
     keywords = {p.name.value for p in [*function.params.params, *function.params.kwonly_params]}
     pairs.extend((a.keyword.value, a.value) for a in call.args if a.keyword is not None and a.keyword.value in keywords)
     return pairs
+
+
+def _has_loop(function: cst.FunctionDef) -> bool:
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.For, cst.While)):
+            return True
+        if not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            stack.extend(children(node))
+    return False
+
+
+def _annotation(function: cst.FunctionDef, parameter: str) -> str | None:
+    """The class a parameter is annotated with, as written (`LossFunction`, `losses.LossFn`)."""
+    for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
+        if param.name.value == parameter and param.annotation is not None:
+            return dotted(param.annotation.annotation)
+    return None
+
+
+def _is_stub(function: cst.FunctionDef) -> bool:
+    """A body that does nothing but document itself: `pass`, `...`, `raise NotImplementedError`."""
+    for statement in function.body.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return False
+        for small in statement.body:
+            if isinstance(small, cst.Pass) or isinstance(small, cst.Expr) and isinstance(
+                    small.value, (cst.SimpleString, cst.ConcatenatedString, cst.Ellipsis)):
+                continue
+            if isinstance(small, cst.Raise) and "NotImplementedError" in (dotted(small.exc) or dotted(
+                    getattr(small.exc, "func", None)) or ""):
+                continue
+            return False
+    return True
+
+
+def _bound_parameter(function: cst.FunctionDef, attribute: str) -> str | None:
+    """The parameter `__init__` binds `self.attribute` to (`self.criterion = criterion`), when that
+    is the attribute's only binding there."""
+    parameters = {p.name.value for p in (*function.params.posonly_params, *function.params.params,
+                                          *function.params.kwonly_params)}
+    found = []
+    for statement in _attribute_bindings(function):
+        for small in statement.body:
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else \
+                [small.target] if isinstance(small, cst.AnnAssign) else []
+            for target in targets:
+                if dotted(target) == f"self.{attribute}":
+                    found.append(small.value)
+    if len(found) == 1 and isinstance(found[0], cst.Name) and found[0].value in parameters:
+        return found[0].value
+    return None
 
 
 def _attribute_bindings(method: cst.FunctionDef) -> list[cst.SimpleStatementLine]:

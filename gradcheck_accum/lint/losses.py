@@ -101,15 +101,11 @@ class LossTracer:
                 self._trace(node.right if _is_number(node.left) else node.left, scope, before, facts, depth)
                 return
             if isinstance(node.operator, cst.Multiply):
-                # `loss * w` or `w * loss`: the loss is the operand the tracer can follow (the left one
-                # when both can be), the other one is the factor
-                left = LossFacts()
-                self._trace(node.left, scope, before, left, depth)
-                loss, factor = (left, node.right) if left.known else (LossFacts(), node.left)
-                if not left.known:
-                    self._trace(node.right, scope, before, loss, depth)
+                # `loss * w`, or `w * loss` when only the left operand is a plain weight (`alpha * kd`)
+                swap = _weight_like(node.left, scope, 0) and not _weight_like(node.right, scope, 0)
+                loss, factor = (node.right, node.left) if swap else (node.left, node.right)
                 facts.scalings.append(Scaling(node, factor, False, scope, self._guards))
-                facts.absorb(loss)
+                self._trace(loss, scope, before, facts, depth)
                 return
             if isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
                 facts.scalings.append(Scaling(node, node.right, True, scope, self._guards))
@@ -262,6 +258,9 @@ class LossTracer:
         for value, where, at in returned:
             self._trace(value, where, at, inner, depth + 1)
         if not returned or not inner.known:
+            # a value divided by a count of valid items on its way out (`masked_mean(...)`) is a
+            # per-item mean whatever else it reads
+            facts.token_level |= inner.token_level
             return False
         facts.absorb(inner)
         return True
@@ -380,6 +379,23 @@ def _is_number(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
         node = node.expression
     return isinstance(node, (cst.Integer, cst.Float))
+
+
+def _weight_like(node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+    """A plain weight: numbers and names of settings (`self.alpha`, `cfg.w`, a parameter given one),
+    and arithmetic of those (`1 - alpha`, `self.temperature ** 2`); no call, nothing computed."""
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.UnaryOperation):
+        return _weight_like(node.expression, scope, depth)
+    if isinstance(node, cst.BinaryOperation):
+        return _weight_like(node.left, scope, depth) and _weight_like(node.right, scope, depth)
+    name = dotted(node)
+    if name is None or depth > 3:
+        return False
+    defs = scope.defs_of(name) or scope.defs_of(_root_name(name))  # `outputs.loss`: what `outputs` is
+    return all(d.op is DefOp.ASSIGN and d.value is not None and _weight_like(d.value, d.scope or scope, depth + 1)
+               for d in defs)
 
 
 def _is_ignored_label(value: cst.BaseExpression | None) -> bool:

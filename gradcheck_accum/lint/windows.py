@@ -334,13 +334,38 @@ _MICRO_WORDS = {"micro", "microbatch", "microbatches", "mb", "chunk", "chunks", 
 
 def is_micro_batch_loop(loop: Loop, n: cst.BaseExpression | None) -> bool:
     """Does the loop clearly walk the micro-batches of one window, N of them? (`for micro_step in
-    range(grad_accum)`, `for chunk in batch.chunk(n)`; not `for task in ...`.)"""
+    range(grad_accum)`, `for chunk in batch.chunk(n)`, `while seen < total:` counting what it has
+    done; not `for task in ...`.)"""
+    if isinstance(loop, cst.While):
+        return _runs_until_counted(loop)
     if not isinstance(loop, cst.For):
         return False
     if n is not None and (is_accumulation_name(n) or _is_chunking(loop.iter)):
         return True
     names = list(iter_names(loop.iter)) + list(iter_names(loop.target))
     return any(_MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in names)
+
+
+def _runs_until_counted(loop: cst.While) -> bool:
+    """A `while` loop that ends when a count its body adds to reaches a bound: `while n < total:`
+    or `while True: ... n += k; if n >= total: break`: one window's micro-batches, as many as it
+    takes to see that many samples (or steps)."""
+    counted = set()
+    exits = [loop.test]
+    stack: list[cst.CSTNode] = [loop.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.For, cst.While)):
+            continue  # a nested loop's counters and breaks are its own
+        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) and dotted(node.target):
+            counted.add(dotted(node.target))
+        if isinstance(node, cst.If) and any(isinstance(small, cst.Break) for statement in node.body.body
+                                            if isinstance(statement, cst.SimpleStatementLine) for small in statement.body):
+            exits.append(node.test)
+        stack.extend(children(node))
+    return any(isinstance(test, cst.Comparison) and any(
+        isinstance(c.operator, (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual))
+        for c in test.comparisons) and set(iter_names(test)) & counted for test in exits)
 
 
 def exclusive(a: Event, b: Event) -> bool:

@@ -29,15 +29,22 @@ class UnscaledAccumulatedLoss(Rule):
     reads_outside_windows = (Fact.HOOKS,)  # transformers: the compute_loss of any Trainer subclass
 
     def check(self, model: FileModel) -> Iterator[Report]:
+        # one report per backward: a helper walked into several windows (its own caller's, and the
+        # loop around that caller) is reported through the nearest one
+        nearest: dict[int, tuple[int, Report]] = {}
         for window in _manual_windows(model):
             for backward in window.backwards:
                 if backward.via_helper or model.framework_divides_loss(window, backward):
                     continue
                 if _unnormalised(model, model.backward_facts(window, backward), window, backward):
-                    yield Report(backward.node, "the accumulated loss is never divided by the accumulation steps, "
-                                                "so the summed gradient is N times the big-batch gradient; divide "
-                                                "the loss by N before backward",
-                                 divide_loss(backward, window.n, "Divide the loss by the accumulation steps"))
+                    hops = backward.frame.depth if backward.frame is not None else 0
+                    if id(backward.node) not in nearest or hops < nearest[id(backward.node)][0]:
+                        nearest[id(backward.node)] = hops, Report(
+                            backward.node, "the accumulated loss is never divided by the accumulation steps, so the "
+                                           "summed gradient is N times the big-batch gradient; divide the loss by N "
+                                           "before backward",
+                            divide_loss(backward, window.n, "Divide the loss by the accumulation steps"), backward.scope)
+        yield from (report for _, report in nearest.values())
         reported = set()
         for scope, hook, facts in model.undivided_hook_losses():
             if id(scope) in reported or not _unnormalised(model, facts, None, None):
