@@ -368,6 +368,10 @@ HF_COMPUTE_LOSS = Hook(
     settings=("model_accepts_loss_kwargs", "loss_is_scaled_for_ga", "compute_loss_func"),
     takes_over=("training_step",), output_attributes=("logits", "loss"), labels_key="labels")
 HOOKS: tuple[Hook, ...] = (LIGHTNING_TRAINING_STEP, HF_COMPUTE_LOSS)
+# Attributes a framework updates as its loop runs: a test reading one is no setting fixed for the run
+# (Lightning's `self.trainer.is_last_batch` holds on the epoch's last batch, `global_step` counts
+# optimizer steps; accelerate's `gradient_state.end_of_dataloader` on the last batch).
+LIVE_ATTRIBUTES = frozenset({"is_last_batch", "end_of_dataloader", "global_step"})
 # The key of the loss in a dict a hook returns (`return {"loss": loss, "log": ...}`).
 RETURNED_LOSS_KEY = "loss"
 
