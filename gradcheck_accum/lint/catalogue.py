@@ -268,6 +268,11 @@ PREPARE_METHODS = frozenset({"prepare", "setup"})  # accelerator.prepare(...), f
 # (accelerate/optimizer.py, accelerator.py `_do_sync`): a prepared optimizer's zero_grad inside
 # accumulate() runs on that micro-batch alone, before or after its backward as written.
 SYNC_ONLY_OPTIMIZER = Role.PREPARED
+# ... except under accelerate's DeepSpeed plugin, whose optimizer wrapper's zero_grad() does nothing (the
+# engine clears after its own step). A call of a method only a DeepSpeed engine has, on the prepared
+# model, says the plugin is in use (deepspeed/runtime/engine.py).
+DEEPSPEED_ENGINE_METHODS = frozenset({"get_global_grad_norm", "is_gradient_accumulation_boundary",
+                                      "train_micro_batch_size_per_gpu", "zero_optimization_stage"})
 # What they make of a model: launched on several processes, both wrap it in DistributedDataParallel
 # (accelerate's Accelerator.prepare_model, Fabric's DDP strategy), so it all-reduces on every backward
 # unless `accelerator.no_sync`/`accumulate` or `fabric.no_backward_sync` says otherwise.

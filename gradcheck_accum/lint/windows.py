@@ -296,8 +296,9 @@ class Window:
                 or cat.SYNC_ONLY_OPTIMIZER not in zero.roles:
             return None
         later = [b for b in self.backwards if b.order > zero.order and self.inside(b) and _accumulate_call(b)]
-        if not later:
-            return None
+        if not later or any(e.kind is EventKind.MODEL_CALL and last_part(e.target) in cat.DEEPSPEED_ENGINE_METHODS
+                            for e in self.scope.events):
+            return None  # the model is a DeepSpeed engine: the prepared optimizer's zero_grad does nothing
         return next((s for s in self.steps if s.order > later[0].order and self.inside(s)
                      and same_target(zero, s, self.scope)), None)
 
