@@ -46,8 +46,8 @@ class UnscaledAccumulatedLoss(Rule):
                             divide_loss(backward, window.n, "Divide the loss by the accumulation steps"), backward.scope)
         yield from (report for _, report in nearest.values())
         reported = set()
-        for scope, hook, facts in model.undivided_hook_losses():
-            if id(scope) in reported or not _unnormalised(model, facts, None, None):
+        for scope, hook, facts, divided in model.hook_losses():
+            if divided or id(scope) in reported or not _unnormalised(model, facts, None, None):
                 continue
             reported.add(id(scope))
             yield Report(scope.node.name, f"{hook.framework.display} leaves the loss `{hook.name}` returns undivided "
@@ -80,9 +80,9 @@ class DoubleScaledLoss(Rule):
                     continue
                 for node in model.divisions_by_n(model.backward_facts(window, backward), window.scope):
                     yield Report(node, _double_message(backward.framework))
-        for scope, facts in model.hook_losses():
-            for node in model.divisions_by_n(facts, scope):
-                yield Report(node, _double_message(Framework.LIGHTNING))
+        for scope, hook, facts, divided in model.hook_losses():
+            for node in model.divisions_by_n(facts, scope) if divided else ():
+                yield Report(node, _double_message(hook.framework))
 
 
 def _double_message(framework: Framework) -> str:
