@@ -80,6 +80,8 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
         return frozenset({Role.ACCELERATOR} | ({Role.ACCELERATOR_ACCUMULATES} if accumulates else set()))
     if last in cat.FABRIC.names:
         return _ONE[Role.FABRIC]
+    if last in cat.BOOSTER.names:
+        return _ONE[Role.BOOSTER]
     if last in cat.LOSSES.names or last.endswith(cat.LOSSES.suffix):
         reduction = keyword(call, cat.REDUCTION_KEYWORD)
         roles = {Role.CRITERION}

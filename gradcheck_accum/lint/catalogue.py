@@ -123,6 +123,9 @@ APIS: tuple[Api, ...] = (
     Api("backward", _E.BACKWARD, _ACCELERATE, receiver=Role.ACCELERATOR, loss=_FIRST,
         divides_loss=LossScaling.WITH_ACCUMULATION_STEPS),
     Api("backward", _E.BACKWARD, _FABRIC, receiver=Role.FABRIC, loss=_FIRST),  # Fabric never scales the loss
+    # ColossalAI: `booster.backward(loss, optimizer)` hands the loss to the plugin's optimizer, which applies
+    # only its mixed-precision loss scale (colossalai/booster/booster.py, zero/low_level optimizers)
+    Api("backward", _E.BACKWARD, Framework.COLOSSALAI, receiver=Role.BOOSTER, loss=_FIRST),
     Api("backward", _E.BACKWARD, _DEEPSPEED, receiver=Role.DEEPSPEED, loss=_FIRST,
         divides_loss=LossScaling.WHEN_ENGINE_OWNS_WINDOW),
     Api("backward", _E.BACKWARD, qualname="torch.autograd.backward", has_receiver=None, loss=_FIRST, target=_NOTHING),
@@ -238,12 +241,14 @@ OPTIMIZERS = Constructor(
     module_word=".optim.", capitalised=True, factory_prefix="create_optimizer")  # bitsandbytes.optim.AdamW8bit
 ACCELERATOR = Constructor(Role.ACCELERATOR, _ACCELERATE, _names("Accelerator"))
 FABRIC = Constructor(Role.FABRIC, _FABRIC, _names("Fabric"))
+BOOSTER = Constructor(Role.BOOSTER, Framework.COLOSSALAI, _names("Booster"))
 LOSSES = Constructor(
     Role.CRITERION, _TORCH,
     _names("cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss binary_cross_entropy "
            "binary_cross_entropy_with_logits kl_div ctc_loss"),
     suffix="Loss")
-CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS, OPTIMIZERS, ACCELERATOR, FABRIC, LOSSES)
+CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS, OPTIMIZERS, ACCELERATOR, FABRIC, BOOSTER,
+                                         LOSSES)
 
 # What makes a factor a clipping factor (Api.clips_by_factor): it is computed from a gradient norm, or
 # capped at 1 (`(max_norm / norm).clamp(max=1)`, `min(1.0, max_norm / norm)`).
@@ -284,6 +289,7 @@ NAME_GUESSES: tuple[NameGuess, ...] = (
               ("opt",)),
     NameGuess(Role.ACCELERATOR, re.compile(r"^accelerator$"), ("accelerator",)),
     NameGuess(Role.FABRIC, re.compile(r"^fabric$"), ("fabric",)),
+    NameGuess(Role.BOOSTER, re.compile(r"^booster$"), ("booster",)),
 )
 NOT_A_SCHEDULER_WORD = "noise"
 
