@@ -311,6 +311,7 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
     "item": LossOp.DETACHES, "detach": LossOp.DETACHES, "tolist": LossOp.DETACHES, "cpu": LossOp.DETACHES,
     "mean": LossOp.KEEPS, "sum": LossOp.KEEPS, "squeeze": LossOp.KEEPS, "float": LossOp.KEEPS, "to": LossOp.KEEPS,
     "view": LossOp.KEEPS, "reshape": LossOp.KEEPS, "contiguous": LossOp.KEEPS,
+    "values": LossOp.KEEPS,  # `sum(loss_dict.values())`: the dict's losses
     # element-wise and indexing operations on per-token values (`logprobs.gather(-1, ids).squeeze(-1)`):
     # what they make is still the operand, element by element
     **{name: LossOp.KEEPS for name in ("gather", "unsqueeze", "flatten", "masked_fill", "exp", "log", "neg", "abs",
@@ -325,6 +326,7 @@ SHAPE_ATTRIBUTE = "shape"
 # Calls that keep a count a count: `n.clamp(min=1)`, `n.float()`, `n.item()`, `int(n)`, `max(n, 1)`.
 COUNT_KEEPING_METHODS = frozenset({"clamp", "clamp_min", "float", "item", "to", "type", "double"})
 COUNT_KEEPING_FUNCTIONS = frozenset({"int", "float", "max"})
+SUM_FUNCTION = "sum"  # the builtin: `sum(loss_dict.values())` adds loss terms
 NEXT_BATCH_FUNCTION = "next"  # `batch = next(it)`: a new micro-batch each time it runs
 # The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value.
 IGNORED_LABEL = -100

@@ -17,8 +17,8 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size_name, no_roles
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (ImportMap, call_receiver, code, dotted, full_names, item_name, keyword,
-                                        positional)
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, code, dotted, full_names, item_name, iter_names,
+                                        keyword, positional)
 from gradcheck_accum.lint.predicates import is_accumulation_count
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Def, DefOp, Guard, Role, Scope
 
@@ -233,6 +233,23 @@ class LossTracer:
             facts.sum_reduced |= term.sum_reduced
             facts.detached |= term.detached
 
+    def _trace_sum(self, iterable: cst.BaseExpression, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
+        """`sum(loss_dict.values())`, `sum(losses[k] * weights[k] for k in losses)`: a sum of loss terms.
+        A factor that changes with the term (it reads the comprehension's variable) weighs the terms
+        against each other; it normalises nothing."""
+        if not isinstance(iterable, (cst.GeneratorExp, cst.ListComp)):
+            self._trace(iterable, scope, before, facts, depth)
+            return
+        variables = set()
+        clause = iterable.for_in
+        while clause is not None:
+            variables.update(full_names(clause.target))
+            clause = clause.inner_for_in
+        terms = LossFacts()
+        self._trace(iterable.elt, scope, before, terms, depth)
+        terms.scalings = [s for s in terms.scalings if s.divides or not variables & set(iter_names(s.factor))]
+        facts.absorb(terms)
+
     def _trace_element(self, call: cst.Call, index: int, scope: Scope, before: int, facts: LossFacts,
                        depth: int) -> None:
         """`loss, extra = f(...)`: element `index` of what a project function returns."""
@@ -267,6 +284,10 @@ class LossTracer:
 
     def _trace_call(self, node: cst.Call, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
         receiver, method = call_receiver(node)
+        if receiver is None and method == cat.SUM_FUNCTION and node.args and not scope.defs_of(method) \
+                and (scope.imports or self.imports).qualify(node.func) is None:
+            self._trace_sum(node.args[0].value, scope, before, facts, depth)
+            return
         if receiver is not None and self.imports.qualify(node.func):
             # `torch.sum(x)`, `torch.mean(x, dim=1)`: a module's function; its first argument is the operand
             receiver = positional(node, 0)
