@@ -330,6 +330,15 @@ SUM_FUNCTION = "sum"  # the builtin: `sum(loss_dict.values())` adds loss terms
 NEXT_BATCH_FUNCTION = "next"  # `batch = next(it)`: a new micro-batch each time it runs
 # The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value.
 IGNORED_LABEL = -100
+# Collators (transformers, trl) that write IGNORED_LABEL into the labels of what they pad or hide, so
+# the number of labels a model's loss averages over changes from batch to batch; with a keyword that
+# must not be switched off (DataCollatorForLanguageModeling masks tokens only for masked LM, mlm=True,
+# its default: for causal LM it hides only padding, which packed batches do not have).
+LABEL_MASKING_COLLATORS: dict[str, str | None] = {
+    "DataCollatorForSeq2Seq": None, "DataCollatorForTokenClassification": None,
+    "DataCollatorForCompletionOnlyLM": None, "DataCollatorForLanguageModeling": "mlm"}
+DATA_LOADER = "DataLoader"
+COLLATE_KEYWORD = "collate_fn"
 
 
 @dataclass(frozen=True)

@@ -334,15 +334,63 @@ class LossTracer:
             facts.known = False
 
     def _masked_labels(self, outputs: cst.BaseExpression, scope: Scope, before: int) -> bool:
-        """`outputs = model(..., labels=y)` where `y[...] = -100` masks items out in this scope."""
+        """`outputs = model(..., labels=y)` where `y[...] = -100` masks items out in this scope, or
+        `model(**batch)` / `labels=batch["labels"]` with batches from a loader whose collator masks
+        labels (catalogue.LABEL_MASKING_COLLATORS)."""
         calls = [d.value for d in scope.defs_of(dotted(outputs) or "", before) if isinstance(d.value, cst.Call)]
         if isinstance(outputs, cst.Call):
             calls.append(outputs)
         for call in calls:
-            labels = dotted(keyword(call, "labels"))
-            if labels and any(d.op is DefOp.ITEM and _is_ignored_label(d.value) for d in scope.defs_of(labels)):
+            labels = keyword(call, "labels")
+            name = dotted(labels)
+            if name and any(d.op is DefOp.ITEM and _is_ignored_label(d.value) for d in scope.defs_of(name)):
+                return True
+            given = [a.value for a in call.args if a.star == "**"]
+            if labels is not None:
+                given.append(labels.value if isinstance(labels, cst.Subscript) else labels)
+            if any(self._collated_with_masking(batch, scope, 0) for batch in given):
                 return True
         return False
+
+    def _collated_with_masking(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+        """Does this batch (or loader) come from a DataLoader whose collate_fn masks labels: a loop
+        over it (`for step, batch in enumerate(loader)`), `accelerator.prepare` of it, a name for it?"""
+        if depth > 5:
+            return False
+        if isinstance(node, cst.Call):
+            receiver, method = call_receiver(node)
+            if method == cat.DATA_LOADER:
+                collator = keyword(node, cat.COLLATE_KEYWORD)
+                return collator is not None and self._masking_collator(collator, scope, depth + 1)
+            first = positional(node, 0)  # enumerate(loader), tqdm(loader), iter(loader)
+            return receiver is None and first is not None and self._collated_with_masking(first, scope, depth + 1)
+        name = dotted(node)
+        if name is None:
+            return False
+        for d in scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else []):
+            value = d.value
+            if d.op is DefOp.UNPACK:
+                if not (isinstance(value, cst.Call) and call_receiver(value)[1] in cat.PREPARE_METHODS
+                        and d.index is not None):
+                    continue
+                value = positional(value, d.index)  # `model, loader = accelerator.prepare(model, loader)`
+            if value is not None and d.op in (DefOp.ASSIGN, DefOp.UNPACK, DefOp.LOOP_TARGET) \
+                    and self._collated_with_masking(value, d.scope or scope, depth + 1):
+                return True
+        return False
+
+    def _masking_collator(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+        if not isinstance(node, cst.Call):
+            name = dotted(node)
+            return bool(name) and depth < 5 and any(
+                d.op is DefOp.ASSIGN and d.value is not None and self._masking_collator(d.value, d.scope or scope, depth + 1)
+                for d in scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else []))
+        _, method = call_receiver(node)
+        if method not in cat.LABEL_MASKING_COLLATORS:
+            return False
+        switch = cat.LABEL_MASKING_COLLATORS[method]
+        value = keyword(node, switch) if switch else None
+        return value is None or isinstance(value, cst.Name) and value.value == "True"
 
     def _is_torch_module(self, name: str | None, scope: Scope) -> bool:
         """A name bound in this scope to one of torch's modules (`cos = torch.nn.CosineSimilarity()`):
