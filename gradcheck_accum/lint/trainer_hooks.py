@@ -48,7 +48,7 @@ def trainer_divides(context: ProjectContext, scope: Scope, hook: cat.Hook) -> bo
         # a subclass saying the loss is already scaled (or that the model takes the count) is believed,
         # and so is one saying it is not; anything else it sets is left to it
         literals = {value.value for value in settings if isinstance(value, cst.Name)}
-        if len(literals) == 1 and len(settings) == len([v for v in settings if isinstance(v, cst.Name)]):
+        if len(literals) == 1 and all(isinstance(value, cst.Name) for value in settings):
             return {"True": False, "False": True}.get(literals.pop())
         return None
     return False if _runs_framework_model_on_labels(function, hook) else None
@@ -60,16 +60,18 @@ def _accepts(function: cst.FunctionDef, parameter: str | None) -> bool:
     return parameter in names or isinstance(params.star_kwarg, cst.Param)
 
 
-def _settings(context: ProjectContext, cls: ClassRef, hook: cat.Hook) -> list[cst.BaseExpression]:
-    """The values a project class assigns to the hook's settings: `self.x = v` in a method, `x = v` in its body."""
+def _settings(context: ProjectContext, cls: ClassRef, hook: cat.Hook) -> list[cst.BaseExpression | None]:
+    """The values a project class assigns to the hook's settings: `self.x = v` in a method, `x = v` in
+    its body; None for one assigned only under a condition (`if ...: self.x = False`), which leaves
+    the framework's behaviour to that condition."""
     loaded = context.load(cls.path)
     node = loaded.classes.get(cls.qualname) if loaded is not None else None
     if node is None:
         return []
-    found = []
-    stack: list[cst.CSTNode] = [node.body]
+    found: list[cst.BaseExpression | None] = []
+    stack: list[tuple[cst.CSTNode, bool]] = [(node.body, False)]
     while stack:
-        current = stack.pop()
+        current, conditional = stack.pop()
         if isinstance(current, cst.ClassDef):
             continue  # a nested class has settings of its own
         if isinstance(current, (cst.Assign, cst.AnnAssign)) and current.value is not None:
@@ -77,8 +79,9 @@ def _settings(context: ProjectContext, cls: ClassRef, hook: cat.Hook) -> list[cs
             for target in targets:
                 name = dotted(target) or ""
                 if name.split(".")[-1] in hook.settings and (name.count(".") == 0 or name.startswith("self.")):
-                    found.append(current.value)
-        stack.extend(children(current))
+                    found.append(None if conditional else current.value)
+        inner = conditional or isinstance(current, (cst.If, cst.For, cst.While, cst.Try, cst.With, cst.Match))
+        stack.extend((child, inner) for child in children(current))
     return found
 
 
