@@ -260,6 +260,9 @@ SAME_TENSOR_METHODS = frozenset({"detach", "data"})
 
 # Keywords of constructors that change what the result does.
 ACCUMULATION_STEPS_KEYWORD = "gradient_accumulation_steps"  # Accelerator(gradient_accumulation_steps=N)
+# Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=N)): the same, as a plugin
+ACCUMULATION_PLUGIN_KEYWORD = "gradient_accumulation_plugin"
+ACCUMULATION_PLUGIN_STEPS = "num_steps"
 REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
 IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid items only
 

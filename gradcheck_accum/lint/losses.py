@@ -17,8 +17,8 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size_name, no_roles
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (ImportMap, call_receiver, code, dotted, full_names, item_name, iter_names,
-                                        keyword, positional)
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, dotted, full_names, item_name,
+                                        iter_names, keyword, positional)
 from gradcheck_accum.lint.predicates import is_accumulation_count
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Def, DefOp, Guard, Role, Scope
 
@@ -325,8 +325,8 @@ class LossTracer:
         roles = constructor_roles(node, imports, no_roles) | self._roles_of(callee, scope)
         if Role.SUM_LOSS in roles:
             facts.sum_reduced = True
-        if Role.TOKEN_LOSS in roles:
-            facts.token_level = True
+        if Role.TOKEN_LOSS in roles and Role.SUM_LOSS not in roles:
+            facts.token_level = True  # a mean over the valid items (a sum over them is no mean)
         # Only producers whose reduction we know count: torch losses and criteria, and model
         # forwards (HF-style `.loss`). Anything else (`compute_loss(...)`) may sum or scale inside.
         if not (Role.CRITERION in roles or (imports.qualify(node.func) or "").startswith("torch")
@@ -347,7 +347,7 @@ class LossTracer:
                 return True
             given = [a.value for a in call.args if a.star == "**"]
             if labels is not None:
-                given.append(labels.value if isinstance(labels, cst.Subscript) else labels)
+                given.append(_container(labels))  # `batch["labels"].to(device)`: what `batch` is
             if any(self._collated_with_masking(batch, scope, 0) for batch in given):
                 return True
         return False
@@ -355,13 +355,16 @@ class LossTracer:
     def _collated_with_masking(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
         """Does this batch (or loader) come from a DataLoader whose collate_fn masks labels: a loop
         over it (`for step, batch in enumerate(loader)`), `accelerator.prepare` of it, a name for it?"""
-        if depth > 5:
+        if depth > 8:
             return False
         if isinstance(node, cst.Call):
             receiver, method = call_receiver(node)
             if method == cat.DATA_LOADER:
                 collator = keyword(node, cat.COLLATE_KEYWORD)
-                return collator is not None and self._masking_collator(collator, scope, depth + 1)
+                return collator is not None and self._masking_collator(collator, scope, 0)
+            returned = self.returns(node, scope, _END) if self.returns is not None else None
+            if returned:  # `loader = build_dataloader(...)`: what the project function returns
+                return any(self._collated_with_masking(value, where, depth + 1) for value, where, _ in returned)
             first = positional(node, 0)  # enumerate(loader), tqdm(loader), iter(loader)
             return receiver is None and first is not None and self._collated_with_masking(first, scope, depth + 1)
         name = dotted(node)
@@ -380,11 +383,17 @@ class LossTracer:
         return False
 
     def _masking_collator(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+        """A collator of the catalogue that masks labels, or a function of this file that writes the
+        ignored label (`pad_sequence(labels, padding_value=-100)`, `labels[...] = -100`)."""
         if not isinstance(node, cst.Call):
             name = dotted(node)
-            return bool(name) and depth < 5 and any(
-                d.op is DefOp.ASSIGN and d.value is not None and self._masking_collator(d.value, d.scope or scope, depth + 1)
-                for d in scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else []))
+            if not name or depth > 4:
+                return False
+            defs = scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else [])
+            values = [d for d in defs if d.op is DefOp.ASSIGN and d.value is not None]
+            if not values:  # a function of this file (`def collate_fn(batch): ...`)
+                return any(s.name == name and s.frame is None and _writes_ignored_label(s.node) for s in self.scopes)
+            return any(self._masking_collator(d.value, d.scope or scope, depth + 1) for d in values)
         _, method = call_receiver(node)
         if method not in cat.LABEL_MASKING_COLLATORS:
             return False
@@ -448,6 +457,35 @@ def _is_number(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
         node = node.expression
     return isinstance(node, (cst.Integer, cst.Float))
+
+
+_END = 1 << 62  # a program point after every other: a call's arguments read as they are at the end
+
+
+def _container(node: cst.BaseExpression) -> cst.BaseExpression:
+    """The object an expression reads from: `batch` of `batch["labels"].to(device)`."""
+    for _ in range(8):
+        if isinstance(node, cst.Subscript) or isinstance(node, cst.Attribute) and not isinstance(node.value, cst.Name):
+            node = node.value
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            node = node.func.value
+        else:
+            break
+    return node
+
+
+def _writes_ignored_label(function: cst.CSTNode) -> bool:
+    """Does a function's body write the ignored label into tensors: pass it to a call
+    (`pad_sequence(labels, padding_value=-100)`, `labels.masked_fill(mask, -100)`) or assign it?"""
+    stack = [function]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Arg) and _is_ignored_label(node.value):
+            return True
+        if isinstance(node, cst.Assign) and _is_ignored_label(node.value):
+            return True
+        stack.extend(children(node))
+    return False
 
 
 def _weight_like(node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
