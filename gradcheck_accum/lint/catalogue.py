@@ -255,6 +255,8 @@ CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS,
 NORM_FUNCTIONS = frozenset({"norm", "vector_norm", "clip_grad_norm_", "get_total_norm"})
 CAPPING_FUNCTIONS = frozenset({"clamp", "clamp_", "clip"})  # with a `max=` bound
 CAPPING_BUILTIN = "min"
+# The decorator of a method read as an attribute: a predicate property (`if self.should_step:`) is a call.
+PROPERTY = "property"
 # What a gradient is reached through without leaving it (`p.grad.detach().mul_(c)` rescales p.grad).
 SAME_TENSOR_METHODS = frozenset({"detach", "data"})
 
@@ -405,25 +407,33 @@ _LIGHTNING_MODULES = ("lightning.pytorch.LightningModule", "pytorch_lightning.Li
                       "lightning.LightningModule", "pytorch_lightning.core.LightningModule")
 # pytorch_lightning/loops/training_epoch_loop.py (2.x): `batch_idx` restarts at 0 every epoch; the
 # epoch loop repeats over a sized dataloader; with manual optimisation the loop only calls
-# training_step, and accumulate_grad_batches must stay 1 (the user steps).
+# training_step (between on_train_batch_start and on_train_batch_end, every batch), and
+# accumulate_grad_batches must stay 1 (the user steps).
 LIGHTNING_MANUAL = Driver(Framework.LIGHTNING, _LIGHTNING_MODULES, "training_step", True, "automatic_optimization",
                           None, """\
 def fit(self, train_dataloader, max_epochs):
     for epoch in range(max_epochs):
         for batch_idx, batch in enumerate(train_dataloader):
-            self.training_step(batch, batch_idx)
+            self.on_train_batch_start(batch, batch_idx)
+            outputs = self.training_step(batch, batch_idx)
+            self.on_train_batch_end(outputs, batch, batch_idx)
 """)
 # loops/optimization/automatic.py and closure.py: the returned loss (or its "loss" entry) is divided by
-# accumulate_grad_batches, backpropagated, on_after_backward runs after every backward; the optimizer
+# accumulate_grad_batches, backpropagated (on_before_backward before, on_after_backward after every
+# backward); on_train_batch_start and on_train_batch_end run on every batch, stepping or not; the optimizer
 # steps when the window is full or on the last batch (training_epoch_loop._should_accumulate), after the
 # precision plugin's _after_closure has run on_before_optimizer_step and then configure_gradient_clipping
-# (plugins/precision/precision.py); gradients are cleared before the first backward of a window.
+# (plugins/precision/precision.py); gradients are cleared before the first backward of a window; a
+# scheduler with interval "step" is stepped through lr_scheduler_step after each optimizer step
+# (training_epoch_loop._update_learning_rates).
 LIGHTNING_AUTOMATIC = Driver(Framework.LIGHTNING, _LIGHTNING_MODULES, "training_step", False,
                              "automatic_optimization", "accumulate_grad_batches", """\
-def fit(self, train_dataloader, max_epochs, optimizer, accumulate_grad_batches):
+def fit(self, train_dataloader, max_epochs, optimizer, scheduler, accumulate_grad_batches):
     for epoch in range(max_epochs):
         for batch_idx, batch in enumerate(train_dataloader):
+            self.on_train_batch_start(batch, batch_idx)
             loss = self.training_step(batch, batch_idx)
+            self.on_before_backward(loss)
             (loss / accumulate_grad_batches).backward()
             self.on_after_backward()
             if (batch_idx + 1) % accumulate_grad_batches == 0 or batch_idx + 1 == len(train_dataloader):
@@ -431,6 +441,8 @@ def fit(self, train_dataloader, max_epochs, optimizer, accumulate_grad_batches):
                 self.configure_gradient_clipping(optimizer)
                 optimizer.step()
                 optimizer.zero_grad()
+                self.lr_scheduler_step(scheduler, None)
+            self.on_train_batch_end(loss, batch, batch_idx)
 """)
 DRIVERS: tuple[Driver, ...] = (LIGHTNING_MANUAL, LIGHTNING_AUTOMATIC)
 

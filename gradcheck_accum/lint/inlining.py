@@ -337,10 +337,12 @@ class Inliner:
         effects = self.project.effects(ref)
         if not effects or _on_stack(walker.scope, function):
             return False
-        if any(f.node is function and self._root_of.get(id(f)) is walker.root for f in self.frames) \
-                and _has_loop(function):
+        if effects & _BACKWARDS and _has_loop(function) and any(
+                f.node is function and self._root_of.get(id(f)) is walker.root for f in self.frames):
             # walked in place twice into one scope, its loop would be one loop (loops are told apart
-            # by their node) holding both calls' micro-batches: the second call stays a plain call
+            # by their node) holding both calls' micro-batches: the second call stays a plain call.
+            # A function that does not backpropagate (a clip helper's loop over parameters) has no
+            # window of its own to merge and is walked at every call.
             return False
         if not ctx.loops and not (effects & _BACKWARDS and not effects & _STEPS) and not (
                 effects & _STEPS and not effects & _BACKWARDS and _micro_step_loop_open(walker, ctx)):
@@ -356,9 +358,21 @@ class Inliner:
     def _walk(self, caller: "_Caller", call: cst.Call, ctx: Context, ref: FunctionRef, loaded: LoadedModule,
               function: cst.FunctionDef) -> Scope:
         """Walk `function` for this call: a scope of its own whose parameters are the arguments."""
+        scope, seed = self._enter(caller, call, ctx, ref, loaded, function)
+        walker = ScopeWalker(scope, loaded.imports, seed, set(loaded.functions), caller.counter,
+                             root=caller.root if caller.root is not None else scope, inliner=self)
+        walker.walk_block(function.body.body, ctx)
+        self._root_of[id(scope)] = walker.root
+        scope.env = {}
+        return scope
+
+    def _enter(self, caller: "_Caller", call: cst.Call, ctx: Context, ref: FunctionRef, loaded: LoadedModule,
+               function: cst.FunctionDef, site: cst.CSTNode | None = None) -> tuple[Scope, dict[str, frozenset[Role]]]:
+        """The scope of `function` called here, its parameters bound to the call's arguments, and the
+        roles its names start with. `site`: the node that runs it, when that is not a call (a property read)."""
         foreign = loaded is not self.context.this
         cls = loaded.class_of(ref.qualname)
-        frame = Frame(call, caller.scope, f"{self.context.display(ref.path)}:{ref.qualname}",
+        frame = Frame(site or call, caller.scope, f"{self.context.display(ref.path)}:{ref.qualname}",
                       self.context.display(ref.path) if foreign else None, in_loop=bool(ctx.loops),
                       for_returns=caller.root is None)
         scope = Scope(function, function.name.value, _bases(cls), frame=frame,
@@ -387,12 +401,33 @@ class Inliner:
                 prefix = dotted(argument) + "."
                 seed.update({name + "." + attribute[len(prefix):]: attribute_roles
                              for attribute, attribute_roles in caller.env.items() if attribute.startswith(prefix)})
-        walker = ScopeWalker(scope, loaded.imports, seed, set(loaded.functions), caller.counter,
-                             root=caller.root if caller.root is not None else scope, inliner=self)
-        walker.walk_block(function.body.body, ctx)
-        self._root_of[id(scope)] = walker.root
-        scope.env = {}
-        return scope
+        return scope, seed
+
+    def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context) \
+            -> tuple[cst.BaseExpression, Scope] | None:
+        """A test that calls a project function, or reads a project property, whose body only returns
+        an expression (`if self._is_update_step(step):`, `if self.clock.is_optimizer_step:`): that
+        expression, and the scope of the function entered for this call, where it is read (its
+        parameters bound to the arguments: the caller's counter arrives by them)."""
+        depth = walker.scope.frame.depth if walker.scope.frame is not None else 0
+        if depth >= MAX_DEPTH or self._capturing is not None:
+            return None
+        read = isinstance(test, cst.Attribute)
+        call = cst.Call(func=test) if read else test
+        if not isinstance(call, cst.Call) or (read and dotted(test) is None):
+            return None
+        found = self.resolve(walker.scope, call)
+        if found is None:
+            return None
+        ref, loaded, function = found
+        if read != any(dotted(d.decorator) == cat.PROPERTY for d in function.decorators):
+            return None  # a method read without a call, or a property called
+        returned = _only_return(function)
+        if returned is None or _on_stack(walker.scope, function):
+            return None
+        caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, walker.counter[0], walker.root)
+        scope, _ = self._enter(caller, call, ctx, ref, loaded, function, site=test)
+        return returned, scope
 
     def returned_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
         found = self.resolve(walker.scope, call)
@@ -862,6 +897,18 @@ def _micro_step_loop_open(walker: ScopeWalker, ctx: Context) -> bool:
     micro-step loop whose window a later call closes?"""
     last = next((e for e in reversed(walker.root.events) if e.kind in (EventKind.BACKWARD, EventKind.STEP)), None)
     return last is not None and last.kind is EventKind.BACKWARD and len(last.ctx.loops) > len(ctx.loops)
+
+
+def _only_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
+    """The expression a function returns when its body (past a docstring) is that one return."""
+    body = list(function.body.body)
+    if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) \
+            and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+        body = body[1:]
+    if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1:
+        return None
+    statement = body[0].body[0]
+    return statement.value if isinstance(statement, cst.Return) else None
 
 
 def _on_stack(scope: Scope | None, function: cst.FunctionDef) -> bool:

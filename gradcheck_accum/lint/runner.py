@@ -5,12 +5,14 @@ Results come back in the order of the targets, whatever the parallelism.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from gradcheck_accum.lint import deep, lazy, notebooks, registry
 from gradcheck_accum.lint.cache import project_state
@@ -192,7 +194,8 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
     """Read the file and decide whether it needs libcst: a finished result when it does not."""
     result = FileResult(target)
     try:
-        return _screen_file(result, settings, rules, options, stdin, cached, fingerprint)
+        with _no_cycle_collection():
+            return _screen_file(result, settings, rules, options, stdin, cached, fingerprint)
     except Exception as exc:  # noqa: BLE001 - a bug of ours costs this file, not the run
         return _internal_error(result, exc)
 
@@ -234,7 +237,24 @@ def _screen_file(result: FileResult, settings: Settings, rules: list[type[Rule]]
 
 
 def analyze_file(item: Pending) -> FileResult:
-    return deep.call(_analyze_file, item)
+    with _no_cycle_collection():
+        return deep.call(_analyze_file, item)
+
+
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Python's cycle collector paused while one file is screened or analysed. Parsing allocates a
+    tree of hundreds of thousands of objects (libcst's, CPython's), and every full collection those
+    allocations trigger walks all of them to find nothing: the trees hold no cycles. On a
+    17,927-line file that was a quarter of the lint's CPU time. Whatever cycles a file's work leaves
+    are collected after it, as usual."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _analyze_file(item: Pending) -> FileResult:

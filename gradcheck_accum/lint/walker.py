@@ -31,6 +31,10 @@ if TYPE_CHECKING:
         def runs_project_function(self, walker: "ScopeWalker", call: cst.Call) -> bool:
             """Does `call` run a function of the project (its own `clip_grad_norm_`, not torch's)?"""
 
+        def predicate(self, walker: "ScopeWalker", test: cst.BaseExpression, ctx: Context) \
+                -> "tuple[cst.BaseExpression, Scope] | None":
+            """The expression a project predicate (function or property) returns, and its scope."""
+
 _AUGMENTED = {"AddAssign": DefOp.ADD, "DivideAssign": DefOp.DIVIDE, "MultiplyAssign": DefOp.MULTIPLY,
               "SubtractAssign": DefOp.SUBTRACT, "FloorDivideAssign": DefOp.FLOOR_DIVIDE}
 _ORIG_MOD = "_orig_mod"  # the module a torch.compile wrapper wraps
@@ -53,6 +57,8 @@ class ScopeWalker:
         self.counter = counter  # shared across scopes so orders are file-wide
         self.inliner = inliner
         self.statement: cst.CSTNode | None = None
+        # id(test) -> what the project predicate it calls returns, and where (None: it calls none)
+        self.predicates: dict[int, tuple[cst.BaseExpression, Scope] | None] = {}
 
     # -- bookkeeping --------------------------------------------------------------------------
     def tick(self) -> int:
@@ -111,7 +117,18 @@ class ScopeWalker:
 
     def guard(self, test: cst.BaseExpression, positive: bool, owner: cst.CSTNode, ctx: Context,
               exit: Exit | None = None) -> Guard:
-        return Guard(test, positive, owner, len(ctx.loops), exit, self.scope)
+        scope, negated = self.scope, False
+        inner = test
+        while isinstance(inner, cst.UnaryOperation) and isinstance(inner.operator, cst.Not):
+            inner, negated = inner.expression, not negated
+        if id(inner) not in self.predicates:  # both branches of an `if` read it once
+            self.predicates[id(inner)] = self.inliner.predicate(self, inner, ctx) if self.inliner is not None else None
+        found = self.predicates[id(inner)]
+        if found is not None:  # the test a project predicate stands for, read where it is written
+            test, scope = found
+            if negated:
+                test = cst.UnaryOperation(operator=cst.Not(), expression=test)
+        return Guard(test, positive, owner, len(ctx.loops), exit, scope)
 
     def decided(self, test: cst.BaseExpression) -> bool | None:
         """The value of a test in a function walked in place of a call, when the call fixes it: a
@@ -143,6 +160,8 @@ class ScopeWalker:
             return None
         defs = self.scope.defs_of(node.value)
         if not defs:
+            if any(a.star for a in getattr(self.scope.frame.call, "args", ())):
+                return None  # `f(**kwargs)` may pass it
             value = param.default  # not passed: its default
         elif len(defs) == 1 and defs[0].scope is not None:
             value = defs[0].value  # the argument of the call (its only binding so far)

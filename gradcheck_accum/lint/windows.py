@@ -21,7 +21,7 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_names, keyword, last_part,
                                         positional)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
-from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
+from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, bound_argument, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Framework, Guard, Role, Scope, Tag
 
 if TYPE_CHECKING:
@@ -147,8 +147,12 @@ class Window:
         return self.as_own(self.boundary.counter) if self.boundary is not None else None
 
     def as_own(self, node: cst.BaseExpression | None) -> cst.BaseExpression | None:
-        """A name of the boundary test (its counter, its last-step marker) as the window's scope names it."""
-        return in_scope(node, self.boundary_scope or self.scope, self.scope)
+        """A name of the boundary test (its counter, its last-step marker) as the window's scope names it,
+        through the parameters it arrives by; None when it is a name of the called function itself."""
+        if node is None:
+            return None
+        node, scope = bound_argument(node, self.boundary_scope or self.scope)
+        return node if scope is self.scope else None
 
     def _first_value(self, counter: cst.BaseExpression | None, depth: int) -> int | None:
         name = dotted(counter)
@@ -347,6 +351,13 @@ def _runs_until_counted(loop: cst.While) -> bool:
     return any(isinstance(test, cst.Comparison) and any(
         isinstance(c.operator, (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual))
         for c in test.comparisons) and set(iter_names(test)) & counted for test in exits)
+
+
+def exclusive(a: Event, b: Event) -> bool:
+    """Do the two events sit in opposite branches of one `if` (`if use_apex: ... else: ...`)? Then no
+    pass through the code runs both."""
+    taken = {id(g.owner): g.positive for g in a.ctx.guards}
+    return any(taken.get(id(g.owner), g.positive) != g.positive for g in b.ctx.guards)
 
 
 def same_target(zero: Event, step: Event, scope: Scope | None = None) -> bool:
@@ -604,6 +615,9 @@ def assigned_in(scope: Scope, loop: Loop) -> set[str]:
     own = set(_bound_by_loop(scope).get(id(loop), ()))
     if scope.called_frames is None:  # the scopes walked in place of calls, callers first; once per scope
         called = {id(e.scope): e.scope for e in scope.events if e.scope is not None and e.scope is not scope}
+        # and those of the predicates tests call (`if self._is_update_step(step):`)
+        called.update({id(g.scope): g.scope for e in scope.events for g in e.ctx.guards
+                       if g.scope is not None and g.scope is not scope and g.scope.frame is not None})
         scope.called_frames = sorted(called.values(), key=lambda s: s.frame.depth if s.frame is not None else 0)
     if not scope.called_frames:
         return own
@@ -803,29 +817,6 @@ def increment(d: Def, name: str, wrapped: bool = True) -> cst.BaseExpression | N
         if dotted(value.right) == name:
             return value.left
     return None
-
-
-def in_scope(node: cst.BaseExpression | None, scope: Scope, target: Scope, depth: int = 0) \
-        -> cst.BaseExpression | None:
-    """`node`, read in `scope` (a function walked in place), as `target` (a scope up its chain of
-    callers) would write it: a name bound only by a parameter becomes the caller's argument (`step`
-    in `update_step(self, step)` called as `update_step(i)` is `i`), `self.x` the argument's `.x`.
-    None when some name on the way is bound otherwise, or `scope` is not called from `target`."""
-    if node is None or scope is target:
-        return node
-    name = dotted(node)
-    if name is None or depth > 8:
-        return None
-    head, _, rest = name.partition(".")
-    defs = scope.defs_of(head)
-    if len(defs) != 1 or defs[0].scope is None or defs[0].value is None:
-        return None  # not (only) a parameter: the function's own name
-    argument = defs[0].value
-    if rest:
-        if dotted(argument) is None:
-            return None
-        argument = cst.parse_expression(f"{dotted(argument)}.{rest}")
-    return in_scope(argument, defs[0].scope, target, depth + 1)
 
 
 def _enumerate_start(loop: Loop, index: int | None, scope: Scope) -> int | None:

@@ -234,13 +234,16 @@ def _run_pass(plan: _Plan, *, freeze_batchnorm: bool, label: str = "as given") -
         summed = {mode: Magnitudes(run.contributions) for mode, run in _accumulated(window, compiled)}
         products: dict[str, dict[str, tuple[float, float, float]]] = {}
 
-        def rows_now() -> list[Row]:
+        def rows_now(partial: bool = False) -> list[Row]:
             rows = []
             for mode, run in _accumulated(window, compiled):
                 rows += compare_rows(mode, run.grads, reference, tol, shapes, steps=steps, magnitude=summed[mode],
-                                     products=products.setdefault(mode, {}))
+                                     products=products.setdefault(mode, {}), until_failure=partial)
+                if partial and not all(r.ok for r in rows):
+                    return rows
             if compiled is not None:
-                rows += compare_rows("compiled big batch", compiled[0].grads, reference, tol, shapes)
+                rows += compare_rows("compiled big batch", compiled[0].grads, reference, tol, shapes,
+                                     until_failure=partial)
             return rows
 
         rows = judge(rows_now, reference, evidence=("measure_exact",))

@@ -181,3 +181,52 @@ def test_captured_contributions_leave_the_window_gradient_bit_for_bit_as_autogra
     summed = {n: sum(c[n] for c in captured.contributions) for n in plain.grads}
     assert all(torch.allclose(summed[n], plain.grads[n], rtol=1e-6, atol=1e-7) for n in plain.grads)
     assert len(captured.contributions) == 3
+
+
+def test_a_mismatch_stops_judging_against_the_floor_at_its_first_failing_row(monkeypatch):
+    from gradcheck_accum.verifier import judge
+
+    judged = []
+    against_floor = judge.within_floor
+    monkeypatch.setattr(judge, "within_floor", lambda *a, **k: judged.append(1) or against_floor(*a, **k))
+    model = mlp()
+    report = verify(model, classification_batch(16), ce_mean, accumulation_steps=4, modes=("eager",), scaling="none")
+    assert not report.ok and report.diagnosis.startswith("4.00x")
+    assert len(judged) == 1  # the float64 run comes next, and every row is judged against it
+    assert [row.name for row in report.rows] == [n for n, _ in model.named_parameters()]
+
+
+class _Evidence:
+    """A reference whose evidence runs are counted (judge's protocol, without gradients)."""
+
+    def __init__(self, learns: bool) -> None:
+        self.learns, self.asked = learns, []
+
+    def measure_exact(self) -> bool:
+        self.asked.append("measure_exact")
+        return self.learns
+
+    def recheck(self) -> bool:
+        self.asked.append("recheck")
+        return self.learns
+
+
+@pytest.mark.parametrize("learns", [True, False])
+def test_judge_returns_complete_rows_whatever_the_evidence_brings(learns):
+    from gradcheck_accum.verifier.judge import judge
+    from gradcheck_accum.verifier.report import Row
+
+    def row(name, ok):
+        return Row("eager", name, (1,), 0.0 if ok else 1.0, math.nan, 0.5, 1.0, 1.0, ok)
+
+    asked = []
+
+    def rows(partial):
+        asked.append(partial)
+        return [row("a", False)] if partial else [row("a", False), row("b", True)]
+
+    reference = _Evidence(learns)
+    judged = judge(rows, reference)
+    assert [r.name for r in judged] == ["a", "b"]
+    assert reference.asked == ["measure_exact", "recheck"]
+    assert asked == ([True, True, False] if learns else [True, False])
