@@ -76,10 +76,15 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
         return _ONE[Role.OPTIMIZER]
     if last in cat.ACCELERATOR.names:
         steps = keyword(call, cat.ACCUMULATION_STEPS_KEYWORD)
+        plugin = keyword(call, cat.ACCUMULATION_PLUGIN_KEYWORD)
+        if steps is None and isinstance(plugin, cst.Call):
+            steps = keyword(plugin, cat.ACCUMULATION_PLUGIN_STEPS)
         accumulates = steps is not None and not (isinstance(steps, cst.Integer) and steps.value == "1")
         return frozenset({Role.ACCELERATOR} | ({Role.ACCELERATOR_ACCUMULATES} if accumulates else set()))
     if last in cat.FABRIC.names:
         return _ONE[Role.FABRIC]
+    if last in cat.BOOSTER.names:
+        return _ONE[Role.BOOSTER]
     if last in cat.LOSSES.names or last.endswith(cat.LOSSES.suffix):
         reduction = keyword(call, cat.REDUCTION_KEYWORD)
         roles = {Role.CRITERION}

@@ -21,7 +21,7 @@ from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, per_mic
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
                                         keyword, last_part, positional)
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
-from gradcheck_accum.lint.trainer_hooks import items_counted
+from gradcheck_accum.lint.trainer_hooks import trainer_divides
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, exclusive, increment,
@@ -299,33 +299,31 @@ class FileModel:
                     return True
         return False
 
-    def hook_losses(self, hook: cat.Hook = cat.LIGHTNING_TRAINING_STEP) -> Iterator[tuple[Scope, LossFacts]]:
-        """The losses a framework hook returns to the framework's own loop, when that loop optimises
-        (Lightning's training_step of a LightningModule, without `automatic_optimization = False`)."""
-        manual = any(isinstance(d.value, cst.Name) and d.value.value == "False"
-                     for scope in self.scopes for d in scope.defs.get(f"self.{hook.switch}", []))
-        if manual:
-            return
-        for scope in self.functions.get(hook.name, []):
-            if not any(last_part(base) == hook.base for base in scope.class_bases):
-                continue
-            for event in scope.events:
-                if event.kind is EventKind.RETURN:
-                    yield scope, self._losses.facts(returned_loss(event.expr), scope, event.order)
-
-    def undivided_hook_losses(self) -> Iterator[tuple[Scope, cat.Hook, LossFacts]]:
-        """The losses overridden framework hooks return to a loop that leaves them undivided by N
-        and counts the window's items for them instead (trainer_hooks.py): each `return` of
-        transformers' `compute_loss` in a Trainer subclass whose model counts the batches' labels."""
+    def hook_losses(self) -> Iterator[tuple[Scope, cat.Hook, LossFacts, bool]]:
+        """The losses framework hooks return to the framework's own loop, with whether that loop
+        divides them by N (catalogue.HOOKS): Lightning's training_step of a LightningModule under
+        automatic optimisation does; transformers' Trainer does for an overridden compute_loss
+        unless the window's items are counted for it (trainer_hooks.py). Hooks whose loop does
+        something the code does not say are left out."""
         for hook in cat.HOOKS:
-            if hook.divides_loss is not LossScaling.UNLESS_ITEMS_COUNTED:
+            if hook.divides_loss is LossScaling.UNLESS_ITEMS_COUNTED:
+                for scope in self.functions.get(hook.name, []):
+                    divides = trainer_divides(self.context, scope, hook)
+                    if divides is not None:
+                        yield from ((scope, hook, facts, divides) for facts in self._returned_losses(scope))
+                continue
+            manual = any(isinstance(d.value, cst.Name) and d.value.value == "False"
+                         for scope in self.scopes for d in scope.defs.get(f"self.{hook.switch}", []))
+            if manual:
                 continue
             for scope in self.functions.get(hook.name, []):
-                if not items_counted(self.context, scope, hook):
-                    continue
-                for event in scope.events:
-                    if event.kind is EventKind.RETURN and event.scope in (None, scope):
-                        yield scope, hook, self._losses.facts(returned_loss(event.expr), scope, event.order)
+                if any(last_part(base) == hook.base for base in scope.class_bases):
+                    yield from ((scope, hook, facts, True) for facts in self._returned_losses(scope))
+
+    def _returned_losses(self, scope: Scope) -> Iterator[LossFacts]:
+        for event in scope.events:
+            if event.kind is EventKind.RETURN and event.scope in (None, scope):
+                yield self._losses.facts(returned_loss(event.expr), scope, event.order)
 
     # -- schedulers ---------------------------------------------------------------------------------
     def constructed_unprepared(self, scope: Scope, name: str | None) -> bool:

@@ -71,6 +71,7 @@ class Role(Tag):
     ACCELERATOR = "accelerator"
     ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)
     FABRIC = "fabric"
+    BOOSTER = "booster"  # a ColossalAI Booster
     DEEPSPEED = "deepspeed"  # an engine (or its optimizer/scheduler) from deepspeed.initialize
     PREPARED = "prepared"  # returned by accelerator.prepare: steps and zero_grads skip non-sync steps
     SUM_LOSS = "sum-loss"  # a criterion with reduction="sum"
@@ -90,6 +91,7 @@ class Framework(Tag):
     ACCELERATE = "accelerate"
     FABRIC = "fabric"
     DEEPSPEED = "deepspeed"
+    COLOSSALAI = "colossalai"
     LIGHTNING = "lightning"
     TRANSFORMERS = "transformers"  # Hugging Face's Trainer
     APEX = "apex"  # and other FP16 optimizers whose `optimizer.backward(loss)` applies the loss scale
