@@ -271,6 +271,16 @@ IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid it
 # Calls whose results are the prepared objects, element by element.
 DEEPSPEED_INITIALIZE = "deepspeed.initialize"  # -> engine, optimizer, dataloader, scheduler
 PREPARE_METHODS = frozenset({"prepare", "setup"})  # accelerator.prepare(...), fabric.setup(...)
+# What they make of an optimizer: accelerate's AcceleratedOptimizer steps and clears only when
+# gradient_state.sync_gradients, which accumulate() sets on entering the window's last micro-batch
+# (accelerate/optimizer.py, accelerator.py `_do_sync`): a prepared optimizer's zero_grad inside
+# accumulate() runs on that micro-batch alone, before or after its backward as written.
+SYNC_ONLY_OPTIMIZER = Role.PREPARED
+# ... except under accelerate's DeepSpeed plugin, whose optimizer wrapper's zero_grad() does nothing (the
+# engine clears after its own step). A call of a method only a DeepSpeed engine has, on the prepared
+# model, says the plugin is in use (deepspeed/runtime/engine.py).
+DEEPSPEED_ENGINE_METHODS = frozenset({"get_global_grad_norm", "is_gradient_accumulation_boundary",
+                                      "train_micro_batch_size_per_gpu", "zero_optimization_stage"})
 # What they make of a model: launched on several processes, both wrap it in DistributedDataParallel
 # (accelerate's Accelerator.prepare_model, Fabric's DDP strategy), so it all-reduces on every backward
 # unless `accelerator.no_sync`/`accumulate` or `fabric.no_backward_sync` says otherwise.
@@ -383,6 +393,10 @@ HF_COMPUTE_LOSS = Hook(
     settings=("model_accepts_loss_kwargs", "loss_is_scaled_for_ga", "compute_loss_func"),
     takes_over=("training_step",), output_attributes=("logits", "loss"), labels_key="labels")
 HOOKS: tuple[Hook, ...] = (LIGHTNING_TRAINING_STEP, HF_COMPUTE_LOSS)
+# Attributes a framework updates as its loop runs: a test reading one is no setting fixed for the run
+# (Lightning's `self.trainer.is_last_batch` holds on the epoch's last batch, `global_step` counts
+# optimizer steps; accelerate's `gradient_state.end_of_dataloader` on the last batch).
+LIVE_ATTRIBUTES = frozenset({"is_last_batch", "end_of_dataloader", "global_step"})
 # The key of the loss in a dict a hook returns (`return {"loss": loss, "log": ...}`).
 RETURNED_LOSS_KEY = "loss"
 
@@ -453,6 +467,10 @@ SCHEDULE_LENGTH_POSITION = 2
 # torch schedulers whose length may be passed positionally: the argument's index
 SCHEDULE_LENGTH_POSITIONS = {"OneCycleLR": 2, "CosineAnnealingLR": 1, "PolynomialLR": 1, "LinearLR": 4}
 LENGTH_FUNCTION = "len"  # len(loader): a length counted in micro-batches
+# Schedulers made of others, which step them when they are stepped: where the list of parts is given
+# (SequentialLR(optimizer, schedulers, milestones), ChainedScheduler(schedulers)).
+SCHEDULER_PARTS_KEYWORD = "schedulers"
+SCHEDULER_PARTS_POSITIONS = {"SequentialLR": 1, "ChainedScheduler": 0}
 
 
 def apis_named(name: str) -> tuple[Api, ...]:

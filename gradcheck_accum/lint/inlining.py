@@ -22,7 +22,8 @@ from gradcheck_accum.lint.bindings import roles_from_name
 from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
 from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED
-from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, EventKind, Frame, Role, Scope
+from gradcheck_accum.lint.predicates import bound_argument
+from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, EventKind, Frame, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 
 MAX_DEPTH = 4  # calls walked in place within calls walked in place
@@ -223,6 +224,13 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
             if driver.hook in cls.methods and project.derives_from(ClassRef(path, qualname), driver.bases):
                 reached = True
                 pieces.append(driver.source)
+        for method in cls.methods:  # a trainer elsewhere runs it by name (a callback's on_backward_end)
+            ref = ClassRef(path, qualname).method(method)
+            if project.effects(ref) and project.overrides(ref):
+                for site in project.mentioning(method):
+                    if site.path != path:
+                        reached = True
+                        take(site)
     return reached, "\n".join(pieces)
 
 
@@ -261,6 +269,8 @@ class Inliner:
         self._captured_classes: dict[str, ClassRef] = {}
         self._captured_callables: dict[str, FunctionRef | None] = {}  # None: the calls pass different ones
         self._classes: dict[int, dict[str, ClassRef]] = {}  # id(scope) -> its parameters' project classes
+        # id(function) -> the hook names it runs on loop targets, and the parameters it runs hooks by
+        self._hooks_of: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
         # id(scope) -> what calling each of its parameters runs (a loss function or loss module passed in)
         self._callables: dict[int, dict[str, FunctionRef]] = {}
 
@@ -316,7 +326,14 @@ class Inliner:
             return False
         found = self.resolve(walker.scope, call)
         if found is None:
-            return False
+            if self._capturing is not None or not ctx.loops:
+                return False
+            hooks = [h for h in self._dispatched(walker.scope, call)
+                     if self._effects(h[0], h[2], call) and not _on_stack(walker.scope, h[2])]
+            for ref, loaded, function in hooks:  # each hook the call may run, in place
+                caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, walker.tick(), walker.root)
+                self._walk(caller, call, ctx, ref, loaded, function)
+            return bool(hooks)
         ref, loaded, function = found
         if self._capturing is not None:  # reading a caller for the roles it passes, nothing else
             if ref == self._capturing:
@@ -334,7 +351,7 @@ class Inliner:
                     if target is not None or name in self._captured_callables:
                         self._captured_callables[name] = target
             return False
-        effects = self.project.effects(ref)
+        effects = self._effects(ref, function, call)
         if not effects or _on_stack(walker.scope, function):
             return False
         if effects & _BACKWARDS and _has_loop(function) and any(
@@ -354,6 +371,49 @@ class Inliner:
         caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, walker.tick(), walker.root)
         self._inlined[id(call)] = self._walk(caller, call, ctx, ref, loaded, function)
         return True
+
+    # -- hooks run by name ----------------------------------------------------------------------------
+    def _effects(self, ref: FunctionRef, function: cst.FunctionDef, call: cst.Call) -> frozenset[str]:
+        """What calling `ref` here may do: its effects, and those of the hooks it runs by name (a
+        callback system's `fire(self, event): for cb in self.callbacks: getattr(cb, event)(self)`
+        called as `fire("on_backward_end")`, or `cb.on_backward_end(self)` in its body)."""
+        effects = self.project.effects(ref)
+        if id(function) not in self._hooks_of:  # read once per function
+            self._hooks_of[id(function)] = (frozenset(_hook_names(function)), frozenset(_hook_keys(function)))
+        names, keys = set(self._hooks_of[id(function)][0]), self._hooks_of[id(function)][1]
+        if keys:
+            for parameter, argument in _arguments(call, function, None):
+                if parameter in keys and isinstance(argument, cst.SimpleString):
+                    names.add(argument.evaluated_value)
+        for name in names:
+            for hook in self.project.hook_overrides(name):
+                effects = effects | self.project.effects(hook)
+        return effects
+
+    def _dispatched(self, scope: Scope, call: cst.Call) -> list[tuple[FunctionRef, LoadedModule, cst.FunctionDef]]:
+        """The hooks a call runs by name on each object of a collection whose classes are unknown:
+        `cb.on_backward_end(self)` or `getattr(cb, event)(self)` for `cb` a loop's target, `event` a
+        string (written, or bound by the calls walked in place to a parameter); the project methods
+        of that name overriding a project base's (Project.hook_overrides)."""
+        func, receiver, name = call.func, None, None
+        if isinstance(func, cst.Attribute):
+            receiver, name = func.value, func.attr.value
+        elif isinstance(func, cst.Call) and call_receiver(func) == (None, "getattr") and len(func.args) == 2:
+            receiver, key = func.args[0].value, func.args[1].value
+            key, _ = bound_argument(key, scope)
+            name = key.evaluated_value if isinstance(key, cst.SimpleString) else None
+        if not isinstance(receiver, cst.Name) or not isinstance(name, str):
+            return []
+        defs = scope.defs_of(receiver.value)
+        if not defs or any(d.op is not DefOp.LOOP_TARGET for d in defs):
+            return []  # not one of a collection's objects
+        found = []
+        for hook in self.project.hook_overrides(name):
+            loaded = self.context.load(hook.path)
+            function = loaded.functions.get(hook.qualname) if loaded is not None else None
+            if function is not None:
+                found.append((hook, loaded, function))
+        return found
 
     def _walk(self, caller: "_Caller", call: cst.Call, ctx: Context, ref: FunctionRef, loaded: LoadedModule,
               function: cst.FunctionDef) -> Scope:
@@ -605,10 +665,18 @@ class Inliner:
         roots: dict[tuple[FunctionRef, ClassRef | None], None] = {}
         for qualname, function in this.functions.items():
             ref = FunctionRef(this.path, qualname)
-            if id(function) in walked_here or not self.project.effects(ref) & _BACKWARDS:
+            if id(function) in walked_here:
                 continue
-            for root in self._loops_calling(ref, 2):
-                roots.setdefault(root)
+            if self.project.effects(ref) & _BACKWARDS:
+                for root in self._loops_calling(ref, 2):
+                    roots.setdefault(root)
+            elif self.project.effects(ref) and self.project.overrides(ref):
+                # a hook other files run by name (a callback's on_backward_end): the loops around the
+                # functions that name it
+                for site in self.project.mentioning(function.name.value):
+                    if site.path != this.path:
+                        for root in [(site, None), *self._loops_calling(site, 3)]:
+                            roots.setdefault(root)
         for (ref, self_class) in roots:
             scope = self._walk_root(ref, self_class)
             if scope is not None:
@@ -897,6 +965,38 @@ def _micro_step_loop_open(walker: ScopeWalker, ctx: Context) -> bool:
     micro-step loop whose window a later call closes?"""
     last = next((e for e in reversed(walker.root.events) if e.kind in (EventKind.BACKWARD, EventKind.STEP)), None)
     return last is not None and last.kind is EventKind.BACKWARD and len(last.ctx.loops) > len(ctx.loops)
+
+
+def _hook_calls(function: cst.FunctionDef) -> list[cst.Call]:
+    """The calls in a function's body of a method on the target of one of its loops
+    (`for cb in self.callbacks: cb.on_backward_end(self)`) or of `getattr(x, name)` (`getattr(cb, event)(self)`)."""
+    targets: set[str] = set()
+    found = []
+    stack: list[cst.CSTNode] = list(function.body.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.For):
+            targets.update(n for n in [dotted(node.target)] if n)
+        if isinstance(node, cst.Call):
+            found.append(node)
+        stack.extend(children(node))
+    return [c for c in found if (isinstance(c.func, cst.Attribute) and dotted(c.func.value) in targets)
+            or (isinstance(c.func, cst.Call) and call_receiver(c.func) == (None, "getattr") and len(c.func.args) == 2)]
+
+
+def _hook_names(function: cst.FunctionDef) -> list[str]:
+    """The method names a function calls on its loop targets (`cb.on_backward_end(self)`)."""
+    return [c.func.attr.value for c in _hook_calls(function) if isinstance(c.func, cst.Attribute)]
+
+
+def _hook_keys(function: cst.FunctionDef) -> list[str]:
+    """The parameters a function runs a hook by (`getattr(cb, event)(self)`): its caller says which."""
+    params = {p.name.value for p in [*function.params.posonly_params, *function.params.params,
+                                     *function.params.kwonly_params]}
+    keys = [call.func.args[1].value for call in _hook_calls(function) if isinstance(call.func, cst.Call)]
+    return [key.value for key in keys if isinstance(key, cst.Name) and key.value in params]
 
 
 def _only_return(function: cst.FunctionDef) -> cst.BaseExpression | None:

@@ -13,14 +13,14 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import ACCUM_NAME, constructor_roles, no_roles
 from gradcheck_accum.lint.catalogue import DDP_NO_SYNC, DDP_SYNC_FLAG, SYNCS_AT_BACKWARD, LossScaling
 from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift, Tail, TailFate, distance_shift,
-                                          unstepped_tail)
+                                          pass_length, unstepped_tail)
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, per_micro_batch_count, returned_loss,
                                          summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
                                         keyword, last_part, positional)
-from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
+from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count, resolve_n
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
@@ -343,14 +343,29 @@ class FileModel:
         return ScheduleLength(facts.has_len, facts.divided, facts.mentions_accumulation)
 
     @staticmethod
+    def scheduler_parts(built: Event) -> set[str]:
+        """The schedulers a composite one is built from (`SequentialLR(opt, [warmup, decay], ...)`):
+        stepping it steps them."""
+        call = built.node
+        if not isinstance(call, cst.Call):
+            return set()
+        position = cat.SCHEDULER_PARTS_POSITIONS.get(call_receiver(call)[1] or "")
+        parts = keyword(call, cat.SCHEDULER_PARTS_KEYWORD) or (positional(call, position) if position is not None
+                                                                else None)
+        if not isinstance(parts, (cst.List, cst.Tuple)):
+            return set()
+        return {name for element in parts.elements if (name := dotted(element.value))}
+
+    @staticmethod
     def scheduler_given_position(stepped: Event) -> bool:
         """`scheduler.step(epoch + i / iters)`, `step_update(num_updates=n)`: the call says where the
         schedule is, so how often it is called does not move it."""
         return isinstance(stepped.node, cst.Call) and bool(stepped.node.args)
 
-    def schedule_counts_micro_batches(self, scope: Scope, stepped: Event) -> bool:
+    def schedule_counts_micro_batches(self, scope: Scope, stepped: Event, window: Window | None = None) -> bool:
         """Is the scheduler this event steps built with a length counted in micro-batches
-        (`len(loader) * epochs`, not divided)? Stepping it every micro-batch is then what it expects."""
+        (`len(loader) * epochs`, not divided; or the number of micro-batches the window's loop runs)?
+        Stepping it every micro-batch is then what it expects."""
         name = stepped.target
         if not name:
             return False
@@ -362,7 +377,18 @@ class FileModel:
             # `len(loader) * epochs`, `len(dataset) // batch_size`: micro-batches, unless N enters it
             if length is not None and length.counts_data and not length.mentions_accumulation:
                 return True
+            if window is not None and self.length_is_run(built_scope, built, window):
+                return True
         return False
+
+    @staticmethod
+    def length_is_run(scope: Scope, built: Event, window: Window) -> bool:
+        """Is the scheduler's length the number of micro-batches the window's loop runs in all
+        (`get_cosine_schedule_with_warmup(opt, w, args.max_steps)` for `for step in range(args.max_steps)`)?"""
+        length, bound = _length_argument(built.node), pass_length(window)
+        if length is None or bound is None:
+            return False
+        return resolve_n(length, scope) == resolve_n(bound, window.scope)
 
     # -- compile and checkpoints --------------------------------------------------------------------
     def is_saved(self, scope: Scope, state_dict: Event) -> bool:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 _AUGMENTED = {"AddAssign": DefOp.ADD, "DivideAssign": DefOp.DIVIDE, "MultiplyAssign": DefOp.MULTIPLY,
               "SubtractAssign": DefOp.SUBTRACT, "FloorDivideAssign": DefOp.FLOOR_DIVIDE}
 _ORIG_MOD = "_orig_mod"  # the module a torch.compile wrapper wraps
+_SELF = ("self", "cls")
 
 
 class ScopeWalker:
@@ -359,9 +360,11 @@ class ScopeWalker:
         candidates = cat.apis_named(method) if method else ()
         if qual and qual.rpartition(".")[2] != method:
             candidates += cat.apis_resolved(qual)  # an aliased import: `from torch import compile as c`
-        if candidates and receiver is None and self.inliner is not None \
+        if candidates and (receiver is None or target in _SELF) and self.inliner is not None \
                 and self.inliner.runs_project_function(self, call):
-            candidates = ()  # the project's own function of that name: what it does is in its body
+            # the project's own function of that name (`clip_grad_norm_(...)`, a trainer's
+            # `self.backward(loss)` or `self.step(batch)`): what it does is in its body
+            candidates = ()
         for api in candidates:
             if self._matches(api, call, receiver, target, owner, qual):
                 if api.event is not None:

@@ -16,6 +16,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_names, keyword, last_part,
@@ -285,6 +286,21 @@ class Window:
         later = [e for e in self.events if e.order > zero.order and self.inside(e)
                  and (e.kind is EventKind.BACKWARD or (e.kind is EventKind.STEP and same_target(zero, e, self.scope)))]
         return bool(later) and later[0].kind is EventKind.STEP
+
+    def clears_last_micro_batch_first(self, zero: Event) -> Event | None:
+        """Inside `accelerator.accumulate()`, a prepared optimizer's zero_grad before the backward: it
+        acts only on the window's last micro-batch (catalogue.SYNC_ONLY_OPTIMIZER), and there it
+        clears the earlier micro-batches' gradients before the last one adds its own. The step of the
+        same optimizer after that backward, if any."""
+        if self.framework is not Framework.ACCELERATE or not self.accumulates or _accumulate_call(zero) is None \
+                or cat.SYNC_ONLY_OPTIMIZER not in zero.roles:
+            return None
+        later = [b for b in self.backwards if b.order > zero.order and self.inside(b) and _accumulate_call(b)]
+        if not later or any(e.kind is EventKind.MODEL_CALL and last_part(e.target) in cat.DEEPSPEED_ENGINE_METHODS
+                            for e in self.scope.events):
+            return None  # the model is a DeepSpeed engine: the prepared optimizer's zero_grad does nothing
+        return next((s for s in self.steps if s.order > later[0].order and self.inside(s)
+                     and same_target(zero, s, self.scope)), None)
 
     @property
     def accumulates(self) -> bool:

@@ -40,7 +40,7 @@ class SchedulerEveryMicroBatch(Rule):
                 # on every micro-batch; a prepared one skips the steps where gradients do not sync.
                 if accelerate and not model.constructed_unprepared(window.scope, event.target):
                     continue
-                if model.schedule_counts_micro_batches(window.scope, event):
+                if model.schedule_counts_micro_batches(window.scope, event, window):
                     continue  # its length counts micro-batches: one step per micro-batch is its unit
                 if model.scheduler_given_position(event):
                     continue  # the call sets the schedule's position: calling it more often moves nothing
@@ -56,13 +56,20 @@ class ScheduleLengthIgnoresAccumulation(Rule):
     code = "ACC402"
     name = "schedule-length-ignores-accumulation"
     summary = "The scheduler's length counts micro-batches, not optimizer steps."
-    requires = (Fact.TRAINING_LOOP, EventKind.STEP, EventKind.SCHEDULER_BUILT, Fact.DATA_LENGTH)
+    requires = (Fact.TRAINING_LOOP, EventKind.STEP, EventKind.SCHEDULER_BUILT)
     reads_outside_windows = (EventKind.SCHEDULER_BUILT,)  # a scheduler built anywhere, stepped in a window
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        per_window = {e.target for w in model.windows if w.accumulates for e in w.of(EventKind.SCHEDULER_STEP)
-                      if w.placement(e) is _BOUNDARY or (w.shape is WindowShape.FRAMEWORK
-                                                         and Role.PREPARED in e.roles)}
+        per_window: dict[str | None, list[Window]] = {}
+        for w in model.windows:
+            if not w.accumulates:
+                continue
+            for e in w.of(EventKind.SCHEDULER_STEP):
+                if w.placement(e) is _BOUNDARY or (w.shape is WindowShape.FRAMEWORK and Role.PREPARED in e.roles):
+                    per_window.setdefault(e.target, []).append(w)
+        for _, built in reversed(model.events(EventKind.SCHEDULER_BUILT)):  # the composite after its parts
+            for part in model.scheduler_parts(built) if built.target in per_window else ():
+                per_window.setdefault(part, []).extend(per_window[built.target])
         for scope, built in model.events(EventKind.SCHEDULER_BUILT):
             if built.target not in per_window:
                 continue
@@ -71,6 +78,10 @@ class ScheduleLengthIgnoresAccumulation(Rule):
                 yield Report(built.node, "the schedule length is counted in micro-batches (len(loader) x epochs) "
                                          "but the scheduler steps once per window, so it never finishes its decay; "
                                          "divide the length by the accumulation steps")
+            elif any(model.length_is_run(scope, built, w) for w in per_window[built.target]):
+                yield Report(built.node, "the schedule length is the number of micro-batches the training loop "
+                                         "runs, but the scheduler steps once per window, so it never finishes its "
+                                         "decay; divide the length by the accumulation steps")
 
 
 class ClipEveryMicroBatch(Rule):
