@@ -19,6 +19,7 @@ from typing import Callable
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import roles_from_name
+from gradcheck_accum.lint.diagnostics import RUN_BY_THIS_CALL
 from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
 from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED
@@ -868,7 +869,7 @@ class Inliner:
         if scope.foreign or scope.frame is not None and scope.frame.path is not None:
             module = self._origin[id(scope)][0] if id(scope) in self._origin else None
             if module is not None and _entry_call(scope) is not None:
-                places.append(Place(module, node, "the line this call runs"))
+                places.append(Place(module, node, RUN_BY_THIS_CALL))
                 note = f"in `{_name(scope)}` at {{0}}, which this call runs"
             return note, places
         hops = []
