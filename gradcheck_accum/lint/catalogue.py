@@ -237,6 +237,11 @@ LOSSES = Constructor(
     suffix="Loss")
 CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS, OPTIMIZERS, ACCELERATOR, FABRIC, LOSSES)
 
+# What torch.compile returns: an OptimizedModule (torch._dynamo.eval_frame) whose `_orig_mod` is the
+# module it compiled; its state_dict keys carry the `_orig_mod.` prefix.
+COMPILED_CLASS = "OptimizedModule"
+COMPILED_INNER = "_orig_mod"
+
 # Keywords of constructors that change what the result does.
 ACCUMULATION_STEPS_KEYWORD = "gradient_accumulation_steps"  # Accelerator(gradient_accumulation_steps=N)
 REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"

@@ -12,6 +12,7 @@ loss is read the same way by the loss tracer (`returns`). What does not resolve 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -20,7 +21,7 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import roles_from_name
 from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names
-from gradcheck_accum.lint.project.summary import MODULE_CODE
+from gradcheck_accum.lint.project.summary import MODULE_CODE, FunctionSummary
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, EventKind, Frame, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 
@@ -33,6 +34,7 @@ _ROLE_MAKERS = frozenset().union(*(c.names | {c.qualname.rsplit(".", 1)[-1]} if 
                                    for c in cat.CONSTRUCTORS)) | cat.PREPARE_METHODS | {"initialize", "compile"}
 _BACKWARDS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 _STEPS = frozenset(api.name for api in cat.APIS if api.event is EventKind.STEP)
+_STATE_DICT_TOKENS = frozenset(api.token for api in cat.APIS if api.event is EventKind.STATE_DICT)
 
 
 @dataclass
@@ -49,6 +51,10 @@ class LoadedModule:
     qualnames_of_classes: dict[int, str] = field(default_factory=dict)  # id(class) -> qualname
     env: dict[str, frozenset[Role]] = field(default_factory=dict)  # module-level names' roles
     _class_envs: dict[tuple, dict[str, frozenset[Role]]] = field(default_factory=dict)
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return self.text.split("\n")
 
     @classmethod
     def build(cls, path: Path, module: cst.Module, text: str) -> "LoadedModule":
@@ -160,6 +166,7 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
         store.texts[path] = text
     summary = project.summary(path)
     reached, pieces, seen = False, [], set()
+    lines = text.split("\n")
 
     def take(ref: FunctionRef) -> None:
         if ref.path != path and ref not in seen:
@@ -197,6 +204,10 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
                         if isinstance(cls, ClassRef):
                             for method in project.summary(cls.path).classes[cls.qualname].methods:
                                 take(cls.method(method))
+        if qualname != MODULE_CODE and _takes_state_dict(function, lines):
+            for site in project.callers(caller):  # what they hand it to save (a compiled model)
+                if site.caller.path != path:
+                    take(site.caller)
     for qualname, cls in summary.classes.items():
         ref = ClassRef(path, qualname)
         if any(project.effects(ref.method(m)) & _BACKWARDS for m in cls.methods):
@@ -210,11 +221,23 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
     return reached, "\n".join(pieces)
 
 
-def _returns_made_object(project: Project, ref: FunctionRef) -> bool:
-    """Does the function return something it may build with a role (Inliner.returned_roles reads it)?"""
+def _returns_made_object(project: Project, ref: FunctionRef, depth: int = 0) -> bool:
+    """May the function return something with a role (Inliner.returned_roles reads it)? Something it
+    builds (`return DistributedDataParallel(model)`), what it is given (`return m.module if
+    hasattr(m, "module") else m`: the roles of the argument, unwrapped), or what a project function it
+    calls returns (`return wrap(model)`)."""
     summary = project.function(ref)
-    return summary is not None and summary.returns and any(
-        callee.rsplit(".", 1)[-1] in _ROLE_MAKERS for callee in summary.calls)
+    if summary is None or not summary.returns:
+        return False
+    if summary.passes_through or any(callee.rsplit(".", 1)[-1] in _ROLE_MAKERS for callee in summary.calls):
+        return True
+    return depth < 2 and any(_returns_made_object(project, target, depth + 1) for _, _, target in project.calls(ref)
+                             if target != ref)
+
+
+def _takes_state_dict(function: FunctionSummary, lines: list[str]) -> bool:
+    """Does the function's text call `state_dict()` (a screen: the walk decides what is saved)?"""
+    return any(token in line for line in lines[function.line - 1:function.end] for token in _STATE_DICT_TOKENS)
 
 
 def _source_of(project: Project, ref: FunctionRef) -> str:
@@ -359,7 +382,7 @@ class Inliner:
             return NO_ROLES
         if not _returns_made_object(self.project, found[0]):
             return NO_ROLES  # it builds nothing with a role (a DDP wrapper, an optimizer): not worth reading
-        returned = self.returns(call, walker.scope, walker.counter[0])
+        returned = self.returns(call, walker.scope, walker.counter[0], walker.roles, walker.env)
         if not returned:
             return NO_ROLES
         walked = returned[0][1]
@@ -438,17 +461,18 @@ class Inliner:
 
     def parameter_roles(self, function: cst.FunctionDef, scope: Scope) -> dict[str, frozenset[Role]]:
         """Roles its callers give the parameters of one of this file's training functions (a loop
-        reaching a backward): the DDP model a script hands to `train_one_epoch(model, ...)`, read at
-        each call in the project (the union: some caller passes it). The project classes of the
-        objects they pass (a loss scaler) are noted for resolving calls in `scope`."""
+        reaching a backward) or checkpoint writers (a `state_dict()` call): the DDP model a script
+        hands to `train_one_epoch(model, ...)`, the compiled model it hands to `save_checkpoint(model,
+        ...)`, read at each call in the project (the union: some caller passes it). The project
+        classes of the objects they pass (a loss scaler) are noted for resolving calls in `scope`."""
         this = self.context.this
         qualname = this.qualnames.get(id(function))
         if qualname is None or self.context.alone:
             return {}
         ref = FunctionRef(this.path, qualname)
         summary = self.project.function(ref)
-        if summary is None or not any(summary.calls.values()):
-            return {}  # no loop: no window of its own
+        if summary is None or not (any(summary.calls.values()) or _takes_state_dict(summary, this.lines)):
+            return {}  # no loop: no window of its own, and no weights saved
         roles: dict[str, frozenset[Role]] = {}
         classes: dict[str, ClassRef] = {}
         for site in self.project.callers(ref):
@@ -574,9 +598,12 @@ class Inliner:
         return scope
 
     # -- what a called function returns --------------------------------------------------------------
-    def returns(self, call: cst.Call, scope: Scope, before: int) -> list[tuple[cst.BaseExpression, Scope, int]] | None:
+    def returns(self, call: cst.Call, scope: Scope, before: int,
+                roles: Callable[[cst.BaseExpression | None], frozenset[Role]] | None = None,
+                env: dict[str, frozenset[Role]] | None = None) -> list[tuple[cst.BaseExpression, Scope, int]] | None:
         """The expressions a project function called here returns, each with the scope it is read in
-        and the point it is read at; None when the call does not resolve to one."""
+        and the point it is read at; None when the call does not resolve to one. `roles`/`env`: what
+        the caller knows of the arguments (the walker's; the loss tracer reads names only)."""
         key = id(call)
         if key in self._returns:
             return self._returns[key]
@@ -586,7 +613,7 @@ class Inliner:
             found = self.resolve(scope, call)
             depth = scope.frame.depth if scope.frame is not None else 0
             if found is not None and depth < MAX_DEPTH and not _on_stack(scope, found[2]):
-                caller = _Caller(scope, {}, _guessed_roles, [before], before, None)
+                caller = _Caller(scope, env or {}, roles or _guessed_roles, [before], before, None)
                 walked = self._walk(caller, call, Context(), *found)
         result = None
         if walked is not None:

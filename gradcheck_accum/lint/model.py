@@ -18,7 +18,7 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.losses import LossFacts, LossTracer, returned_loss, summed_loss_name
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
-                                        keyword, last_part, positional)
+                                        keyword, last_part, positional, source)
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
@@ -310,6 +310,15 @@ class FileModel:
         return False
 
     # -- compile and checkpoints --------------------------------------------------------------------
+    @staticmethod
+    def receiver_text(event: Event) -> str | None:
+        """The object a method call event acts on, as written: its name, or the expression
+        (`unwrap(model)` in `unwrap(model).state_dict()`)."""
+        call = event.node
+        if event.target or not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
+            return event.target
+        return source(call.func.value)
+
     def is_saved(self, scope: Scope, state_dict: Event) -> bool:
         """Is this `x.state_dict()` written to disk: inside a save call's arguments, or in a
         container (`ckpt = {...}`, `ckpt["model"] = ...`) that is passed to one?"""

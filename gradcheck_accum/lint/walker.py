@@ -14,7 +14,7 @@ from gradcheck_accum.lint.bindings import constructor_roles, roles_from_name, un
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, iter_calls, iter_names, keyword,
-                                        positional)
+                                        last_part, positional)
 from gradcheck_accum.lint.predicates import caller_name
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 _AUGMENTED = {"AddAssign": DefOp.ADD, "DivideAssign": DefOp.DIVIDE, "MultiplyAssign": DefOp.MULTIPLY,
               "SubtractAssign": DefOp.SUBTRACT, "FloorDivideAssign": DefOp.FLOOR_DIVIDE}
-_ORIG_MOD = "_orig_mod"  # the module a torch.compile wrapper wraps
+_ORIG_MOD = cat.COMPILED_INNER  # the module a torch.compile wrapper wraps
 
 
 class ScopeWalker:
@@ -246,6 +246,10 @@ class ScopeWalker:
             api = cat.ATTRIBUTES_SET.get(target.attr.value)
             if api is not None:
                 self._attribute_set(api, target, value, node, ctx)
+        if ctx.guards and _unwraps_compiled(name, value, ctx.guards[-1].test):
+            # `if hasattr(m, "_orig_mod"): m = m._orig_mod`: compiled, it is unwrapped here; not, it was not
+            self.env[name] = self.env.get(name, NO_ROLES) - {Role.COMPILED}
+            return
         self.bind(name, roles, ctx)
         if isinstance(value, cst.Call) and Role.SCHEDULER in roles:
             self.emit(EventKind.SCHEDULER_BUILT, value, ctx, target=name)
@@ -370,12 +374,24 @@ def _on_grad(name: str | None) -> bool:
     return name is not None and ".grad" in f"{name}."
 
 
-def _tests_orig_mod(test: cst.BaseExpression) -> bool:
-    """`hasattr(m, "_orig_mod")`: the attribute name is part of the code, not prose."""
-    if isinstance(test, cst.Call) and call_receiver(test)[1] == "hasattr" and len(test.args) == 2:
-        name = test.args[1].value
-        return isinstance(name, cst.SimpleString) and name.evaluated_value == _ORIG_MOD
-    return False
+def _tests_orig_mod(test: cst.BaseExpression, name: str | None = None) -> bool:
+    """`hasattr(m, "_orig_mod")` (the attribute name is part of the code, not prose), `isinstance(m,
+    OptimizedModule)`: a test of whether `m` (`name`, when given) is a torch.compile wrapper."""
+    if not isinstance(test, cst.Call) or len(test.args) != 2:
+        return False
+    function = call_receiver(test)[1]
+    if name is not None and dotted(test.args[0].value) != name:
+        return False
+    tested = test.args[1].value
+    if function == "hasattr":
+        return isinstance(tested, cst.SimpleString) and tested.evaluated_value == _ORIG_MOD
+    return function == "isinstance" and last_part(dotted(tested)) == cat.COMPILED_CLASS
+
+
+def _unwraps_compiled(name: str, value: cst.BaseExpression, test: cst.BaseExpression) -> bool:
+    """`m = m._orig_mod` under a test of whether `m` is compiled."""
+    return isinstance(value, cst.Attribute) and value.attr.value == _ORIG_MOD and dotted(value.value) == name \
+        and _tests_orig_mod(test, name)
 
 
 def _exit(block: cst.BaseSuite) -> Exit | None:

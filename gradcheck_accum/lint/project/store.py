@@ -17,7 +17,7 @@ from stat import S_ISREG
 
 from gradcheck_accum.version import __version__
 from gradcheck_accum.lint.project.index import SummarySource
-from gradcheck_accum.lint.project.summary import ModuleSummary, summarize
+from gradcheck_accum.lint.project.summary import FORMAT, ModuleSummary, summarize
 
 
 def content_hash(text: str) -> str:
@@ -33,7 +33,7 @@ class SummaryStore(SummarySource):
         self.root = root.absolute()
         self.effect_names, self.watched = effect_names, watched
         # Summaries depend on what they screen for: another catalogue is another cache.
-        vocabulary = content_hash(json.dumps([sorted(effect_names), sorted(watched)]))[:12]
+        vocabulary = content_hash(json.dumps([FORMAT, sorted(effect_names), sorted(watched)]))[:12]
         self.file = (directory / "project" / f"v{__version__}-{vocabulary}-{content_hash(str(self.root))[:12]}.json"
                      if directory is not None else None)
         self.texts = texts or {}  # files whose text the caller already holds (the files being linted)

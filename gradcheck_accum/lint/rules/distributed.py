@@ -37,8 +37,9 @@ class DdpSyncEveryMicroBatch(Rule):
                 continue
             roles = frozenset().union(*(e.roles | e.argument_roles for e in forwards))
             if Role.SHARDED in roles:
-                yield Report(backwards[0].node, "the FSDP model reduce-scatters gradients on every micro-batch; turn "
-                                                "syncing off for the micro-batches before the boundary "
+                yield Report(backwards[0].node, "the FSDP model reduce-scatters gradients on every micro-batch; where "
+                                                "memory allows unsharded gradients until the boundary, turn syncing "
+                                                "off for the micro-batches before it "
                                                 "(`model.set_requires_gradient_sync(False)` for fully_shard, "
                                                 "`with model.no_sync():` for FullyShardedDataParallel)")
             elif Role.PREPARED not in roles:
