@@ -18,7 +18,7 @@ from typing import Callable
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.bindings import roles_from_name
+from gradcheck_accum.lint.bindings import module_constants, roles_from_name
 from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names
 from gradcheck_accum.lint.project.summary import MODULE_CODE, FunctionSummary
@@ -55,6 +55,10 @@ class LoadedModule:
     @cached_property
     def lines(self) -> list[str]:
         return self.text.split("\n")
+
+    @cached_property
+    def constants(self) -> dict[str, bool]:
+        return module_constants(self.module, self.text)
 
     @classmethod
     def build(cls, path: Path, module: cst.Module, text: str) -> "LoadedModule":
@@ -370,7 +374,8 @@ class Inliner:
                 seed.update({name + "." + attribute[len(prefix):]: attribute_roles
                              for attribute, attribute_roles in caller.env.items() if attribute.startswith(prefix)})
         walker = ScopeWalker(scope, loaded.imports, seed, set(loaded.functions), caller.counter,
-                             root=caller.root if caller.root is not None else scope, inliner=self)
+                             root=caller.root if caller.root is not None else scope, inliner=self,
+                             constants=loaded.constants)
         walker.walk_block(function.body.body, ctx)
         self._root_of[id(scope)] = walker.root
         scope.env = {}
@@ -593,7 +598,8 @@ class Inliner:
         else:
             self._origin[id(scope)] = (loaded, ref.qualname, self_class)
         seed = {**loaded.env, **(self.inherited_env(loaded, loaded.qualnames_of_classes[id(cls)]) if cls else {})}
-        ScopeWalker(scope, loaded.imports, seed, set(loaded.functions), [0], inliner=self).walk_block(body, Context())
+        ScopeWalker(scope, loaded.imports, seed, set(loaded.functions), [0], inliner=self,
+                    constants=loaded.constants).walk_block(body, Context())
         scope.env = {}
         return scope
 

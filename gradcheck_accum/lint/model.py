@@ -63,8 +63,9 @@ class FileModel:
         counter = [0]
         module_scope = Scope(self.module, "<module>")
         self.inliner.register(module_scope)
-        ScopeWalker(module_scope, self.imports, {}, local_names, counter, inliner=self.inliner).walk_block(
-            self.module.body, Context())
+        constants = self.context.this.constants
+        ScopeWalker(module_scope, self.imports, {}, local_names, counter, inliner=self.inliner,
+                    constants=constants).walk_block(self.module.body, Context())
         self.scopes.append(module_scope)
         globals_env = dict(module_scope.env)
         class_env: dict[int, dict[str, frozenset[Role]]] = {}
@@ -79,8 +80,8 @@ class FileModel:
             scope = Scope(fn, fn.name.value, _bases(cls), owner=cls)
             self.inliner.register(scope)
             seed = {**globals_env, **attrs, **self.inliner.parameter_roles(fn, scope)}
-            ScopeWalker(scope, self.imports, seed, local_names, counter, inliner=self.inliner).walk_block(
-                fn.body.body, Context())
+            ScopeWalker(scope, self.imports, seed, local_names, counter, inliner=self.inliner,
+                        constants=constants).walk_block(fn.body.body, Context())
             if cls is not None:
                 for name, roles in scope.env.items():
                     if name.startswith("self.") and roles:

@@ -38,7 +38,7 @@ class ScopeWalker:
 
     def __init__(self, scope: Scope, imports: ImportMap, seed: dict[str, frozenset[Role]],
                  local_functions: set[str], counter: list[int], root: Scope | None = None,
-                 inliner: Inliner | None = None) -> None:
+                 inliner: Inliner | None = None, constants: dict[str, bool] | None = None) -> None:
         self.scope = scope
         # Where events and loops go: the scope itself, or for a called function walked in place of
         # its call (inlined), the scope of the loop that calls it, where its window is.
@@ -49,6 +49,7 @@ class ScopeWalker:
         self.local_functions = local_functions
         self.counter = counter  # shared across scopes so orders are file-wide
         self.inliner = inliner
+        self.constants = constants or {}  # module flags bound once to a literal (bindings.module_constants)
         self.statement: cst.CSTNode | None = None
 
     # -- bookkeeping --------------------------------------------------------------------------
@@ -115,6 +116,11 @@ class ScopeWalker:
         for stmt in body:
             self.walk_stmt(stmt, ctx)
             exit = _exit(stmt.body) if isinstance(stmt, cst.If) and stmt.orelse is None else None
+            known = self._constant(stmt.test) if exit is not None else None
+            if known is not None:
+                if known:
+                    return  # `if DEBUG: return` with DEBUG = True: the rest of the block never runs
+                continue
             if exit is not None:
                 # `if not need_update: continue` guards everything after it in this block
                 ctx = ctx.push_guard(self.guard(stmt.test, False, stmt, ctx, exit))
@@ -154,6 +160,14 @@ class ScopeWalker:
                 self.walk_small(small, ctx)
 
     def walk_if(self, stmt: cst.If, ctx: Context) -> None:
+        known = self._constant(stmt.test)
+        if known is not None:  # `if use_compile:` with `use_compile = False`: one branch never runs
+            taken = stmt.body.body if known else stmt.orelse.body.body if isinstance(stmt.orelse, cst.Else) else ()
+            if not known and isinstance(stmt.orelse, cst.If):
+                self.walk_if(stmt.orelse, ctx)
+            else:
+                self.walk_block(taken, ctx)
+            return
         self.scan_expression(stmt.test, ctx)
         self.walk_block(stmt.body.body, ctx.push_guard(self.guard(stmt.test, True, stmt, ctx)))
         orelse = stmt.orelse
@@ -162,6 +176,22 @@ class ScopeWalker:
             self.walk_if(orelse, negated)
         elif isinstance(orelse, cst.Else):
             self.walk_block(orelse.body.body, negated)
+
+    def _constant(self, test: cst.BaseExpression) -> bool | None:
+        """The value of a test of a module constant (`flag`, `not flag`) that no binding here hides."""
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self._constant(test.expression)
+            return None if inner is None else not inner
+        if not isinstance(test, cst.Name) or test.value not in self.constants:
+            return None
+        node = self.scope.node
+        if isinstance(node, cst.FunctionDef):  # a parameter or a local (of a call walked in place) of that name
+            params = node.params
+            every = [*params.posonly_params, *params.params, *params.kwonly_params,
+                     *(p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param))]
+            if test.value in self.scope.defs or any(p.name.value == test.value for p in every):
+                return None
+        return self.constants[test.value]
 
     def walk_loop(self, loop: Loop, ctx: Context) -> None:
         self.root.loops.append(loop)
