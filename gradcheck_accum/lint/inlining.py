@@ -34,6 +34,10 @@ _ROLE_MAKERS = frozenset().union(*(c.names | {c.qualname.rsplit(".", 1)[-1]} if 
                                    for c in cat.CONSTRUCTORS)) | cat.PREPARE_METHODS | {"initialize", "compile"}
 _BACKWARDS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 _STEPS = frozenset(api.name for api in cat.APIS if api.event is EventKind.STEP)
+_PROPERTIES = frozenset({"property", "cached_property", "functools.cached_property"})
+_DISTRIBUTED_MODEL = frozenset({Role.DDP, Role.SHARDED, Role.PREPARED})
+_NOT_MODELS = frozenset({Role.OPTIMIZER, Role.SCHEDULER, Role.SCALER, Role.CRITERION, Role.DEEPSPEED, Role.ACCELERATOR,
+                         Role.FABRIC})
 _STATE_DICT_TOKENS = frozenset(api.token for api in cat.APIS if api.event is EventKind.STATE_DICT)
 
 
@@ -85,13 +89,15 @@ class LoadedModule:
         loaded.env = dict(module_scope.env)
         return loaded
 
-    def class_env(self, cls: cst.ClassDef | None,
-                  constructed_with: dict[str, frozenset[Role]] | None = None) -> dict[str, frozenset[Role]]:
+    def class_env(self, cls: cst.ClassDef | None, constructed_with: dict[str, frozenset[Role]] | None = None,
+                  inliner: "Inliner | None" = None) -> dict[str, frozenset[Role]]:
         """Roles of the `self.x` attributes the class's methods bind, in any of them: a model wrapped
         in DDP in `setup()` is wrapped in every method that runs after it. Compiled modules are left
         out (whether a load runs before or after the compile depends on the order, stated by the
         methods themselves). `constructed_with`: roles of `__init__`'s parameters, from the calls
-        that construct the class (`Trainer(ddp_model, ...)` makes `self.model = model` a DDP model)."""
+        that construct the class (`Trainer(ddp_model, ...)` makes `self.model = model` a DDP model).
+        `inliner`: reads what the project functions they call return (`self._accelerator =
+        self._create_accelerator()`)."""
         if cls is None:
             return {}
         key = (id(cls), frozenset((constructed_with or {}).items()))
@@ -102,14 +108,27 @@ class LoadedModule:
             methods.sort(key=lambda m: m.name.value != "__init__")
             for method in methods:
                 scope = Scope(method, method.name.value, imports=self.imports)
+                if inliner is not None:
+                    inliner.register(scope, self, self.qualnames[id(method)])
                 parameters = constructed_with if method.name.value == "__init__" and constructed_with else {}
-                walker = ScopeWalker(scope, self.imports, {**self.env, **env, **parameters}, set(), [0])
+                walker = ScopeWalker(scope, self.imports, {**self.env, **env, **parameters}, set(), [0],
+                                     inliner=_ReturnsOnly(inliner) if inliner is not None else None)
                 for statement in _attribute_bindings(method):
                     walker.walk_stmt(statement, Context())
                 for name, roles in scope.env.items():
                     roles = roles - {Role.COMPILED, Role.WRAPS_COMPILED}
                     if name.startswith("self.") and roles:
                         env[name] = env.get(name, NO_ROLES) | roles
+            for method in methods:  # `self.model` read through a property: what it returns
+                if any(dotted(d.decorator) in _PROPERTIES for d in method.decorators):
+                    scope = Scope(method, method.name.value, imports=self.imports)
+                    walker = ScopeWalker(scope, self.imports, {**self.env, **env}, set(), [0],
+                                         inliner=_ReturnsOnly(inliner) if inliner is not None else None)
+                    walker.walk_block(method.body.body, Context())
+                    roles = frozenset().union(*(e.roles for e in scope.events if e.kind is EventKind.RETURN))
+                    roles -= {Role.COMPILED, Role.WRAPS_COMPILED}
+                    if roles:
+                        env[f"self.{method.name.value}"] = roles
             self._class_envs[key] = env
         return self._class_envs[key]
 
@@ -271,6 +290,7 @@ class Inliner:
         self._captured: dict[str, frozenset[Role]] = {}
         self._captured_classes: dict[str, ClassRef] = {}
         self._classes: dict[int, dict[str, ClassRef]] = {}  # id(scope) -> its parameters' project classes
+        self._resolved: dict[tuple, tuple[Scope, cst.Call, tuple[FunctionRef, LoadedModule, cst.FunctionDef] | None]] = {}
 
     def register(self, scope: Scope, module: LoadedModule | None = None, qualname: str | None = None,
                  self_class: ClassRef | None = None) -> None:
@@ -283,6 +303,13 @@ class Inliner:
 
     # -- resolution ---------------------------------------------------------------------------------
     def resolve(self, scope: Scope, call: cst.Call) -> tuple[FunctionRef, LoadedModule, cst.FunctionDef] | None:
+        key = (id(scope), id(call), self._capturing)
+        known = self._resolved.get(key)
+        if known is None:  # the scope and call are kept with the answer: their ids stay theirs
+            known = self._resolved[key] = (scope, call, self._resolve(scope, call))
+        return known[2]
+
+    def _resolve(self, scope: Scope, call: cst.Call) -> tuple[FunctionRef, LoadedModule, cst.FunctionDef] | None:
         origin = self._origin.get(id(scope))
         text = _callee_text(call)
         if origin is None or text is None:
@@ -398,6 +425,28 @@ class Inliner:
                 roles |= event.roles
         return roles
 
+    def forwarded_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
+        """The roles of the distributed models (DDP, FSDP, prepared) that the project function this
+        call runs calls itself: `self.model(x)` in `compute_loss(self, batch)`, `model(x)` for a
+        `model` parameter; read through the call's receiver and arguments, one call deep."""
+        found = self.resolve(walker.scope, call)
+        summary = self.project.function(found[0]) if found is not None else None
+        if summary is None:
+            return NO_ROLES
+        ref, loaded, function = found
+        handed = dict(_arguments(call, function, _receiver(call, function, loaded.class_of(ref.qualname))))
+        roles: frozenset[Role] = NO_ROLES
+        for callee in summary.calls:
+            head, _, rest = callee.removesuffix(".forward").partition(".")
+            argument = handed.get(head)
+            if argument is None or "." in rest:
+                continue
+            base = dotted(argument)
+            held = walker.roles(argument) if not rest else walker.name_roles(f"{base}.{rest}") if base else NO_ROLES
+            if held & _DISTRIBUTED_MODEL and not held & _NOT_MODELS:
+                roles |= held
+        return roles
+
     def inherited_env(self, module: LoadedModule, qualname: str) -> dict[str, frozenset[Role]]:
         """Roles of `self.x` attributes bound by the class `qualname` of `module` and its bases in the
         project (a base trainer's `setup()` wrapping the model in DDP, in another file)."""
@@ -411,7 +460,8 @@ class Inliner:
             cls = loaded.classes.get(base.qualname) if loaded is not None else None
             if cls is not None:
                 defines_init = init is not None and init.qualname == f"{base.qualname}.__init__" and init.path == base.path
-                env.update(loaded.class_env(cls, self.constructor_roles(constructed, init) if defines_init else None))
+                env.update(loaded.class_env(cls, self.constructor_roles(constructed, init) if defines_init else None,
+                                            self))
         return env
 
     def constructor_roles(self, cls: ClassRef, init: FunctionRef) -> dict[str, frozenset[Role]]:
@@ -687,6 +737,23 @@ class Inliner:
         return next((d for d in cat.DRIVERS if _DRIVER_MODULES.get(d.source) is origin[0]), None)
 
 
+class _ReturnsOnly:
+    """The part of an Inliner that reads what called functions return, for walks that bind names
+    only (a class's attribute bindings): nothing is walked in place of a call."""
+
+    def __init__(self, inliner: Inliner) -> None:
+        self.inliner = inliner
+
+    def inline(self, walker: ScopeWalker, call: cst.Call, ctx: Context) -> bool:
+        return False
+
+    def returned_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
+        return self.inliner.returned_roles(walker, call)
+
+    def forwarded_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
+        return NO_ROLES
+
+
 @dataclass(frozen=True)
 class Place:
     """A place in some file that a finding names: the module it is in, the node, what it does there."""
@@ -818,18 +885,22 @@ def _arguments(call: cst.Call, function: cst.FunctionDef, receiver: cst.BaseExpr
 
 
 def _attribute_bindings(method: cst.FunctionDef) -> list[cst.SimpleStatementLine]:
-    """The statements of a method, at any depth, that bind an attribute of `self`."""
-    out = []
+    """The assignments of a method, at any depth, in order, when some of them bind an attribute of
+    `self` (the others bind what those read: `prepared = accelerator.prepare(*parts)`, then
+    `self.model = prepared[0]`); none for a method that binds no attribute."""
+    out, binds = [], False
     stack: list[cst.CSTNode] = list(reversed(method.body.body))
     while stack:
         statement = stack.pop()
         if isinstance(statement, cst.SimpleStatementLine):
-            if any(isinstance(small, (cst.Assign, cst.AnnAssign)) and _binds_self(small) for small in statement.body):
+            assignments = [small for small in statement.body if isinstance(small, (cst.Assign, cst.AnnAssign))]
+            if assignments:
                 out.append(statement)
+                binds = binds or any(_binds_self(small) for small in assignments)
         elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             for block in _blocks(statement):
                 stack.extend(reversed(block))
-    return out
+    return out if binds else []
 
 
 def _binds_self(small: cst.Assign | cst.AnnAssign) -> bool:

@@ -383,11 +383,19 @@ class FileModel:
 
     # -- distributed ----------------------------------------------------------------------------
     def ddp_no_sync_contexts(self) -> Iterator[tuple[Scope, Event, list[Event]]]:
-        """Each `with model.no_sync():` of a DDP model, with the events inside its block."""
+        """Each `with model.no_sync():` of a DDP model, with the events inside its block; also
+        `stack.enter_context(model.no_sync())`, with the events after it in the `with ExitStack() as
+        stack:` block (where the context stays entered)."""
         for scope, sync in self.events(EventKind.SYNC_CONTROL):
             if sync.api is not DDP_NO_SYNC or sync.target is None:
                 continue
-            yield scope, sync, [e for e in scope.events if any(call is sync.node for call in e.ctx.withs)]
+            inside = [e for e in scope.events if any(call is sync.node for call in e.ctx.withs)]
+            stack = _entered_on(sync) if not inside else None
+            if stack is not None:
+                blocks = [d.node for d in scope.defs_of(stack, sync.order) if isinstance(d.node, cst.With)]
+                calls = {id(call) for block in blocks[-1:] for item in block.items for call in iter_calls(item.item)}
+                inside = [e for e in scope.events if e.order > sync.order and any(id(c) in calls for c in e.ctx.withs)]
+            yield scope, sync, inside
 
     def ddp_sync_flags(self) -> Iterator[tuple[Scope, Event]]:
         """Each `model.require_backward_grad_sync = ...` of the file."""
@@ -403,6 +411,18 @@ class FileModel:
             return []
         loops = event.ctx.loops
         return [e for e in loop_events(scope, loops[-1]) if e.ctx.loops[:len(loops)] == loops]
+
+
+def _entered_on(sync: Event) -> str | None:
+    """`stack` in `stack.enter_context(model.no_sync())`: the exit stack the context is entered on."""
+    for call in iter_calls(sync.stmt) if sync.stmt is not None and not isinstance(sync.stmt, cst.With) else ():
+        receiver, method = call_receiver(call)
+        if method == _ENTER_CONTEXT and any(a.value is sync.node for a in call.args):
+            return dotted(receiver)
+    return None
+
+
+_ENTER_CONTEXT = "enter_context"  # contextlib.ExitStack: the context stays entered until the `with` ends
 
 
 def _reached(methods: list[Scope], start: set[str]) -> set[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.bindings import constructor_roles, roles_from_name, unpacked_roles
+from gradcheck_accum.lint.bindings import constructor_roles, prepared_roles, roles_from_name, unpacked_roles
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, iter_calls, iter_names, keyword,
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
         def returned_roles(self, walker: "ScopeWalker", call: cst.Call) -> frozenset[Role]:
             """Roles of what the project function `call` runs returns (a model it wraps in DDP)."""
+
+        def forwarded_roles(self, walker: "ScopeWalker", call: cst.Call) -> frozenset[Role]:
+            """Roles of the distributed models the project function `call` runs calls itself."""
 
 _AUGMENTED = {"AddAssign": DefOp.ADD, "DivideAssign": DefOp.DIVIDE, "MultiplyAssign": DefOp.MULTIPLY,
               "SubtractAssign": DefOp.SUBTRACT, "FloorDivideAssign": DefOp.FLOOR_DIVIDE}
@@ -77,13 +80,18 @@ class ScopeWalker:
             return self.roles(node.left) | self.roles(node.right)
         if isinstance(node, cst.Attribute) and node.attr.value == _ORIG_MOD:
             return NO_ROLES
+        if isinstance(node, cst.Subscript):  # `prepared[0]`: an element of a sequence bound element by element
+            key = _element_key(node)
+            return self.env.get(key, NO_ROLES) if key else NO_ROLES
         if isinstance(node, cst.Attribute) and node.attr.value == "module":
             # ddp_model.module is what DDP wrapped: compiled if it wrapped a compiled module.
             if Role.WRAPS_COMPILED in self.roles(node.value):
                 return frozenset({Role.COMPILED})
         name = dotted(node)
-        if name is None:
-            return NO_ROLES
+        return self.name_roles(name) if name is not None else NO_ROLES
+
+    def name_roles(self, name: str) -> frozenset[Role]:
+        """Roles of a dotted name (`model`, `self.model`) at the current point of the walk."""
         if name in self.env:
             return self.env[name] | (roles_from_name(name) if not self.env[name] else NO_ROLES)
         return roles_from_name(name)
@@ -281,8 +289,32 @@ class ScopeWalker:
             self.env[name] = self.env.get(name, NO_ROLES) - {Role.COMPILED}
             return
         self.bind(name, roles, ctx)
+        for i, element in enumerate(self._element_roles(value)):
+            self.bind(f"{name}[{i}]", element, ctx)
         if isinstance(value, cst.Call) and Role.SCHEDULER in roles:
             self.emit(EventKind.SCHEDULER_BUILT, value, ctx, target=name)
+
+    def _element_roles(self, value: cst.BaseExpression) -> list[frozenset[Role]]:
+        """The roles of each element of a sequence value: a list or tuple written out (`[model,
+        optimizer]`), or what `accelerator.prepare(*components)` returns for a sequence known so."""
+        if isinstance(value, (cst.List, cst.Tuple)):
+            elements = []
+            for element in value.elements:
+                if isinstance(element, cst.StarredElement):
+                    break
+                elements.append(self.roles(element.value))
+            return elements
+        if not isinstance(value, cst.Call) or len(value.args) != 1 or value.args[0].star != "*":
+            return []
+        receiver, method = call_receiver(value)
+        sequence = dotted(value.args[0].value)
+        owner = self.roles(receiver) if receiver is not None and method in cat.PREPARE_METHODS else NO_ROLES
+        if not sequence or not owner & {Role.ACCELERATOR, Role.FABRIC}:
+            return []
+        elements = []
+        while f"{sequence}[{len(elements)}]" in self.env:
+            elements.append(prepared_roles(self.env[f"{sequence}[{len(elements)}]"], owner))
+        return elements
 
     def _wrapped_in_place(self, value: cst.BaseExpression, ctx: Context) -> None:
         """`fully_shard(model)`: the module itself becomes the wrapper (catalogue.IN_PLACE_WRAPPERS)."""
@@ -326,18 +358,24 @@ class ScopeWalker:
         if self.inliner is not None and self.inliner.inline(self, call, ctx):
             return  # a function with effects: walked in place of the call
         callee = dotted(call.func)
+        # the models a project function called in a loop calls itself (`self.compute_loss(batch)`
+        # calling `self.model(x)`): that call is their forward
+        forwarded = self.inliner.forwarded_roles(self, call) if ctx.loops and self.inliner is not None else NO_ROLES
         if callee and (callee in self.local_functions or (callee.startswith("self.") and
                                                           callee[5:] in self.local_functions)):
-            self.emit(EventKind.HELPER_CALL, call, ctx, target=callee.removeprefix("self."))
+            # roles: what `self.model` holds when `model` is a property (a DDP wrapper it builds)
+            self.emit(EventKind.HELPER_CALL, call, ctx, target=callee.removeprefix("self."), argument_roles=forwarded,
+                      roles=self.env.get(callee, NO_ROLES))
             return
         if callee and not resolved:
             # Any other call on a local object: forward passes (`model(x)`, `self.net(x)`) are among them.
             forward = method == "forward"
+            handed = forwarded.union(*(self.roles(a.value) for a in call.args
+                                       if not a.star and dotted(a.value) is not None))
             self.emit(EventKind.MODEL_CALL, call, ctx, target=target if forward else callee,
                       roles=self.roles(receiver if forward else call.func),
                       argument_names=frozenset(name for a in call.args for name in iter_names(a.value)),
-                      argument_roles=frozenset().union(*(self.roles(a.value) for a in call.args
-                                                         if not a.star and dotted(a.value) is not None)))
+                      argument_roles=handed)
 
     def _matches(self, api: Api, call: cst.Call, receiver, target: str | None, owner: frozenset[Role],
                  qual: str) -> bool:
@@ -381,6 +419,15 @@ class ScopeWalker:
             fields["passed_names"] = frozenset(name for a in call.args if (name := dotted(a.value)))
         self.emit(api.event, call, ctx, api=api, target=acted_on, roles=roles, expr=expr, scaler=scaler,
                   model_wide=api.model_wide, **fields)
+
+
+def _element_key(node: cst.Subscript) -> str | None:
+    """`x[0]` for a subscript of a name by a non-negative integer literal."""
+    name = dotted(node.value)
+    if name is None or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    index = node.slice[0].slice.value
+    return f"{name}[{index.value}]" if isinstance(index, cst.Integer) else None
 
 
 def _bound_method_read(value: cst.BaseExpression) -> Api | None:

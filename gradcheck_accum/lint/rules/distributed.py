@@ -28,7 +28,7 @@ class DdpSyncEveryMicroBatch(Rule):
             in_nest = window.nest_events
             # a DDP wrapper: built here, or handed back by accelerator.prepare (DDP under a multi-process
             # launch), called or handed whole to what calls it (`self.imagen(x, unet=self.unet)`)
-            forwards = [e for e in in_nest if e.kind is EventKind.MODEL_CALL and window.inside(e)
+            forwards = [e for e in in_nest if e.kind in _CALLS and window.inside(e)
                         and (_is_ddp_model(e.roles) or not e.roles and _is_ddp_model(e.argument_roles))]
             if not forwards or any(e.kind is EventKind.SYNC_CONTROL for e in in_nest):
                 continue
@@ -89,8 +89,11 @@ class NoSyncMissesForward(Rule):
                                         "without being all-reduced; set it before the forward")
 
 
+_CALLS = (EventKind.MODEL_CALL, EventKind.HELPER_CALL)
+
+
 def _calls_model(event: Event, model_name: str) -> bool:
-    return event.kind is EventKind.MODEL_CALL and (event.target == model_name or model_name in event.argument_names)
+    return event.kind in _CALLS and (event.target == model_name or model_name in event.argument_names)
 
 
 def _set_between_forward_and_backward(model: FileModel, scope, flag: Event) -> bool:
