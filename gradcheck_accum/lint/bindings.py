@@ -18,7 +18,10 @@ from gradcheck_accum.lint.vocabulary import NO_ROLES, Role
 
 Lookup = Callable[["cst.BaseExpression | None"], frozenset[Role]]  # the roles of an argument expression
 
-ACCUM_NAME = re.compile(r"accum|grad_acc|gradient_acc|micro_?steps|accumulate", re.IGNORECASE)
+ACCUM_NAME = re.compile(r"accum|grad_acc|gradient_acc|micro_?steps|accumulate|(?:num|n)_?micro_?batches",
+                        re.IGNORECASE)
+# A name that says it holds the size of one micro-batch (`micro_batch_size`, `per_device_train_batch_size`).
+MICRO_BATCH_SIZE_NAME = re.compile(r"micro_?batch_?size|per_device\w*_batch_size", re.IGNORECASE)
 
 
 def roles_from_name(name: str | None) -> frozenset[Role]:
@@ -38,6 +41,11 @@ def is_accumulation_name(node: cst.CSTNode | None) -> bool:
     """A name that says it holds the accumulation count: `grad_accum`, `args.gradient_accumulation_steps`."""
     name = dotted(node)
     return bool(name and ACCUM_NAME.search(last_part(name)))
+
+
+def is_micro_batch_size_name(node: cst.CSTNode | None) -> bool:
+    name = dotted(node)
+    return bool(name and MICRO_BATCH_SIZE_NAME.search(last_part(name)))
 
 
 def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> frozenset[Role]:

@@ -43,6 +43,9 @@ class LossScaling(Tag):
     WHEN_ENGINE_OWNS_WINDOW = "when the engine owns the window"
     # Lightning automatic optimisation: the loss `training_step` returns is divided by accumulate_grad_batches
     AUTOMATIC_OPTIMIZATION = "automatic optimisation"
+    # transformers' Trainer (4.46 and later): training_step divides what compute_loss returns by the
+    # accumulation steps unless the window's items are counted and handed to compute_loss instead
+    UNLESS_ITEMS_COUNTED = "unless the window's items are counted"
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,9 @@ class Api:
     # sync switch: the value set (`m.require_backward_grad_sync = v`) or the first argument
     # (`m.set_requires_gradient_sync(v)`) says whether the next backward synchronises (True: it does)
     sync_flag: bool = False
+    # a gradient rescaled by a factor computed from a gradient norm, or capped at 1, is clipped by hand
+    # (`p.grad.mul_(max_norm / (total_norm + eps))` under `if coef < 1`): matched only for such a factor
+    clips_by_factor: bool = False
 
     @property
     def token(self) -> str:
@@ -127,6 +133,8 @@ APIS: tuple[Api, ...] = (
     Api("zero_grad", _E.ZERO_GRAD, receiver=Role.OPTIMIZER),
     Api("zero_grad", _E.ZERO_GRAD, has_receiver=None, model_wide=True),  # model.zero_grad(), a module's own
     Api("grad", _E.ZERO_GRAD, form=Form.ATTRIBUTE_SET, target=Operand.GRAD_OWNER, model_wide=True),  # p.grad = None
+    Api("mul_", _E.CLIP, on_grad=True, clips_by_factor=True),  # clipping written by hand
+    Api("clamp_", _E.CLIP, on_grad=True),  # `p.grad.clamp_(-v, v)`: clipping by value
     Api("div_", _E.GRAD_SCALE, on_grad=True),
     Api("mul_", _E.GRAD_SCALE, on_grad=True),
     Api("zero_", _E.ZERO_GRAD, on_grad=True, target=Operand.GRAD_OWNER, model_wide=True),
@@ -241,6 +249,15 @@ CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS,
 # module it compiled; its state_dict keys carry the `_orig_mod.` prefix.
 COMPILED_CLASS = "OptimizedModule"
 COMPILED_INNER = "_orig_mod"
+# What makes a factor a clipping factor (Api.clips_by_factor): it is computed from a gradient norm, or
+# capped at 1 (`(max_norm / norm).clamp(max=1)`, `min(1.0, max_norm / norm)`).
+NORM_FUNCTIONS = frozenset({"norm", "vector_norm", "clip_grad_norm_", "get_total_norm"})
+CAPPING_FUNCTIONS = frozenset({"clamp", "clamp_", "clip"})  # with a `max=` bound
+CAPPING_BUILTIN = "min"
+# The decorator of a method read as an attribute: a predicate property (`if self.should_step:`) is a call.
+PROPERTY = "property"
+# What a gradient is reached through without leaving it (`p.grad.detach().mul_(c)` rescales p.grad).
+SAME_TENSOR_METHODS = frozenset({"detach", "data"})
 
 # Keywords of constructors that change what the result does.
 ACCUMULATION_STEPS_KEYWORD = "gradient_accumulation_steps"  # Accelerator(gradient_accumulation_steps=N)
@@ -294,9 +311,21 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
     "item": LossOp.DETACHES, "detach": LossOp.DETACHES, "tolist": LossOp.DETACHES, "cpu": LossOp.DETACHES,
     "mean": LossOp.KEEPS, "sum": LossOp.KEEPS, "squeeze": LossOp.KEEPS, "float": LossOp.KEEPS, "to": LossOp.KEEPS,
     "view": LossOp.KEEPS, "reshape": LossOp.KEEPS, "contiguous": LossOp.KEEPS,
+    # element-wise and indexing operations on per-token values (`logprobs.gather(-1, ids).squeeze(-1)`):
+    # what they make is still the operand, element by element
+    **{name: LossOp.KEEPS for name in ("gather", "unsqueeze", "flatten", "masked_fill", "exp", "log", "neg", "abs",
+                                       "log_softmax", "softmax", "sigmoid", "index_select", "transpose", "permute")},
 }
 DETACHING_FUNCTIONS = frozenset({"float"})  # float(loss): a Python number
 ITEM_COUNTS = frozenset({"sum", "count_nonzero"})  # `mask.sum()`: a per-micro-batch count of valid items
+# How many rows or elements a tensor has: `x.size(0)`, `x.numel()`, `len(x)`, `x.shape[0]`.
+SIZE_METHODS = frozenset({"size", "numel", "nelement"})
+SIZE_FUNCTIONS = frozenset({"len"})
+SHAPE_ATTRIBUTE = "shape"
+# Calls that keep a count a count: `n.clamp(min=1)`, `n.float()`, `n.item()`, `int(n)`, `max(n, 1)`.
+COUNT_KEEPING_METHODS = frozenset({"clamp", "clamp_min", "float", "item", "to", "type", "double"})
+COUNT_KEEPING_FUNCTIONS = frozenset({"int", "float", "max"})
+NEXT_BATCH_FUNCTION = "next"  # `batch = next(it)`: a new micro-batch each time it runs
 # The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value.
 IGNORED_LABEL = -100
 
@@ -310,11 +339,34 @@ class Hook:
     base: str  # the class the method's class derives from
     divides_loss: LossScaling
     switch: str  # the attribute that turns the framework's optimisation off (manual optimisation)
+    # For a scaling that depends on more than the class (UNLESS_ITEMS_COUNTED):
+    qualified_bases: tuple[str, ...] = ()  # the framework classes (resolved through imports) it is a hook of
+    count_parameter: str | None = None  # the window's item count the framework hands the hook
+    settings: tuple[str, ...] = ()  # attributes a subclass sets to decide the framework's division itself
+    takes_over: tuple[str, ...] = ()  # methods that, overridden, replace the framework's step around the hook
+    output_attributes: tuple[str, ...] = ()  # what the framework's models return (`outputs.logits`)
+    labels_key: str | None = None  # the batch entry the framework counts the items of
 
 
 LIGHTNING_TRAINING_STEP = Hook("training_step", Framework.LIGHTNING, "LightningModule",
                                LossScaling.AUTOMATIC_OPTIMIZATION, "automatic_optimization")
-HOOKS: tuple[Hook, ...] = (LIGHTNING_TRAINING_STEP,)
+# transformers/trainer.py (4.46 to 5.x): training_step calls compute_loss(model, inputs,
+# num_items_in_batch=...) and divides its loss by the window's micro-batch count only when the loss
+# is not "scaled for gradient accumulation": the class attribute loss_is_scaled_for_ga (5.x) decides
+# when set, else the loss counts as scaled when the model accepts loss kwargs (model_accepts_loss_kwargs:
+# its forward takes **kwargs, as Hugging Face's language models do) and num_items_in_batch was counted
+# (the batches have "labels"), or a compute_loss_func was given. An override that takes
+# num_items_in_batch is written for these versions (4.46 passes it to every override); before 4.46
+# the Trainer always divided. trl's SFTTrainer keeps Trainer's training_step.
+HF_COMPUTE_LOSS = Hook(
+    "compute_loss", Framework.TRANSFORMERS, "Trainer", LossScaling.UNLESS_ITEMS_COUNTED, "model_accepts_loss_kwargs",
+    qualified_bases=("transformers.Trainer", "transformers.trainer.Trainer", "transformers.Seq2SeqTrainer",
+                     "transformers.trainer_seq2seq.Seq2SeqTrainer", "trl.SFTTrainer", "trl.trainer.SFTTrainer",
+                     "trl.trainer.sft_trainer.SFTTrainer"),
+    count_parameter="num_items_in_batch",
+    settings=("model_accepts_loss_kwargs", "loss_is_scaled_for_ga", "compute_loss_func"),
+    takes_over=("training_step",), output_attributes=("logits", "loss"), labels_key="labels")
+HOOKS: tuple[Hook, ...] = (LIGHTNING_TRAINING_STEP, HF_COMPUTE_LOSS)
 # The key of the loss in a dict a hook returns (`return {"loss": loss, "log": ...}`).
 RETURNED_LOSS_KEY = "loss"
 
@@ -339,30 +391,42 @@ _LIGHTNING_MODULES = ("lightning.pytorch.LightningModule", "pytorch_lightning.Li
                       "lightning.LightningModule", "pytorch_lightning.core.LightningModule")
 # pytorch_lightning/loops/training_epoch_loop.py (2.x): `batch_idx` restarts at 0 every epoch; the
 # epoch loop repeats over a sized dataloader; with manual optimisation the loop only calls
-# training_step, and accumulate_grad_batches must stay 1 (the user steps).
+# training_step (between on_train_batch_start and on_train_batch_end, every batch), and
+# accumulate_grad_batches must stay 1 (the user steps).
 LIGHTNING_MANUAL = Driver(Framework.LIGHTNING, _LIGHTNING_MODULES, "training_step", True, "automatic_optimization",
                           None, """\
 def fit(self, train_dataloader, max_epochs):
     for epoch in range(max_epochs):
         for batch_idx, batch in enumerate(train_dataloader):
-            self.training_step(batch, batch_idx)
+            self.on_train_batch_start(batch, batch_idx)
+            outputs = self.training_step(batch, batch_idx)
+            self.on_train_batch_end(outputs, batch, batch_idx)
 """)
 # loops/optimization/automatic.py and closure.py: the returned loss (or its "loss" entry) is divided by
-# accumulate_grad_batches, backpropagated, on_after_backward runs after every backward; the optimizer
-# steps (on_before_optimizer_step, clipping, step) when the window is full or on the last batch
-# (training_epoch_loop._should_accumulate); gradients are cleared before the first backward of a window.
+# accumulate_grad_batches, backpropagated (on_before_backward before, on_after_backward after every
+# backward); on_train_batch_start and on_train_batch_end run on every batch, stepping or not; the optimizer
+# steps when the window is full or on the last batch (training_epoch_loop._should_accumulate), after the
+# precision plugin's _after_closure has run on_before_optimizer_step and then configure_gradient_clipping
+# (plugins/precision/precision.py); gradients are cleared before the first backward of a window; a
+# scheduler with interval "step" is stepped through lr_scheduler_step after each optimizer step
+# (training_epoch_loop._update_learning_rates).
 LIGHTNING_AUTOMATIC = Driver(Framework.LIGHTNING, _LIGHTNING_MODULES, "training_step", False,
                              "automatic_optimization", "accumulate_grad_batches", """\
-def fit(self, train_dataloader, max_epochs, optimizer, accumulate_grad_batches):
+def fit(self, train_dataloader, max_epochs, optimizer, scheduler, accumulate_grad_batches):
     for epoch in range(max_epochs):
         for batch_idx, batch in enumerate(train_dataloader):
+            self.on_train_batch_start(batch, batch_idx)
             loss = self.training_step(batch, batch_idx)
+            self.on_before_backward(loss)
             (loss / accumulate_grad_batches).backward()
             self.on_after_backward()
             if (batch_idx + 1) % accumulate_grad_batches == 0 or batch_idx + 1 == len(train_dataloader):
                 self.on_before_optimizer_step(optimizer)
+                self.configure_gradient_clipping(optimizer)
                 optimizer.step()
                 optimizer.zero_grad()
+                self.lr_scheduler_step(scheduler, None)
+            self.on_train_batch_end(loss, batch, batch_idx)
 """)
 DRIVERS: tuple[Driver, ...] = (LIGHTNING_MANUAL, LIGHTNING_AUTOMATIC)
 

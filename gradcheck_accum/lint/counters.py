@@ -198,7 +198,7 @@ def _multiple_of_n(node: cst.BaseExpression, window: Window, depth: int) -> bool
 # -- the counter -----------------------------------------------------------------------------------
 
 def counter_lifetime(window: Window) -> Lifetime:
-    counter = window.boundary.counter if window.boundary is not None else None
+    counter = window.counter
     found = _lifetime(counter, window, 0) if counter is not None else Lifetime.UNKNOWN
     return found or Lifetime.UNKNOWN
 
@@ -343,8 +343,8 @@ def distance_shift(window: Window) -> Shift | None:
     threshold = 2 if boundary.strict else 1  # the tested value on the first micro-batch of a right window
     if boundary.reference is None:
         return Shift(threshold - start, threshold - 1)
-    reference = dotted(boundary.reference)
-    counter = dotted(boundary.counter)
+    reference = dotted(window.as_own(boundary.reference))
+    counter = dotted(window.counter)
     if reference is None or counter is None:
         return None
     scope, loop = window.scope, window.loop

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass
+from functools import total_ordering
 
 # A rule's severity (Rule.severity), most severe first: "error", the gradients or weights come out
 # wrong; "warning", right but slow or memory-hungry. `--fail-on` picks the least severe that fails.
@@ -18,7 +19,7 @@ class Edit:
     text: str
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Related:
     """Another place a finding depends on: the call that runs the reported line in a training loop,
     the loop in another file, the line in another file that a call here runs."""
@@ -30,7 +31,8 @@ class Related:
     snippet: str | None = None  # the source text of `line`
 
 
-@dataclass(frozen=True, order=True)
+@total_ordering
+@dataclass(frozen=True)
 class Finding:
     """One reported problem. Lines and columns are 1-based; the end is exclusive (ruff's convention).
 
@@ -54,6 +56,16 @@ class Finding:
     fix_edit: Edit | None = None  # the fix as a text replacement (computed on request: runner.Options.fix_edits)
     related: tuple[Related, ...] = ()  # the other places it depends on (calls, loops in other files)
 
+    def __lt__(self, other: "Finding") -> bool:
+        """Field by field in their declaration order (path, line, column, ..., code, message), as
+        order=True would compare, except that an absent value sorts first instead of being compared
+        (a finding with a fix and one without, a Related without its snippet)."""
+        for name in _FIELDS:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine != theirs:
+                return _order(mine) < _order(theirs)
+        return False
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -62,6 +74,20 @@ class Finding:
         edit = data.get("fix_edit")
         related = tuple(Related(**r) for r in data.get("related") or ())
         return cls(**{**data, "fix_edit": Edit(**edit) if edit else None, "related": related})
+
+
+_FIELDS = tuple(f.name for f in fields(Finding))
+
+
+def _order(value: object) -> tuple:
+    """A value as a key that sorts an absent value (None, at any depth) first instead of comparing it."""
+    if value is None:
+        return (0,)
+    if is_dataclass(value):
+        return (1, tuple(_order(getattr(value, f.name)) for f in fields(value)))
+    if isinstance(value, tuple):
+        return (1, tuple(_order(item) for item in value))
+    return (1, value)
 
 
 @dataclass(frozen=True)

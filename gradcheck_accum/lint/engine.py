@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 from gradcheck_accum.lint import registry, suppressions
 from gradcheck_accum.lint.diagnostics import Edit, Finding, Related
-from gradcheck_accum.lint.fixes import Fix, fixed_source, independent
+from gradcheck_accum.lint.fixes import Fix, fixed_source, independent, same_fix
 from gradcheck_accum.lint.inlining import ProjectContext
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.lines import split_lines
@@ -152,13 +152,13 @@ def _run_rules(rules: list[type[Rule]], model: FileModel, module: cst.Module, pa
     foreign = model.foreign_nodes()
     placed = []
     for rule, report in reports:
-        scope = None
+        scope, entry = report.scope, None
         if id(report.node) in foreign:  # a line of another file, walked in place of a call
             entry, scope = foreign[id(report.node)]
             if entry is None:
                 continue  # reached from a loop in that other file: reported when it is linted
         note, places = model.places(report.node, scope)
-        if scope is not None:
+        if entry is not None:
             report = report._replace(node=entry, fix=None)  # at the call here that runs it
         placed.append((rule, report, note, places))
     if not placed:
@@ -175,12 +175,15 @@ def _run_rules(rules: list[type[Rule]], model: FileModel, module: cst.Module, pa
         if note:
             message += f" ({note.format(*(f'{r.path}:{r.line}' for r in related))})"
         finding = Finding(path, span.start.line, span.start.column + 1, span.end.line, span.end.column + 1,
-                          rule.code, rule.name, message, fix.safety if fix else None,
-                          fix.description if fix else None,
+                          rule.code, rule.name, message,
                           snippet=lines[span.start.line - 1] if span.start.line <= len(lines) else None,
                           related=related)
-        reported.setdefault(finding, fix)
-    return reported
+        # Windows that share a statement (the paths through a branch) report it once. Its fix is
+        # offered only when every one of them offers the same: a fix placed for one path (the clip
+        # moved before the step that runs when `warmup_done` is false) can be wrong on another.
+        reported[finding] = (fix if same_fix(reported[finding], fix) else None) if finding in reported else fix
+    return {replace(f, fix_safety=fix.safety, fix_description=fix.description) if fix else f: fix
+            for f, fix in reported.items()}
 
 
 def _related(place, module: cst.Module, path: str, positions, lines: list[str]) -> Related:

@@ -40,6 +40,30 @@ class Fix:
         return fixed_source(source, module, [self])
 
 
+def same_fix(one: Fix | None, other: Fix | None) -> bool:
+    """Whether two fixes make the same change: the same nodes replaced by equal code."""
+    if one is None or other is None:
+        return False
+    if (one.safe, one.description, one.line_edit, len(one.replacements)) != \
+            (other.safe, other.description, other.line_edit, len(other.replacements)):
+        return False
+    return all(node is node_b and _equal(_replaced(node, new), _replaced(node, new_b))
+               for (node, new), (node_b, new_b) in zip(one.replacements, other.replacements))
+
+
+def _replaced(node: cst.CSTNode, new: Replacement) -> list:
+    """What a replacement puts in place of `node`, as a list of nodes (or the removal sentinel)."""
+    if callable(new) and not isinstance(new, cst.CSTNode):
+        new = new(node)
+    return list(new.nodes) if isinstance(new, cst.FlattenSentinel) else [new]
+
+
+def _equal(one: list, other: list) -> bool:
+    return len(one) == len(other) and all(
+        a is b or (isinstance(a, cst.CSTNode) and isinstance(b, cst.CSTNode) and a.deep_equals(b))
+        for a, b in zip(one, other))
+
+
 def fixed_source(source: str, module: cst.Module, fixes: list[Fix]) -> str:
     """`source` (which `module` was parsed from) with `fixes` applied in one pass, every byte they do
     not touch kept. Fixes applied together are chosen by `independent`: no replacement touches a node

@@ -16,14 +16,17 @@ from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift
                                           unstepped_tail)
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
-from gradcheck_accum.lint.losses import LossFacts, LossTracer, returned_loss, summed_loss_name
+from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, per_micro_batch_count, returned_loss,
+                                         summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
                                         keyword, last_part, positional, source)
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
+from gradcheck_accum.lint.trainer_hooks import items_counted
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
-from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, increment, inner_count,
-                                          is_micro_batch_loop, loop_events, same_target, straight_line_clears)
+from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, exclusive, increment,
+                                          inner_count, is_micro_batch_loop, loop_events, same_target,
+                                          straight_line_clears)
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["FileModel", "Window", "Event", "Scope", "LossFacts", "ScheduleLength", "EventKind", "Role", "Framework",
            "Fact", "Placement", "WindowShape", "BoundaryKind", "DDP_NO_SYNC", "DDP_SYNC_FLAG", "SYNCS_AT_BACKWARD",
            "same_target", "Tail", "TailFate",
-           "Lifetime", "PassKind", "Repetition", "Shift", "Boundary"]
+           "Lifetime", "PassKind", "Repetition", "Shift", "Boundary", "exclusive"]
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,46 @@ class FileModel:
         """The divisions of a traced loss whose divisor is the accumulation count."""
         return [node for node, divisor in facts.divisions if self.is_accumulation_count(divisor, window, scope)]
 
+    def normalised(self, facts: LossFacts, window: Window | None, backward: Event | None) -> bool:
+        """Is the traced loss scaled in a way that can normalise the window: by a factor that may be
+        N or a window-wide count, on every micro-batch? Dividing by a count or the size of the
+        micro-batch itself makes a per-micro-batch mean, and a scaling only under a condition that
+        changes from one micro-batch to the next (`if batch["runt_size"] > 0: loss = loss * w`)
+        leaves the others unscaled; neither is normalisation (`loss = -loss` is not scaling at all)."""
+        return any(self._normalises(scaling, window, backward) for scaling in facts.scalings)
+
+    def _normalises(self, scaling: Scaling, window: Window | None, backward: Event | None) -> bool:
+        """`window` None: the loss a hook returns to a framework's loop, which calls it per micro-batch."""
+        loop = window.loop if window is not None else None
+        if self._mentions_n(scaling.factor, window, scaling.scope, 0):
+            return True
+        if per_micro_batch_count(scaling.factor, scaling.scope, loop):
+            # divided: a per-micro-batch mean; multiplied (`loss * bs`): a sum, which may be meant
+            # for a nominal batch size and is left alone like any summed loss
+            return not scaling.divides
+        if not scaling.divides and varies_per_micro_batch(scaling.factor, scaling.scope, loop):
+            return False  # weighted by the micro-batch's own data (`values * mask`, a per-sample weight)
+        shared = set(backward.ctx.guards) if backward is not None else set()  # what the backward runs under too
+        return not any(guard not in shared and varies_per_micro_batch(guard.test, guard.scope or scaling.scope, loop)
+                       for guard in scaling.guards)
+
+    def _mentions_n(self, node: cst.BaseExpression, window: Window | None, scope: Scope, depth: int) -> bool:
+        """Is N part of this factor: `n`, `micro_bs * n`, `1 / n`, or a name bound to such a value?"""
+        for part in _parts(node):
+            if self.is_accumulation_count(part, window, scope):
+                return True
+            name = dotted(part) if isinstance(part, (cst.Name, cst.Attribute)) else None
+            if name and depth < 3 and any(d.op is DefOp.ASSIGN and d.value is not None and
+                                          self._mentions_n(d.value, window, d.scope or scope, depth + 1)
+                                          for d in scope.defs_of(name)):
+                return True
+        return False
+
+    def averaged_per_micro_batch(self, facts: LossFacts, window: Window | None) -> bool:
+        """Is the traced loss divided by a count or the size of its own micro-batch (a sum made a mean)?"""
+        loop = window.loop if window is not None else None
+        return any(s.divides and per_micro_batch_count(s.factor, s.scope, loop) for s in facts.scalings)
+
     @staticmethod
     def summed_loss_name(event: Event) -> str | None:
         """The loss a running total adds (`total += loss * n` adds `loss`)."""
@@ -270,6 +313,20 @@ class FileModel:
             for event in scope.events:
                 if event.kind is EventKind.RETURN:
                     yield scope, self._losses.facts(returned_loss(event.expr), scope, event.order)
+
+    def undivided_hook_losses(self) -> Iterator[tuple[Scope, cat.Hook, LossFacts]]:
+        """The losses overridden framework hooks return to a loop that leaves them undivided by N
+        and counts the window's items for them instead (trainer_hooks.py): each `return` of
+        transformers' `compute_loss` in a Trainer subclass whose model counts the batches' labels."""
+        for hook in cat.HOOKS:
+            if hook.divides_loss is not LossScaling.UNLESS_ITEMS_COUNTED:
+                continue
+            for scope in self.functions.get(hook.name, []):
+                if not items_counted(self.context, scope, hook):
+                    continue
+                for event in scope.events:
+                    if event.kind is EventKind.RETURN and event.scope in (None, scope):
+                        yield scope, hook, self._losses.facts(returned_loss(event.expr), scope, event.order)
 
     # -- schedulers ---------------------------------------------------------------------------------
     def constructed_unprepared(self, scope: Scope, name: str | None) -> bool:
@@ -423,6 +480,17 @@ def _entered_on(sync: Event) -> str | None:
 
 
 _ENTER_CONTEXT = "enter_context"  # contextlib.ExitStack: the context stays entered until the `with` ends
+
+
+def _parts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """An expression and the operands of its arithmetic (`n` in `micro_bs * n`, `1 / n`)."""
+    parts, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        parts.append(current)
+        if isinstance(current, cst.BinaryOperation):
+            stack.extend((current.left, current.right))
+    return parts
 
 
 def _reached(methods: list[Scope], start: set[str]) -> set[str]:

@@ -32,18 +32,20 @@ def node_positions(module: cst.Module, source: str, nodes: Iterable[cst.CSTNode]
     if len(paths) < len(wanted):  # a node outside the fields `children` reads: take the long road
         return whole_module(module)
     found: Ranges = {}
-    placed: dict[int, Ranges | None] = {}  # id(statement) -> its nodes' ranges (None: text not unique)
-    lines = _Lines(source)
+    # id(statement) -> the line it starts at (0-based) and its nodes' ranges within it (None: it could
+    # not be placed); only the wanted nodes' ranges are shifted to the file's lines
+    placed: dict[int, tuple[int, Ranges] | None] = {}
+    placer = _Placer(module, _Lines(source))
     for node, path in paths.items():
         for index in range(len(path) - 1, 0, -1):
             statement = path[index]
             if not _is_statement(statement, path[index - 1]):
                 continue
             if id(statement) not in placed:
-                placed[id(statement)] = _place(module, lines, statement, path[:index])
-            ranges = placed[id(statement)]
-            if ranges is not None and node in ranges:
-                found[node] = ranges[node]
+                placed[id(statement)] = placer.place(statement, path[:index])
+            here = placed[id(statement)]
+            if here is not None and node in here[1]:
+                found[node] = _shifted(here[1][node], here[0])
                 break
         else:
             return whole_module(module)
@@ -118,18 +120,81 @@ class _Lines:
         return found
 
 
-def _place(module: cst.Module, lines: _Lines, statement: cst.CSTNode,
-           ancestors: tuple[cst.CSTNode, ...]) -> Ranges | None:
-    state = _state(module)
-    state.indent_tokens = [block.indent if block.indent is not None else module.default_indent
-                           for block in ancestors if isinstance(block, cst.IndentedBlock)]
-    statement._codegen(state)
-    line = lines.only_start("".join(state.tokens))  # 0-based: lines before the statement's
-    if line is None:
+class _Placer:
+    """Where statements start: by their own text when it starts exactly one line of the source, else
+    counted from a neighbouring simple statement of the same block whose text does (the statements of
+    a block generate consecutive lines), else not at all (the caller tries the enclosing statement)."""
+
+    NEIGHBOURS = 4  # simple statements tried on each side: each costs one small code generation
+
+    def __init__(self, module: cst.Module, lines: _Lines) -> None:
+        self.module, self.lines = module, lines
+        self._indices: dict[int, dict[int, int]] = {}  # id(block) -> id(statement) -> index in its body
+
+    def place(self, statement: cst.CSTNode, ancestors: tuple[cst.CSTNode, ...]) -> tuple[int, Ranges] | None:
+        """The line the statement starts at (0-based) and its nodes' ranges counted from there."""
+        text, ranges = self._generate(statement, ancestors)
+        line = self.lines.only_start(text)
+        if line is None:
+            line = self._by_neighbours(statement, ancestors, text)
+        return (line, ranges) if line is not None else None
+
+    def _generate(self, statement: cst.CSTNode, ancestors: tuple[cst.CSTNode, ...]) -> tuple[str, Ranges]:
+        module = self.module
+        state = _state(module)
+        state.indent_tokens = [block.indent if block.indent is not None else module.default_indent
+                               for block in ancestors if isinstance(block, cst.IndentedBlock)]
+        statement._codegen(state)
+        return "".join(state.tokens), state.provider._computed
+
+    def _by_neighbours(self, statement: cst.CSTNode, ancestors: tuple[cst.CSTNode, ...], text: str) -> int | None:
+        block = ancestors[-1]
+        body = getattr(block, "body", None)
+        if not isinstance(body, (list, tuple)):
+            return None
+        index = self._index(block, body).get(id(statement))
+        if index is None:
+            return None
+        between = 0  # lines from the neighbour's start to the statement's
+        for neighbour in reversed(body[max(0, index - self.NEIGHBOURS):index]):
+            start, length = self._simple(neighbour, ancestors)
+            if length is None:
+                break
+            between += length
+            if start is not None:
+                return self._verified(start + between, text)
+        between = _line_count(text)
+        for neighbour in body[index + 1:index + 1 + self.NEIGHBOURS]:
+            start, length = self._simple(neighbour, ancestors)
+            if length is None:
+                break
+            if start is not None:
+                return self._verified(start - between, text)
+            between += length
         return None
 
-    def shift(position: cst.metadata.CodePosition) -> cst.metadata.CodePosition:
-        return cst.metadata.CodePosition(position.line + line, position.column)
+    def _simple(self, neighbour: cst.CSTNode, ancestors: tuple[cst.CSTNode, ...]) -> tuple[int | None, int | None]:
+        """A simple statement's start line (None: its text is not unique either) and its line count;
+        (None, None) for a compound statement, too costly to generate for this."""
+        if not isinstance(neighbour, cst.SimpleStatementLine):
+            return None, None
+        text, _ = self._generate(neighbour, ancestors)
+        return self.lines.only_start(text), _line_count(text)
 
-    return {node: cst.metadata.CodeRange(shift(span.start), shift(span.end))
-            for node, span in state.provider._computed.items()}
+    def _verified(self, line: int, text: str) -> int | None:
+        starts = self.lines.starts
+        return line if 0 <= line < len(starts) and self.lines.source.startswith(text, starts[line]) else None
+
+    def _index(self, block: cst.CSTNode, body) -> dict[int, int]:
+        if id(block) not in self._indices:
+            self._indices[id(block)] = {id(statement): i for i, statement in enumerate(body)}
+        return self._indices[id(block)]
+
+
+def _line_count(text: str) -> int:
+    return len(split_lines(text))
+
+
+def _shifted(span: cst.metadata.CodeRange, lines: int) -> cst.metadata.CodeRange:
+    return cst.metadata.CodeRange(cst.metadata.CodePosition(span.start.line + lines, span.start.column),
+                                  cst.metadata.CodePosition(span.end.line + lines, span.end.column))

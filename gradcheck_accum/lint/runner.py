@@ -5,11 +5,14 @@ Results come back in the order of the targets, whatever the parallelism.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from gradcheck_accum.lint import deep, lazy, notebooks, registry
 from gradcheck_accum.lint.cache import project_state
@@ -191,6 +194,16 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
     """Read the file and decide whether it needs libcst: a finished result when it does not."""
     result = FileResult(target)
     try:
+        with _no_cycle_collection():
+            return _screen_file(result, settings, rules, options, stdin, cached, fingerprint)
+    except Exception as exc:  # noqa: BLE001 - a bug of ours costs this file, not the run
+        return _internal_error(result, exc)
+
+
+def _screen_file(result: FileResult, settings: Settings, rules: list[type[Rule]], options: Options,
+                 stdin, cached: Entry | None, fingerprint: bool) -> FileResult | Pending:
+    target = result.target
+    try:
         stat = target.path.stat() if fingerprint and target.path is not None else None
         source = read_source(target, stdin)
     except (UnreadableFile, OSError) as exc:
@@ -224,7 +237,24 @@ def screen_file(target: Target, settings: Settings, rules: list[type[Rule]], opt
 
 
 def analyze_file(item: Pending) -> FileResult:
-    return deep.call(_analyze_file, item)
+    with _no_cycle_collection():
+        return deep.call(_analyze_file, item)
+
+
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Python's cycle collector paused while one file is screened or analysed. Parsing allocates a
+    tree of hundreds of thousands of objects (libcst's, CPython's), and every full collection those
+    allocations trigger walks all of them to find nothing: the trees hold no cycles. On a
+    17,927-line file that was a quarter of the lint's CPU time. Whatever cycles a file's work leaves
+    are collected after it, as usual."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _analyze_file(item: Pending) -> FileResult:
@@ -239,6 +269,21 @@ def _analyze_file(item: Pending) -> FileResult:
         result.error = str(exc)
     except RecursionError:
         result.error = "nesting too deep to analyse"
+    except Exception as exc:  # noqa: BLE001 - a bug of ours costs this file, not the run
+        return _internal_error(result, exc)
+    return result
+
+
+def _internal_error(result: FileResult, exc: Exception) -> FileResult:
+    """The file's result when its analysis raised what no input should make it raise: one line naming
+    the exception and where it was raised (for a bug report), no findings; every other file is still
+    linted and reported, and the run exits 2 as for a file that cannot be read."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    said = " ".join(str(exc).split())
+    result.findings, result.fingerprint = [], None  # not cached: the next run tries again
+    result.error = (f"internal error while linting this file: {type(exc).__name__}{': ' if said else ''}{said}{where}"
+                    "; please report it (the other files are linted)")
     return result
 
 

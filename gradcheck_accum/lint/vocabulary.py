@@ -91,6 +91,7 @@ class Framework(Tag):
     FABRIC = "fabric"
     DEEPSPEED = "deepspeed"
     LIGHTNING = "lightning"
+    TRANSFORMERS = "transformers"  # Hugging Face's Trainer
     APEX = "apex"  # and other FP16 optimizers whose `optimizer.backward(loss)` applies the loss scale
     HOROVOD = "horovod"
     SAFETENSORS = "safetensors"
@@ -101,7 +102,8 @@ class Framework(Tag):
         return _DISPLAY.get(self, self.value)
 
 
-_DISPLAY = {Framework.DEEPSPEED: "DeepSpeed", Framework.LIGHTNING: "Lightning", Framework.DDP: "DDP"}
+_DISPLAY = {Framework.DEEPSPEED: "DeepSpeed", Framework.LIGHTNING: "Lightning", Framework.DDP: "DDP",
+            Framework.TRANSFORMERS: "transformers' Trainer"}
 
 
 class Fact(Tag):
@@ -250,6 +252,9 @@ class Frame:
     path: str | None = None  # the function's file, when it is not the file being linted
     line: int | None = None  # where the function is defined
     in_loop: bool = True  # the call sits in a loop of the caller (else the callee's own loop is the window's)
+    # walked only to read what it returns (the loss tracer): its statements carry no context of the
+    # call (no loops, no guards), and its locals are computed anew on every call
+    for_returns: bool = False
 
     @property
     def depth(self) -> int:

@@ -44,6 +44,14 @@ TRICKY = {
     "a statement's text inside another line": "x = 1; f(a)\nf(a)\nif b:\n    g(f(a))\n",
     "a statement's text in a string": 's = """\nf(a)\n"""\nf(a)\nfor a in b:\n    f(a)\n',
     "form feed": "x = 1\n\x0cfor a in b:\n    f(a)\n\x0c\ndef g():\n    f(a)\n",
+    # statements whose text repeats, placed from a neighbour of their block whose text does not
+    "after a neighbour": "for a in b:\n    x = f(a)\n    # c\n\n    step()\nfor c in d:\n    # c\n\n    step()\n",
+    "before a neighbour": "for a in b:\n    step()\n    x = f(a)\nfor c in d:\n    step()\n    y = f(c)\n",
+    "neighbours repeated too": "for a in b:\n    u = 1\n    step()\n    step()\nfor a in c:\n    v = 1\n    step()\n"
+                               "    step()\nstep()\n",
+    "a compound neighbour": "for a in b:\n    if a:\n        g()\n    step()\nfor a in c:\n    if a:\n        g()\n"
+                            "    step()\n",
+    "a multi-line neighbour": "for a in b:\n    x = f(\n        a)\n    step()\nfor a in c:\n    step()\n",
 }
 
 

@@ -110,3 +110,57 @@ def test_no_worker_outlives_a_stopped_run(tmp_path, how):
     while any(map(alive, workers)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(map(alive, workers))
+
+
+# A bug of ours, raised where the linter's own code runs for one file: in the analysis of
+# `bug_in_analysis.py` (the nightly fuzz found such a bug: sorting findings that differed only in their
+# fix) and in the screening of files that say BUG_IN_SCREENING. Installed at every interpreter's start,
+# so the pool's workers have it whichever way they are started.
+INJECTED_BUGS = """
+from gradcheck_accum.lint import engine, runner
+
+run_rules, screen = engine._run_rules, runner.screen
+
+
+def run_rules_with_a_bug(rules, model, module, parsed, path):
+    if path.endswith("bug_in_analysis.py"):
+        raise TypeError("'<' not supported between instances of 'str' and 'NoneType'")
+    return run_rules(rules, model, module, parsed, path)
+
+
+def screen_with_a_bug(text, *args, **kwargs):
+    if "BUG_IN_SCREENING" in text:
+        raise KeyError("BUG_IN_SCREENING")
+    return screen(text, *args, **kwargs)
+
+
+engine._run_rules, runner.screen = run_rules_with_a_bug, screen_with_a_bug
+"""
+
+
+@pytest.mark.parametrize("others", [1, 40], ids=["in-process", "worker-pool"])
+def test_a_bug_in_one_files_analysis_costs_only_that_file(tmp_path, others):
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(INJECTED_BUGS)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "bug_in_analysis.py").write_text(GOOD)
+    (tree / "bug_in_screening.py").write_text("BUG_IN_SCREENING = 1\n" + GOOD)
+    for i in range(others):
+        (tree / f"train_{i:02}.py").write_text(GOOD)
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")])}
+    for extra in ([], ["--fix"], ["--format", "json"]):
+        run = subprocess.run(CLI + ["lint", "--no-cache", "--jobs", "2", *extra, "."], cwd=tree, env=environment,
+                             capture_output=True, text=True)
+        assert run.returncode == 2 and "Traceback" not in run.stderr, (extra, run.stderr)
+        *errors, summary = run.stderr.splitlines()
+        assert errors == [
+            "bug_in_analysis.py: error: internal error while linting this file: TypeError: '<' not supported "
+            "between instances of 'str' and 'NoneType' at sitecustomize.py:9; please report it (the other files "
+            "are linted)",
+            "bug_in_screening.py: error: internal error while linting this file: KeyError: 'BUG_IN_SCREENING' at "
+            "sitecustomize.py:15; please report it (the other files are linted)"], extra
+        assert f"{others + 2} files" in summary and "2 files could not be linted" in summary, summary
+        reported = run.stdout if extra != ["--fix"] else "".join(p.read_text() for p in tree.glob("train_*.py"))
+        assert reported.count("ACC101" if extra != ["--fix"] else "optimizer.zero_grad()") >= others, extra

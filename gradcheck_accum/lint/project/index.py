@@ -125,12 +125,14 @@ class Project:
         self._files: list[Path] | None = files  # None: every Python file under the root, listed when needed
         self._listed = files
         self._file_set: set[Path] | None = None
+        self._module_paths: dict[tuple[Path, str, int], Path | None] = {}  # module_path's answers
 
     def refresh(self) -> None:
         """Forget what this run learned: the file list and what was derived from summaries; each
         summary is checked against its file on its next use."""
         self._files = self._listed
         self._file_set = None
+        self._module_paths.clear()
         self.summaries.memo.clear()
         refresh = getattr(self.summaries, "refresh", None)
         if refresh is not None:
@@ -152,7 +154,15 @@ class Project:
         return self.summaries.get(path)
 
     def module_path(self, importer: Path, module: str, level: int = 0) -> Path | None:
-        """The file a module name refers to from `importer` (None outside the project)."""
+        """The file a module name refers to from `importer` (None outside the project). Asked for every
+        call through an import (`torch.nn.utils.clip_grad_norm_` asks for four modules), so answered
+        once per importer and name."""
+        key = (importer, module, level)
+        if key not in self._module_paths:
+            self._module_paths[key] = self._find_module(importer, module, level)
+        return self._module_paths[key]
+
+    def _find_module(self, importer: Path, module: str, level: int) -> Path | None:
         parts = [p for p in module.split(".") if p]
         if level:
             base = importer.parent

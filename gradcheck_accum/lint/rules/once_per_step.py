@@ -6,7 +6,7 @@ from typing import Iterator
 
 from gradcheck_accum.lint.fixes import Fix, move_statement
 from gradcheck_accum.lint.model import (Boundary, BoundaryKind, Event, EventKind, Fact, FileModel, Framework,
-                                        Placement, Role, Shift, TailFate, Window, WindowShape)
+                                        Placement, Role, Shift, TailFate, Window, WindowShape, exclusive)
 from gradcheck_accum.lint.rule import Report, Rule
 
 _EVERY, _BOUNDARY, _AFTER = Placement.EVERY, Placement.BOUNDARY, Placement.AFTER
@@ -82,19 +82,46 @@ class ClipEveryMicroBatch(Rule):
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
-            if window.framework is Framework.DEEPSPEED or not window.accumulates:
+            if window.framework is Framework.DEEPSPEED:
+                continue
+            if not window.accumulates:
+                yield from _clips_after_every_step(window)
                 continue
             steps = window.boundary_steps
             for clip in window.of(EventKind.CLIP, direct=True):
                 placement = window.placement(clip)
-                fix = move_statement(window, clip, steps[0], after=False, description="Clip once, before the step") \
-                    if steps else None
+                fix = _move_clip(window, clip, steps[0], "Clip once, before the step") if steps else None
                 if placement is _EVERY and window.inside(clip):
                     yield Report(clip.node, "gradients are clipped on every micro-batch, so partial sums are "
                                             "clipped repeatedly; clip once on the boundary, before the step", fix)
                 elif placement is _BOUNDARY and steps and all(s.order < clip.order for s in steps):
                     yield Report(clip.node, "gradients are clipped after the optimizer step, where clipping changes "
                                             "nothing; clip on the boundary before the step", fix)
+
+
+def _clips_after_every_step(window: Window) -> Iterator[Report]:
+    """A loop that steps on every micro-batch (no accumulation, or a path where N is 1) and clips after
+    the step: the clipped gradients are never used, so the run is not clipped at all."""
+    if window.shape not in (WindowShape.UNGUARDED, WindowShape.PLAIN):
+        return
+    steps = [s for s in window.steps if window.inside(s) and window.placement(s) is _EVERY]
+    backwards = [b for b in window.backwards if window.inside(b)]
+    if not steps or not backwards or max(b.order for b in backwards) > min(s.order for s in steps):
+        return  # a backward after a step (a second model's update): not one gradient per iteration
+    for clip in window.of(EventKind.CLIP, direct=True):
+        if window.inside(clip) and window.placement(clip) is _EVERY and all(s.order < clip.order for s in steps):
+            yield Report(clip.node, "gradients are clipped after the optimizer step, where clipping changes "
+                                    "nothing the optimizer uses; clip before the step",
+                         _move_clip(window, clip, steps[0], "Clip before the step"))
+
+
+def _move_clip(window: Window, clip: Event, step: Event, description: str) -> Fix | None:
+    """The clip moved before the step, unless that would leave a condition of its own behind
+    (`if max_grad_norm is not None:`: clipping with no threshold fails)."""
+    kept = {(id(guard.owner), guard.positive) for guard in step.ctx.guards}
+    if any((id(guard.owner), guard.positive) not in kept for guard in clip.ctx.guards):
+        return None
+    return move_statement(window, clip, step, after=False, description=description)
 
 
 class ScalerEveryMicroBatch(Rule):
@@ -142,6 +169,8 @@ class ClipBeforeUnscale(Rule):
             for clip in window.of(EventKind.CLIP, direct=True):
                 if clip.api.unscales_first or window.placement(clip) is _AFTER:
                     continue
+                if all(exclusive(b, clip) for b in window.backwards if b.scaler):
+                    continue  # the GradScaler's backward is another branch's (`if use_apex: ... else: ...`)
                 if not any(u.order < clip.order and window.placement(u) in (window.placement(clip), _EVERY)
                            for u in unscales):
                     yield Report(clip.node, "gradients are clipped while still multiplied by the GradScaler's scale, "

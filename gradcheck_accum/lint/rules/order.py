@@ -25,7 +25,7 @@ class ZeroGradEveryMicroBatch(Rule):
                 if window.placement(zero) is not Placement.EVERY or not window.inside(zero):
                     continue
                 same = [step for step in steps if same_target(zero, step)]
-                if same and window.clears_before_step(zero) is None:
+                if same and window.clears_before_step(zero) is None and not window.clears_before_next_step(zero):
                     fix = move_statement(window, zero, same[0], after=True, description="Clear gradients after the step")
                     yield Report(zero.node, "gradients are cleared on every micro-batch but the optimizer steps once "
                                             "per window, so only the last micro-batch reaches the step; clear them "

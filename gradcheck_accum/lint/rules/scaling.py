@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradcheck_accum.lint.fixes import divide_loss
-from gradcheck_accum.lint.model import EventKind, Fact, FileModel, Framework, Window, WindowShape
+from gradcheck_accum.lint.model import Event, EventKind, Fact, FileModel, Framework, LossFacts, Window, WindowShape
 from gradcheck_accum.lint.rule import Report, Rule
 
 
@@ -24,20 +24,46 @@ class UnscaledAccumulatedLoss(Rule):
     code = "ACC201"
     name = "unscaled-accumulated-loss"
     summary = "An accumulated loss is backpropagated without being divided by the accumulation steps."
-    requires = (Fact.TRAINING_LOOP, EventKind.STEP)
-    reads_outside_windows = ()
+    # a training loop that steps, or a framework hook whose loss the framework's loop backpropagates
+    requires = ((Fact.TRAINING_LOOP, Fact.HOOKS), (EventKind.STEP, Fact.HOOKS))
+    reads_outside_windows = (Fact.HOOKS,)  # transformers: the compute_loss of any Trainer subclass
 
     def check(self, model: FileModel) -> Iterator[Report]:
+        # one report per backward: a helper walked into several windows (its own caller's, and the
+        # loop around that caller) is reported through the nearest one
+        nearest: dict[int, tuple[int, Report]] = {}
         for window in _manual_windows(model):
             for backward in window.backwards:
                 if backward.via_helper or model.framework_divides_loss(window, backward):
                     continue
-                facts = model.backward_facts(window, backward)
-                if facts.known and not facts.scaled and not facts.sum_reduced and not facts.detached:
-                    yield Report(backward.node, "the accumulated loss is never divided by the accumulation steps, "
-                                                "so the summed gradient is N times the big-batch gradient; divide "
-                                                "the loss by N before backward",
-                                 divide_loss(backward, window.n, "Divide the loss by the accumulation steps"))
+                if _unnormalised(model, model.backward_facts(window, backward), window, backward):
+                    hops = backward.frame.depth if backward.frame is not None else 0
+                    if id(backward.node) not in nearest or hops < nearest[id(backward.node)][0]:
+                        nearest[id(backward.node)] = hops, Report(
+                            backward.node, "the accumulated loss is never divided by the accumulation steps, so the "
+                                           "summed gradient is N times the big-batch gradient; divide the loss by N "
+                                           "before backward",
+                            divide_loss(backward, window.n, "Divide the loss by the accumulation steps"), backward.scope)
+        yield from (report for _, report in nearest.values())
+        reported = set()
+        for scope, hook, facts in model.undivided_hook_losses():
+            if id(scope) in reported or not _unnormalised(model, facts, None, None):
+                continue
+            reported.add(id(scope))
+            yield Report(scope.node.name, f"{hook.framework.display} leaves the loss `{hook.name}` returns undivided "
+                                          f"by the accumulation steps, because the model counts the labels of the "
+                                          f"window and hands that count over as `{hook.count_parameter}`; this "
+                                          f"per-micro-batch mean makes the window's gradient N times too large: sum "
+                                          f"the loss and divide it by `{hook.count_parameter}`")
+
+
+def _unnormalised(model: FileModel, facts: LossFacts, window: Window | None, backward: Event | None) -> bool:
+    """A known loss, carrying its graph, that nothing normalises across the window. A summed loss is
+    left alone (it may be normalised elsewhere) unless divided by its own micro-batch's count, which
+    makes it a per-micro-batch mean."""
+    if not facts.known or facts.detached or model.normalised(facts, window, backward):
+        return False
+    return not facts.sum_reduced or model.averaged_per_micro_batch(facts, window)
 
 
 class DoubleScaledLoss(Rule):
