@@ -37,12 +37,10 @@ class DdpSyncEveryMicroBatch(Rule):
                 continue
             roles = frozenset().union(*(e.roles | e.argument_roles for e in forwards))
             if Role.SHARDED in roles:
-                yield Report(backwards[0].node, "the FSDP model reduce-scatters gradients on every micro-batch; where "
-                                                "memory allows unsharded gradients until the boundary, turn syncing "
-                                                "off for the micro-batches before it "
-                                                "(`model.set_requires_gradient_sync(False)` for fully_shard, "
-                                                "`with model.no_sync():` for FullyShardedDataParallel)")
-            elif Role.PREPARED not in roles:
+                # FSDP reduce-scatters shards every micro-batch by design: skipping it would keep whole
+                # unsharded gradients on every rank until the boundary, the memory FSDP exists to save
+                continue
+            if Role.PREPARED not in roles:
                 name = forwards[0].target if forwards[0].roles else "model"
                 yield Report(backwards[0].node, "the DDP model all-reduces gradients on every micro-batch; wrap the "
                                                 "forward and backward of non-boundary micro-batches in "
