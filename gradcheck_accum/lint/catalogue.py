@@ -250,6 +250,10 @@ LOSSES = Constructor(
 CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS, OPTIMIZERS, ACCELERATOR, FABRIC, BOOSTER,
                                          LOSSES)
 
+# What torch.compile returns: an OptimizedModule (torch._dynamo.eval_frame) whose `_orig_mod` is the
+# module it compiled; its state_dict keys carry the `_orig_mod.` prefix.
+COMPILED_CLASS = "OptimizedModule"
+COMPILED_INNER = "_orig_mod"
 # What makes a factor a clipping factor (Api.clips_by_factor): it is computed from a gradient norm, or
 # capped at 1 (`(max_norm / norm).clamp(max=1)`, `min(1.0, max_norm / norm)`).
 NORM_FUNCTIONS = frozenset({"norm", "vector_norm", "clip_grad_norm_", "get_total_norm"})

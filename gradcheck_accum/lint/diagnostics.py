@@ -19,11 +19,6 @@ class Edit:
     text: str
 
 
-# The message of the Related that a finding moved to a call here keeps for the line it is really about
-# (a line of another file, walked in place of the call): a run that lints that file too reports it there.
-RUN_BY_THIS_CALL = "the line this call runs"
-
-
 @dataclass(frozen=True)
 class Related:
     """Another place a finding depends on: the call that runs the reported line in a training loop,

@@ -19,7 +19,7 @@ from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, per_micro_batch_count, returned_loss,
                                          summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
-                                        keyword, last_part, positional)
+                                        keyword, last_part, positional, source)
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count, resolve_n
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
@@ -66,8 +66,9 @@ class FileModel:
         counter = [0]
         module_scope = Scope(self.module, "<module>")
         self.inliner.register(module_scope)
-        ScopeWalker(module_scope, self.imports, {}, local_names, counter, inliner=self.inliner).walk_block(
-            self.module.body, Context())
+        constants = self.context.this.constants
+        ScopeWalker(module_scope, self.imports, {}, local_names, counter, inliner=self.inliner,
+                    constants=constants).walk_block(self.module.body, Context())
         self.scopes.append(module_scope)
         globals_env = dict(module_scope.env)
         class_env: dict[int, dict[str, frozenset[Role]]] = {}
@@ -82,8 +83,8 @@ class FileModel:
             scope = Scope(fn, fn.name.value, _bases(cls), owner=cls)
             self.inliner.register(scope)
             seed = {**globals_env, **attrs, **self.inliner.parameter_roles(fn, scope)}
-            ScopeWalker(scope, self.imports, seed, local_names, counter, inliner=self.inliner).walk_block(
-                fn.body.body, Context())
+            ScopeWalker(scope, self.imports, seed, local_names, counter, inliner=self.inliner,
+                        constants=constants).walk_block(fn.body.body, Context())
             if cls is not None:
                 for name, roles in scope.env.items():
                     if name.startswith("self.") and roles:
@@ -391,6 +392,15 @@ class FileModel:
         return resolve_n(length, scope) == resolve_n(bound, window.scope)
 
     # -- compile and checkpoints --------------------------------------------------------------------
+    @staticmethod
+    def receiver_text(event: Event) -> str | None:
+        """The object a method call event acts on, as written: its name, or the expression
+        (`unwrap(model)` in `unwrap(model).state_dict()`)."""
+        call = event.node
+        if event.target or not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
+            return event.target
+        return source(call.func.value)
+
     def is_saved(self, scope: Scope, state_dict: Event) -> bool:
         """Is this `x.state_dict()` written to disk: inside a save call's arguments, or in a
         container (`ckpt = {...}`, `ckpt["model"] = ...`) that is passed to one?"""
@@ -454,11 +464,19 @@ class FileModel:
 
     # -- distributed ----------------------------------------------------------------------------
     def ddp_no_sync_contexts(self) -> Iterator[tuple[Scope, Event, list[Event]]]:
-        """Each `with model.no_sync():` of a DDP model, with the events inside its block."""
+        """Each `with model.no_sync():` of a DDP model, with the events inside its block; also
+        `stack.enter_context(model.no_sync())`, with the events after it in the `with ExitStack() as
+        stack:` block (where the context stays entered)."""
         for scope, sync in self.events(EventKind.SYNC_CONTROL):
             if sync.api is not DDP_NO_SYNC or sync.target is None:
                 continue
-            yield scope, sync, [e for e in scope.events if any(call is sync.node for call in e.ctx.withs)]
+            inside = [e for e in scope.events if any(call is sync.node for call in e.ctx.withs)]
+            stack = _entered_on(sync) if not inside else None
+            if stack is not None:
+                blocks = [d.node for d in scope.defs_of(stack, sync.order) if isinstance(d.node, cst.With)]
+                calls = {id(call) for block in blocks[-1:] for item in block.items for call in iter_calls(item.item)}
+                inside = [e for e in scope.events if e.order > sync.order and any(id(c) in calls for c in e.ctx.withs)]
+            yield scope, sync, inside
 
     def ddp_sync_flags(self) -> Iterator[tuple[Scope, Event]]:
         """Each `model.require_backward_grad_sync = ...` of the file."""
@@ -474,6 +492,18 @@ class FileModel:
             return []
         loops = event.ctx.loops
         return [e for e in loop_events(scope, loops[-1]) if e.ctx.loops[:len(loops)] == loops]
+
+
+def _entered_on(sync: Event) -> str | None:
+    """`stack` in `stack.enter_context(model.no_sync())`: the exit stack the context is entered on."""
+    for call in iter_calls(sync.stmt) if sync.stmt is not None and not isinstance(sync.stmt, cst.With) else ():
+        receiver, method = call_receiver(call)
+        if method == _ENTER_CONTEXT and any(a.value is sync.node for a in call.args):
+            return dotted(receiver)
+    return None
+
+
+_ENTER_CONTEXT = "enter_context"  # contextlib.ExitStack: the context stays entered until the `with` ends
 
 
 def _parts(node: cst.BaseExpression) -> list[cst.BaseExpression]:

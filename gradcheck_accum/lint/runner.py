@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from gradcheck_accum.lint import deep, lazy, notebooks, registry
 from gradcheck_accum.lint.cache import project_state
 from gradcheck_accum.lint.config import Settings, expand
-from gradcheck_accum.lint.diagnostics import RUN_BY_THIS_CALL, Finding
+from gradcheck_accum.lint.diagnostics import Finding
 from gradcheck_accum.lint.engine import FixResult, ParseFailure, analyze, fix_source, syntax_error
 from gradcheck_accum.lint.files import Source, Target, UnreadableFile, UnwritableFile, matches, read_source, write_source
 from gradcheck_accum.lint.lines import split_lines
@@ -124,22 +124,7 @@ def lint_targets(targets: list[Target], settings: Settings | None = None, option
         if target.path is None:
             chosen, rules = configured(target)
             results[target] = lint_file(target, chosen, rules, options, stdin=getattr(sys.stdin, "buffer", None))
-    ordered = [results[t] for t in targets]
-    _drop_repeats_at_call_sites(ordered)
-    return ordered
-
-
-def _drop_repeats_at_call_sites(results: list[FileResult]) -> None:
-    """A finding on a line of another file is also reported at the call here that runs it (so that
-    linting this file alone shows it); when that other file is linted in the same run and reports the
-    same code on that line, the copy at the call site is one bug said twice and is dropped."""
-    def where(path: str, line: int) -> tuple[str, int]:
-        return os.path.normpath(os.path.abspath(path)), line
-
-    reported = {(*where(f.path, f.line), f.code) for r in results for f in r.findings}
-    for result in results:
-        result.findings = [f for f in result.findings if not any(
-            r.message == RUN_BY_THIS_CALL and (*where(r.path, r.line), f.code) in reported for r in f.related)]
+    return [results[t] for t in targets]
 
 
 def _in_pool(work: list, workers: int, progress: Callable[[int], None]) -> list[FileResult]:

@@ -120,32 +120,3 @@ def test_clean_command(run, tmp_path):
     assert "Removed" in run("clean").stdout
     assert not (tmp_path / ".accumcheck_cache").exists()
     assert run("lint", "--no-cache", "t.py").exit_code == 1 and not (tmp_path / ".accumcheck_cache").exists()
-
-
-def test_a_finding_moved_to_a_call_site_is_dropped_when_its_own_line_is_reported_too():
-    """A finding on a line of another file is repeated at the call here that runs it (so that linting
-    this file alone shows it); a run that also lints the other file and reports the same code on that
-    line says the bug once, where it is."""
-    from gradcheck_accum.lint.diagnostics import RUN_BY_THIS_CALL, Finding, Related
-    from gradcheck_accum.lint.files import Target
-
-    def finding(path, line, code, related=()):
-        return Finding(path, line, 1, line, 9, code, "name", "message", related=related)
-
-    moved = finding("pkg/main.py", 40, "ACC501", (Related("pkg/engine.py", 12, 5, RUN_BY_THIS_CALL),))
-    called_from = finding("pkg/main.py", 41, "ACC406", (Related("pkg/engine.py", 12, 5, "calls it in its loop"),))
-    other_code = finding("pkg/main.py", 42, "ACC403", (Related("pkg/engine.py", 12, 5, RUN_BY_THIS_CALL),))
-    at_home = finding("pkg/engine.py", 12, "ACC501")
-    also_at_home = finding("pkg/engine.py", 12, "ACC406")
-    main = runner.FileResult(Target("pkg/main.py", Path("pkg/main.py")), [moved, called_from, other_code])
-    engine = runner.FileResult(Target("pkg/engine.py", Path("pkg/engine.py")), [at_home, also_at_home])
-
-    runner._drop_repeats_at_call_sites([main, engine])
-
-    # the copy at the call goes; a finding that only names the other line as its caller stays, and so
-    # does one whose code the other file does not report there
-    assert main.findings == [called_from, other_code]
-    assert engine.findings == [at_home, also_at_home]
-    alone = runner.FileResult(Target("pkg/main.py", Path("pkg/main.py")), [moved])
-    runner._drop_repeats_at_call_sites([alone])  # the other file is not linted: the call site is all there is
-    assert alone.findings == [moved]
