@@ -18,7 +18,10 @@ from gradcheck_accum.lint.vocabulary import NO_ROLES, Role
 
 Lookup = Callable[["cst.BaseExpression | None"], frozenset[Role]]  # the roles of an argument expression
 
-ACCUM_NAME = re.compile(r"accum|grad_acc|gradient_acc|micro_?steps|accumulate", re.IGNORECASE)
+ACCUM_NAME = re.compile(r"accum|grad_acc|gradient_acc|micro_?steps|accumulate|(?:num|n)_?micro_?batches",
+                        re.IGNORECASE)
+# A name that says it holds the size of one micro-batch (`micro_batch_size`, `per_device_train_batch_size`).
+MICRO_BATCH_SIZE_NAME = re.compile(r"micro_?batch_?size|per_device\w*_batch_size", re.IGNORECASE)
 
 
 def roles_from_name(name: str | None) -> frozenset[Role]:
@@ -40,6 +43,11 @@ def is_accumulation_name(node: cst.CSTNode | None) -> bool:
     return bool(name and ACCUM_NAME.search(last_part(name)))
 
 
+def is_micro_batch_size_name(node: cst.CSTNode | None) -> bool:
+    name = dotted(node)
+    return bool(name and MICRO_BATCH_SIZE_NAME.search(last_part(name)))
+
+
 def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> frozenset[Role]:
     """Roles of the value a call returns."""
     receiver, method = call_receiver(call)
@@ -51,10 +59,12 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
     qual = imports.qualify(call.func) or dotted(call.func) or ""
     last = method if receiver is not None else last_part(qual)
     if qual == cat.COMPILE.qualname:
-        return _ONE[Role.COMPILED]
+        # `torch.compile(ddp_model)` forwards to the DDP model: it syncs (and `no_sync()`s) as that does
+        return frozenset({Role.COMPILED} | (lookup(positional(call, 0) or keyword(call, "model")) & _DISTRIBUTED))
     if last in cat.WRAPPERS.names:
         inner = lookup(positional(call, 0) or keyword(call, "module"))
-        return frozenset({Role.DDP} | ({Role.WRAPS_COMPILED} if Role.COMPILED in inner else set()))
+        return frozenset({Role.DDP} | ({Role.WRAPS_COMPILED} if Role.COMPILED in inner else set())
+                         | ({Role.SHARDED} if last in cat.SHARDED_WRAPPERS else set()))
     if last in cat.SCALERS.names:
         return _ONE[Role.SCALER]
     schedulers = cat.SCHEDULERS
@@ -66,10 +76,15 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
         return _ONE[Role.OPTIMIZER]
     if last in cat.ACCELERATOR.names:
         steps = keyword(call, cat.ACCUMULATION_STEPS_KEYWORD)
+        plugin = keyword(call, cat.ACCUMULATION_PLUGIN_KEYWORD)
+        if steps is None and isinstance(plugin, cst.Call):
+            steps = keyword(plugin, cat.ACCUMULATION_PLUGIN_STEPS)
         accumulates = steps is not None and not (isinstance(steps, cst.Integer) and steps.value == "1")
         return frozenset({Role.ACCELERATOR} | ({Role.ACCELERATOR_ACCUMULATES} if accumulates else set()))
     if last in cat.FABRIC.names:
         return _ONE[Role.FABRIC]
+    if last in cat.BOOSTER.names:
+        return _ONE[Role.BOOSTER]
     if last in cat.LOSSES.names or last.endswith(cat.LOSSES.suffix):
         reduction = keyword(call, cat.REDUCTION_KEYWORD)
         roles = {Role.CRITERION}
@@ -118,3 +133,4 @@ def no_roles(_: cst.BaseExpression | None) -> frozenset[Role]:
 
 
 _ONE = {role: frozenset({role}) for role in Role}
+_DISTRIBUTED = frozenset({Role.DDP, Role.SHARDED, Role.PREPARED})  # what a wrapper around the model keeps

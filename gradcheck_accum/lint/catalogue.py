@@ -43,6 +43,9 @@ class LossScaling(Tag):
     WHEN_ENGINE_OWNS_WINDOW = "when the engine owns the window"
     # Lightning automatic optimisation: the loss `training_step` returns is divided by accumulate_grad_batches
     AUTOMATIC_OPTIMIZATION = "automatic optimisation"
+    # transformers' Trainer (4.46 and later): training_step divides what compute_loss returns by the
+    # accumulation steps unless the window's items are counted and handed to compute_loss instead
+    UNLESS_ITEMS_COUNTED = "unless the window's items are counted"
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,12 @@ class Api:
     clears_gradients: bool = False  # the step also clears the gradients (DeepSpeed's engine.step())
     unscales_first: bool = False  # the clip unscales AMP gradients itself before clipping
     model_wide: bool = False  # zero_grad: clears a model's or parameters' gradients, not an optimizer's
+    # sync switch: the value set (`m.require_backward_grad_sync = v`) or the first argument
+    # (`m.set_requires_gradient_sync(v)`) says whether the next backward synchronises (True: it does)
+    sync_flag: bool = False
+    # a gradient rescaled by a factor computed from a gradient norm, or capped at 1, is clipped by hand
+    # (`p.grad.mul_(max_norm / (total_norm + eps))` under `if coef < 1`): matched only for such a factor
+    clips_by_factor: bool = False
 
     @property
     def token(self) -> str:
@@ -95,6 +104,15 @@ _FIRST, _NOTHING = Operand.FIRST_ARGUMENT, Operand.NOTHING
 # `with model.no_sync():` on a DistributedDataParallel model
 DDP_NO_SYNC = Api("no_sync", _E.SYNC_CONTROL, _DDP, receiver_lacks=frozenset({Role.ACCELERATOR, Role.FABRIC}),
                   has_receiver=None)
+# `model.require_backward_grad_sync = is_last`: what DDP.no_sync() sets, by hand
+DDP_SYNC_FLAG = Api("require_backward_grad_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_SET, sync_flag=True)
+# When a sync switch takes effect. DistributedDataParallel reads `require_backward_grad_sync` (which
+# no_sync() sets) in its forward: `_pre_forward`/`_post_forward` arm the reducer for the backward of that
+# forward's graph, so a switch thrown after the forward changes nothing until the next one. FSDP reads its
+# switch when the gradients are ready: FullyShardedDataParallel.no_sync() sets `_sync_gradients`, read in
+# the post-backward hook (fsdp/_runtime_utils.py); fully_shard's set_requires_gradient_sync sets the param
+# groups' reduce_grads, read in post_backward. Models with this role are the latter.
+SYNCS_AT_BACKWARD = Role.SHARDED
 
 # In order: for one call, the first entry whose conditions hold decides.
 APIS: tuple[Api, ...] = (
@@ -105,6 +123,9 @@ APIS: tuple[Api, ...] = (
     Api("backward", _E.BACKWARD, _ACCELERATE, receiver=Role.ACCELERATOR, loss=_FIRST,
         divides_loss=LossScaling.WITH_ACCUMULATION_STEPS),
     Api("backward", _E.BACKWARD, _FABRIC, receiver=Role.FABRIC, loss=_FIRST),  # Fabric never scales the loss
+    # ColossalAI: `booster.backward(loss, optimizer)` hands the loss to the plugin's optimizer, which applies
+    # only its mixed-precision loss scale (colossalai/booster/booster.py, zero/low_level optimizers)
+    Api("backward", _E.BACKWARD, Framework.COLOSSALAI, receiver=Role.BOOSTER, loss=_FIRST),
     Api("backward", _E.BACKWARD, _DEEPSPEED, receiver=Role.DEEPSPEED, loss=_FIRST,
         divides_loss=LossScaling.WHEN_ENGINE_OWNS_WINDOW),
     Api("backward", _E.BACKWARD, qualname="torch.autograd.backward", has_receiver=None, loss=_FIRST, target=_NOTHING),
@@ -115,6 +136,8 @@ APIS: tuple[Api, ...] = (
     Api("zero_grad", _E.ZERO_GRAD, receiver=Role.OPTIMIZER),
     Api("zero_grad", _E.ZERO_GRAD, has_receiver=None, model_wide=True),  # model.zero_grad(), a module's own
     Api("grad", _E.ZERO_GRAD, form=Form.ATTRIBUTE_SET, target=Operand.GRAD_OWNER, model_wide=True),  # p.grad = None
+    Api("mul_", _E.CLIP, on_grad=True, clips_by_factor=True),  # clipping written by hand
+    Api("clamp_", _E.CLIP, on_grad=True),  # `p.grad.clamp_(-v, v)`: clipping by value
     Api("div_", _E.GRAD_SCALE, on_grad=True),
     Api("mul_", _E.GRAD_SCALE, on_grad=True),
     Api("zero_", _E.ZERO_GRAD, on_grad=True, target=Operand.GRAD_OWNER, model_wide=True),
@@ -144,7 +167,8 @@ APIS: tuple[Api, ...] = (
     # `accumulate` on anything but an Accelerator is numpy's or itertools' (`np.maximum.accumulate(x)`)
     *(Api(name, _E.SYNC_CONTROL, Framework.OTHER, has_receiver=None, target=_FIRST) for name in _SYNC_SWITCHES
       if name != "accumulate"),
-    Api("require_backward_grad_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_SET),
+    DDP_SYNC_FLAG,
+    Api("set_requires_gradient_sync", _E.SYNC_CONTROL, _DDP, sync_flag=True),  # FSDP2 (fully_shard) modules
     Api("no_sync", _E.SYNC_CONTROL, _DDP, form=Form.ATTRIBUTE_READ),  # `ctx = model.no_sync if ... else nullcontext`
     Api("gradient_accumulation_steps", None, _ACCELERATE, form=Form.ATTRIBUTE_SET,
         grants=Role.ACCELERATOR_ACCUMULATES),  # `accelerator.gradient_accumulation_steps = n`
@@ -195,7 +219,11 @@ def _names(text: str) -> frozenset[str]:
 
 # In order: the first that matches decides.
 COMPILE = Constructor(Role.COMPILED, _TORCH, qualname="torch.compile")
-WRAPPERS = Constructor(Role.DDP, _DDP, _names("DistributedDataParallel DDP FullyShardedDataParallel FSDP"))
+WRAPPERS = Constructor(Role.DDP, _DDP, _names("DistributedDataParallel DDP FullyShardedDataParallel FSDP fully_shard"))
+# ... of which these shard the model (Role.SHARDED as well): FSDP, and FSDP2's fully_shard, which shards the
+# module in place and returns it (`fully_shard(model)` alone wraps `model`)
+SHARDED_WRAPPERS = _names("FullyShardedDataParallel FSDP fully_shard")
+IN_PLACE_WRAPPERS = _names("fully_shard")
 SCALERS = Constructor(Role.SCALER, _TORCH, _names("GradScaler ShardedGradScaler"))
 SCHEDULERS = Constructor(
     Role.SCHEDULER, _TORCH,
@@ -213,21 +241,46 @@ OPTIMIZERS = Constructor(
     module_word=".optim.", capitalised=True, factory_prefix="create_optimizer")  # bitsandbytes.optim.AdamW8bit
 ACCELERATOR = Constructor(Role.ACCELERATOR, _ACCELERATE, _names("Accelerator"))
 FABRIC = Constructor(Role.FABRIC, _FABRIC, _names("Fabric"))
+BOOSTER = Constructor(Role.BOOSTER, Framework.COLOSSALAI, _names("Booster"))
 LOSSES = Constructor(
     Role.CRITERION, _TORCH,
     _names("cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss binary_cross_entropy "
            "binary_cross_entropy_with_logits kl_div ctc_loss"),
     suffix="Loss")
-CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS, OPTIMIZERS, ACCELERATOR, FABRIC, LOSSES)
+CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS, OPTIMIZERS, ACCELERATOR, FABRIC, BOOSTER,
+                                         LOSSES)
+
+# What makes a factor a clipping factor (Api.clips_by_factor): it is computed from a gradient norm, or
+# capped at 1 (`(max_norm / norm).clamp(max=1)`, `min(1.0, max_norm / norm)`).
+NORM_FUNCTIONS = frozenset({"norm", "vector_norm", "clip_grad_norm_", "get_total_norm"})
+CAPPING_FUNCTIONS = frozenset({"clamp", "clamp_", "clip"})  # with a `max=` bound
+CAPPING_BUILTIN = "min"
+# The decorator of a method read as an attribute: a predicate property (`if self.should_step:`) is a call.
+PROPERTY = "property"
+# What a gradient is reached through without leaving it (`p.grad.detach().mul_(c)` rescales p.grad).
+SAME_TENSOR_METHODS = frozenset({"detach", "data"})
 
 # Keywords of constructors that change what the result does.
 ACCUMULATION_STEPS_KEYWORD = "gradient_accumulation_steps"  # Accelerator(gradient_accumulation_steps=N)
+# Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=N)): the same, as a plugin
+ACCUMULATION_PLUGIN_KEYWORD = "gradient_accumulation_plugin"
+ACCUMULATION_PLUGIN_STEPS = "num_steps"
 REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
 IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid items only
 
 # Calls whose results are the prepared objects, element by element.
 DEEPSPEED_INITIALIZE = "deepspeed.initialize"  # -> engine, optimizer, dataloader, scheduler
 PREPARE_METHODS = frozenset({"prepare", "setup"})  # accelerator.prepare(...), fabric.setup(...)
+# What they make of an optimizer: accelerate's AcceleratedOptimizer steps and clears only when
+# gradient_state.sync_gradients, which accumulate() sets on entering the window's last micro-batch
+# (accelerate/optimizer.py, accelerator.py `_do_sync`): a prepared optimizer's zero_grad inside
+# accumulate() runs on that micro-batch alone, before or after its backward as written.
+SYNC_ONLY_OPTIMIZER = Role.PREPARED
+# ... except under accelerate's DeepSpeed plugin, whose optimizer wrapper's zero_grad() does nothing (the
+# engine clears after its own step). A call of a method only a DeepSpeed engine has, on the prepared
+# model, says the plugin is in use (deepspeed/runtime/engine.py).
+DEEPSPEED_ENGINE_METHODS = frozenset({"get_global_grad_norm", "is_gradient_accumulation_boundary",
+                                      "train_micro_batch_size_per_gpu", "zero_optimization_stage"})
 # What they make of a model: launched on several processes, both wrap it in DistributedDataParallel
 # (accelerate's Accelerator.prepare_model, Fabric's DDP strategy), so it all-reduces on every backward
 # unless `accelerator.no_sync`/`accumulate` or `fabric.no_backward_sync` says otherwise.
@@ -251,6 +304,7 @@ NAME_GUESSES: tuple[NameGuess, ...] = (
               ("opt",)),
     NameGuess(Role.ACCELERATOR, re.compile(r"^accelerator$"), ("accelerator",)),
     NameGuess(Role.FABRIC, re.compile(r"^fabric$"), ("fabric",)),
+    NameGuess(Role.BOOSTER, re.compile(r"^booster$"), ("booster",)),
 )
 NOT_A_SCHEDULER_WORD = "noise"
 
@@ -272,11 +326,34 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
     "item": LossOp.DETACHES, "detach": LossOp.DETACHES, "tolist": LossOp.DETACHES, "cpu": LossOp.DETACHES,
     "mean": LossOp.KEEPS, "sum": LossOp.KEEPS, "squeeze": LossOp.KEEPS, "float": LossOp.KEEPS, "to": LossOp.KEEPS,
     "view": LossOp.KEEPS, "reshape": LossOp.KEEPS, "contiguous": LossOp.KEEPS,
+    "values": LossOp.KEEPS,  # `sum(loss_dict.values())`: the dict's losses
+    # element-wise and indexing operations on per-token values (`logprobs.gather(-1, ids).squeeze(-1)`):
+    # what they make is still the operand, element by element
+    **{name: LossOp.KEEPS for name in ("gather", "unsqueeze", "flatten", "masked_fill", "exp", "log", "neg", "abs",
+                                       "log_softmax", "softmax", "sigmoid", "index_select", "transpose", "permute")},
 }
 DETACHING_FUNCTIONS = frozenset({"float"})  # float(loss): a Python number
 ITEM_COUNTS = frozenset({"sum", "count_nonzero"})  # `mask.sum()`: a per-micro-batch count of valid items
+# How many rows or elements a tensor has: `x.size(0)`, `x.numel()`, `len(x)`, `x.shape[0]`.
+SIZE_METHODS = frozenset({"size", "numel", "nelement"})
+SIZE_FUNCTIONS = frozenset({"len"})
+SHAPE_ATTRIBUTE = "shape"
+# Calls that keep a count a count: `n.clamp(min=1)`, `n.float()`, `n.item()`, `int(n)`, `max(n, 1)`.
+COUNT_KEEPING_METHODS = frozenset({"clamp", "clamp_min", "float", "item", "to", "type", "double"})
+COUNT_KEEPING_FUNCTIONS = frozenset({"int", "float", "max"})
+SUM_FUNCTION = "sum"  # the builtin: `sum(loss_dict.values())` adds loss terms
+NEXT_BATCH_FUNCTION = "next"  # `batch = next(it)`: a new micro-batch each time it runs
 # The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value.
 IGNORED_LABEL = -100
+# Collators (transformers, trl) that write IGNORED_LABEL into the labels of what they pad or hide, so
+# the number of labels a model's loss averages over changes from batch to batch; with a keyword that
+# must not be switched off (DataCollatorForLanguageModeling masks tokens only for masked LM, mlm=True,
+# its default: for causal LM it hides only padding, which packed batches do not have).
+LABEL_MASKING_COLLATORS: dict[str, str | None] = {
+    "DataCollatorForSeq2Seq": None, "DataCollatorForTokenClassification": None,
+    "DataCollatorForCompletionOnlyLM": None, "DataCollatorForLanguageModeling": "mlm"}
+DATA_LOADER = "DataLoader"
+COLLATE_KEYWORD = "collate_fn"
 
 
 @dataclass(frozen=True)
@@ -288,11 +365,38 @@ class Hook:
     base: str  # the class the method's class derives from
     divides_loss: LossScaling
     switch: str  # the attribute that turns the framework's optimisation off (manual optimisation)
+    # For a scaling that depends on more than the class (UNLESS_ITEMS_COUNTED):
+    qualified_bases: tuple[str, ...] = ()  # the framework classes (resolved through imports) it is a hook of
+    count_parameter: str | None = None  # the window's item count the framework hands the hook
+    settings: tuple[str, ...] = ()  # attributes a subclass sets to decide the framework's division itself
+    takes_over: tuple[str, ...] = ()  # methods that, overridden, replace the framework's step around the hook
+    output_attributes: tuple[str, ...] = ()  # what the framework's models return (`outputs.logits`)
+    labels_key: str | None = None  # the batch entry the framework counts the items of
 
 
 LIGHTNING_TRAINING_STEP = Hook("training_step", Framework.LIGHTNING, "LightningModule",
                                LossScaling.AUTOMATIC_OPTIMIZATION, "automatic_optimization")
-HOOKS: tuple[Hook, ...] = (LIGHTNING_TRAINING_STEP,)
+# transformers/trainer.py (4.46 to 5.x): training_step calls compute_loss(model, inputs,
+# num_items_in_batch=...) and divides its loss by the window's micro-batch count only when the loss
+# is not "scaled for gradient accumulation": the class attribute loss_is_scaled_for_ga (5.x) decides
+# when set, else the loss counts as scaled when the model accepts loss kwargs (model_accepts_loss_kwargs:
+# its forward takes **kwargs, as Hugging Face's language models do) and num_items_in_batch was counted
+# (the batches have "labels"), or a compute_loss_func was given. An override that takes
+# num_items_in_batch is written for these versions (4.46 passes it to every override); before 4.46
+# the Trainer always divided. trl's SFTTrainer keeps Trainer's training_step.
+HF_COMPUTE_LOSS = Hook(
+    "compute_loss", Framework.TRANSFORMERS, "Trainer", LossScaling.UNLESS_ITEMS_COUNTED, "model_accepts_loss_kwargs",
+    qualified_bases=("transformers.Trainer", "transformers.trainer.Trainer", "transformers.Seq2SeqTrainer",
+                     "transformers.trainer_seq2seq.Seq2SeqTrainer", "trl.SFTTrainer", "trl.trainer.SFTTrainer",
+                     "trl.trainer.sft_trainer.SFTTrainer"),
+    count_parameter="num_items_in_batch",
+    settings=("model_accepts_loss_kwargs", "loss_is_scaled_for_ga", "compute_loss_func"),
+    takes_over=("training_step",), output_attributes=("logits", "loss"), labels_key="labels")
+HOOKS: tuple[Hook, ...] = (LIGHTNING_TRAINING_STEP, HF_COMPUTE_LOSS)
+# Attributes a framework updates as its loop runs: a test reading one is no setting fixed for the run
+# (Lightning's `self.trainer.is_last_batch` holds on the epoch's last batch, `global_step` counts
+# optimizer steps; accelerate's `gradient_state.end_of_dataloader` on the last batch).
+LIVE_ATTRIBUTES = frozenset({"is_last_batch", "end_of_dataloader", "global_step"})
 # The key of the loss in a dict a hook returns (`return {"loss": loss, "log": ...}`).
 RETURNED_LOSS_KEY = "loss"
 
@@ -317,30 +421,42 @@ _LIGHTNING_MODULES = ("lightning.pytorch.LightningModule", "pytorch_lightning.Li
                       "lightning.LightningModule", "pytorch_lightning.core.LightningModule")
 # pytorch_lightning/loops/training_epoch_loop.py (2.x): `batch_idx` restarts at 0 every epoch; the
 # epoch loop repeats over a sized dataloader; with manual optimisation the loop only calls
-# training_step, and accumulate_grad_batches must stay 1 (the user steps).
+# training_step (between on_train_batch_start and on_train_batch_end, every batch), and
+# accumulate_grad_batches must stay 1 (the user steps).
 LIGHTNING_MANUAL = Driver(Framework.LIGHTNING, _LIGHTNING_MODULES, "training_step", True, "automatic_optimization",
                           None, """\
 def fit(self, train_dataloader, max_epochs):
     for epoch in range(max_epochs):
         for batch_idx, batch in enumerate(train_dataloader):
-            self.training_step(batch, batch_idx)
+            self.on_train_batch_start(batch, batch_idx)
+            outputs = self.training_step(batch, batch_idx)
+            self.on_train_batch_end(outputs, batch, batch_idx)
 """)
 # loops/optimization/automatic.py and closure.py: the returned loss (or its "loss" entry) is divided by
-# accumulate_grad_batches, backpropagated, on_after_backward runs after every backward; the optimizer
-# steps (on_before_optimizer_step, clipping, step) when the window is full or on the last batch
-# (training_epoch_loop._should_accumulate); gradients are cleared before the first backward of a window.
+# accumulate_grad_batches, backpropagated (on_before_backward before, on_after_backward after every
+# backward); on_train_batch_start and on_train_batch_end run on every batch, stepping or not; the optimizer
+# steps when the window is full or on the last batch (training_epoch_loop._should_accumulate), after the
+# precision plugin's _after_closure has run on_before_optimizer_step and then configure_gradient_clipping
+# (plugins/precision/precision.py); gradients are cleared before the first backward of a window; a
+# scheduler with interval "step" is stepped through lr_scheduler_step after each optimizer step
+# (training_epoch_loop._update_learning_rates).
 LIGHTNING_AUTOMATIC = Driver(Framework.LIGHTNING, _LIGHTNING_MODULES, "training_step", False,
                              "automatic_optimization", "accumulate_grad_batches", """\
-def fit(self, train_dataloader, max_epochs, optimizer, accumulate_grad_batches):
+def fit(self, train_dataloader, max_epochs, optimizer, scheduler, accumulate_grad_batches):
     for epoch in range(max_epochs):
         for batch_idx, batch in enumerate(train_dataloader):
+            self.on_train_batch_start(batch, batch_idx)
             loss = self.training_step(batch, batch_idx)
+            self.on_before_backward(loss)
             (loss / accumulate_grad_batches).backward()
             self.on_after_backward()
             if (batch_idx + 1) % accumulate_grad_batches == 0 or batch_idx + 1 == len(train_dataloader):
                 self.on_before_optimizer_step(optimizer)
+                self.configure_gradient_clipping(optimizer)
                 optimizer.step()
                 optimizer.zero_grad()
+                self.lr_scheduler_step(scheduler, None)
+            self.on_train_batch_end(loss, batch, batch_idx)
 """)
 DRIVERS: tuple[Driver, ...] = (LIGHTNING_MANUAL, LIGHTNING_AUTOMATIC)
 
@@ -351,6 +467,10 @@ SCHEDULE_LENGTH_POSITION = 2
 # torch schedulers whose length may be passed positionally: the argument's index
 SCHEDULE_LENGTH_POSITIONS = {"OneCycleLR": 2, "CosineAnnealingLR": 1, "PolynomialLR": 1, "LinearLR": 4}
 LENGTH_FUNCTION = "len"  # len(loader): a length counted in micro-batches
+# Schedulers made of others, which step them when they are stepped: where the list of parts is given
+# (SequentialLR(optimizer, schedulers, milestones), ChainedScheduler(schedulers)).
+SCHEDULER_PARTS_KEYWORD = "schedulers"
+SCHEDULER_PARTS_POSITIONS = {"SequentialLR": 1, "ChainedScheduler": 0}
 
 
 def apis_named(name: str) -> tuple[Api, ...]:

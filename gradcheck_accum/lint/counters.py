@@ -130,6 +130,62 @@ def pass_kind(window: Window) -> PassKind:
     return PassKind.UNKNOWN
 
 
+def pass_length(window: Window) -> cst.BaseExpression | None:
+    """How many micro-batches one pass over the loop walks, when the loop states it as a bound:
+    `range(B)`, `while count < B`, or `if count >= B: break` on a count the loop adds one to on every
+    micro-batch. None for a loop over data, or a bound the code does not state."""
+    loop = window.loop
+    if isinstance(loop, cst.For):
+        source_ = loop.iter
+        while isinstance(source_, cst.Call) and call_receiver(source_)[1] in ("tqdm", "enumerate") and source_.args:
+            source_ = source_.args[0].value
+        starts_at_zero = isinstance(source_, cst.Call) and (len(source_.args) == 1 or (
+            len(source_.args) == 2 and isinstance(source_.args[0].value, cst.Integer)
+            and source_.args[0].value.value == "0"))
+        if starts_at_zero and call_receiver(source_)[1] in ("range", "trange") and not window.outer:
+            return source_.args[-1].value  # the whole run, not an epoch of it
+        return None
+    tests = ([loop.test] if isinstance(loop, cst.While) else []) + _breaking_tests(loop)
+    for test in tests:
+        bound = _count_bound(test, window, while_test=test is getattr(loop, "test", None))
+        if bound is not None:
+            return bound
+    return None
+
+
+def _breaking_tests(loop: Loop) -> list[cst.BaseExpression]:
+    """The tests of `if <test>: break` statements directly in the loop's body."""
+    found = []
+    for statement in loop.body.body:
+        if isinstance(statement, cst.If) and statement.orelse is None and \
+                any(isinstance(small, cst.Break) for line in statement.body.body
+                    if isinstance(line, cst.SimpleStatementLine) for small in line.body):
+            found.append(statement.test)
+    return found
+
+
+def _count_bound(test: cst.BaseExpression, window: Window, while_test: bool) -> cst.BaseExpression | None:
+    """B in `count < B` (a loop's own test) or `count >= B` (a break's), where the loop adds one to
+    `count` on every micro-batch, outside any test."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return None
+    operator, bound, count = test.comparisons[0].operator, test.comparisons[0].comparator, test.left
+    runs_on = (cst.LessThan, cst.LessThanEqual) if while_test else (cst.GreaterThan, cst.GreaterThanEqual)
+    name = dotted(count)
+    if not isinstance(operator, runs_on) or name is None:
+        return None
+    defs = window.scope.defs_of(name)
+    steps = [d for d in defs if window.loop in d.ctx.loops]
+    level = len(window.outer) + 1
+    by = increment(steps[0], name) if len(steps) == 1 else None
+    if not (isinstance(by, cst.Integer) and by.value == "1") or len(steps[0].ctx.loops) != level \
+            or any(g.depth >= level for g in steps[0].ctx.guards):
+        return None
+    if any(d not in steps and any(lp in d.ctx.loops for lp in window.outer) for d in defs):
+        return None  # set again by an enclosing loop: a count of one epoch, not of the run
+    return bound
+
+
 def _breaks_on_exhaustion(node: cst.CSTNode) -> bool:
     """A `break` in an `except StopIteration:` handler of this loop body (not of a nested loop or function)."""
     for child in children(node):
@@ -198,7 +254,7 @@ def _multiple_of_n(node: cst.BaseExpression, window: Window, depth: int) -> bool
 # -- the counter -----------------------------------------------------------------------------------
 
 def counter_lifetime(window: Window) -> Lifetime:
-    counter = window.boundary.counter if window.boundary is not None else None
+    counter = window.counter
     found = _lifetime(counter, window, 0) if counter is not None else Lifetime.UNKNOWN
     return found or Lifetime.UNKNOWN
 
@@ -343,8 +399,8 @@ def distance_shift(window: Window) -> Shift | None:
     threshold = 2 if boundary.strict else 1  # the tested value on the first micro-batch of a right window
     if boundary.reference is None:
         return Shift(threshold - start, threshold - 1)
-    reference = dotted(boundary.reference)
-    counter = dotted(boundary.counter)
+    reference = dotted(window.as_own(boundary.reference))
+    counter = dotted(window.counter)
     if reference is None or counter is None:
         return None
     scope, loop = window.scope, window.loop

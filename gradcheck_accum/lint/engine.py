@@ -152,13 +152,13 @@ def _run_rules(rules: list[type[Rule]], model: FileModel, module: cst.Module, pa
     foreign = model.foreign_nodes()
     placed = []
     for rule, report in reports:
-        scope = None
+        scope, entry = report.scope, None
         if id(report.node) in foreign:  # a line of another file, walked in place of a call
             entry, scope = foreign[id(report.node)]
             if entry is None:
                 continue  # reached from a loop in that other file: reported when it is linted
         note, places = model.places(report.node, scope)
-        if scope is not None:
+        if entry is not None:
             report = report._replace(node=entry, fix=None)  # at the call here that runs it
         placed.append((rule, report, note, places))
     if not placed:

@@ -88,7 +88,7 @@ def _role_tokens(role: Role) -> frozenset[str]:
     if role is Role.DEEPSPEED:
         return frozenset({cat.DEEPSPEED_INITIALIZE.split(".")[0]})
     if role is Role.ACCELERATOR_ACCUMULATES:  # the constructor keyword, or the attribute set later
-        return frozenset({cat.ACCUMULATION_STEPS_KEYWORD})
+        return frozenset({cat.ACCUMULATION_STEPS_KEYWORD, cat.ACCUMULATION_PLUGIN_KEYWORD})
     if role is Role.WRAPS_COMPILED:
         role = Role.DDP
     found = set(_constructor_words(role))

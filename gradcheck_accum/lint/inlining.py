@@ -20,12 +20,14 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import roles_from_name
 from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted
-from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names
-from gradcheck_accum.lint.project.summary import MODULE_CODE
-from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, EventKind, Frame, Role, Scope
+from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
+from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED
+from gradcheck_accum.lint.predicates import bound_argument
+from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, EventKind, Frame, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 
 MAX_DEPTH = 4  # calls walked in place within calls walked in place
+MAX_IMPLEMENTATIONS = 6  # a call to an annotated parameter is read through at most this many classes' __call__
 _SELF = ("self", "cls")
 
 
@@ -145,7 +147,7 @@ class ProjectContext:
     def alone(cls, module: cst.Module, text: str, path: str = "<file>") -> "ProjectContext":
         """A project of one file (a snippet, standard input): calls resolve inside it only."""
         file = Path(path).absolute()
-        store = SummaryStore(file.parent, effect_names(), texts={file: text})
+        store = SummaryStore(file.parent, effect_names(), texts={file: text}, words=watched_words())
         context = cls(Project(file.parent, store, files=[file]), file, module, text)
         context.alone = True
         return context
@@ -222,6 +224,13 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
             if driver.hook in cls.methods and project.derives_from(ClassRef(path, qualname), driver.bases):
                 reached = True
                 pieces.append(driver.source)
+        for method in cls.methods:  # a trainer elsewhere runs it by name (a callback's on_backward_end)
+            ref = ClassRef(path, qualname).method(method)
+            if project.effects(ref) and project.overrides(ref):
+                for site in project.mentioning(method):
+                    if site.path != path:
+                        reached = True
+                        take(site)
     return reached, "\n".join(pieces)
 
 
@@ -258,7 +267,12 @@ class Inliner:
         self._capturing: FunctionRef | None = None  # parameter_roles: the function whose calls are read
         self._captured: dict[str, frozenset[Role]] = {}
         self._captured_classes: dict[str, ClassRef] = {}
+        self._captured_callables: dict[str, FunctionRef | None] = {}  # None: the calls pass different ones
         self._classes: dict[int, dict[str, ClassRef]] = {}  # id(scope) -> its parameters' project classes
+        # id(function) -> the hook names it runs on loop targets, and the parameters it runs hooks by
+        self._hooks_of: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
+        # id(scope) -> what calling each of its parameters runs (a loss function or loss module passed in)
+        self._callables: dict[int, dict[str, FunctionRef]] = {}
 
     def register(self, scope: Scope, module: LoadedModule | None = None, qualname: str | None = None,
                  self_class: ClassRef | None = None) -> None:
@@ -287,8 +301,13 @@ class Inliner:
         known = self._classes.get(id(scope), {}).get(head)
         if ref is None and known is not None:  # a parameter the callers bind to an instance of a project class
             ref = self.project.member_call(known, rest)
+        if ref is None and not rest:  # a parameter the callers bind to a function, or a loss module
+            ref = self._callables.get(id(scope), {}).get(head)
         if ref is None:
             ref = self.project.resolve_call(FunctionRef(module.path, qualname), text)
+        if ref is None and head in _SELF and len(rest) == 1:  # `self.criterion = criterion` in __init__
+            owner = self_class or self.project.class_of(FunctionRef(module.path, qualname))
+            ref = self._attribute_callable(owner, rest[0]) if owner is not None else None
         if ref is None:
             return None
         loaded = self.context.load(ref.path)
@@ -297,6 +316,9 @@ class Inliner:
             return None
         return ref, loaded, function
 
+    def runs_project_function(self, walker: ScopeWalker, call: cst.Call) -> bool:
+        return self.resolve(walker.scope, call) is not None
+
     # -- walking in place ---------------------------------------------------------------------------
     def inline(self, walker: ScopeWalker, call: cst.Call, ctx: Context) -> bool:
         depth = walker.scope.frame.depth if walker.scope.frame is not None else 0
@@ -304,7 +326,14 @@ class Inliner:
             return False
         found = self.resolve(walker.scope, call)
         if found is None:
-            return False
+            if self._capturing is not None or not ctx.loops:
+                return False
+            hooks = [h for h in self._dispatched(walker.scope, call)
+                     if self._effects(h[0], h[2], call) and not _on_stack(walker.scope, h[2])]
+            for ref, loaded, function in hooks:  # each hook the call may run, in place
+                caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, walker.tick(), walker.root)
+                self._walk(caller, call, ctx, ref, loaded, function)
+            return bool(hooks)
         ref, loaded, function = found
         if self._capturing is not None:  # reading a caller for the roles it passes, nothing else
             if ref == self._capturing:
@@ -316,9 +345,21 @@ class Inliner:
                     cls = self.class_of_expression(walker.scope, argument)
                     if cls is not None:
                         self._captured_classes.setdefault(name, cls)
+                    target = self.callable_of_expression(walker.scope, argument)
+                    if target is not None and self._captured_callables.get(name, target) != target:
+                        target = None  # calls that pass different callables: which one runs is unknown
+                    if target is not None or name in self._captured_callables:
+                        self._captured_callables[name] = target
             return False
-        effects = self.project.effects(ref)
+        effects = self._effects(ref, function, call)
         if not effects or _on_stack(walker.scope, function):
+            return False
+        if effects & _BACKWARDS and _has_loop(function) and any(
+                f.node is function and self._root_of.get(id(f)) is walker.root for f in self.frames):
+            # walked in place twice into one scope, its loop would be one loop (loops are told apart
+            # by their node) holding both calls' micro-batches: the second call stays a plain call.
+            # A function that does not backpropagate (a clip helper's loop over parameters) has no
+            # window of its own to merge and is walked at every call.
             return False
         if not ctx.loops and not (effects & _BACKWARDS and not effects & _STEPS) and not (
                 effects & _STEPS and not effects & _BACKWARDS and _micro_step_loop_open(walker, ctx)):
@@ -331,13 +372,69 @@ class Inliner:
         self._inlined[id(call)] = self._walk(caller, call, ctx, ref, loaded, function)
         return True
 
+    # -- hooks run by name ----------------------------------------------------------------------------
+    def _effects(self, ref: FunctionRef, function: cst.FunctionDef, call: cst.Call) -> frozenset[str]:
+        """What calling `ref` here may do: its effects, and those of the hooks it runs by name (a
+        callback system's `fire(self, event): for cb in self.callbacks: getattr(cb, event)(self)`
+        called as `fire("on_backward_end")`, or `cb.on_backward_end(self)` in its body)."""
+        effects = self.project.effects(ref)
+        if id(function) not in self._hooks_of:  # read once per function
+            self._hooks_of[id(function)] = (frozenset(_hook_names(function)), frozenset(_hook_keys(function)))
+        names, keys = set(self._hooks_of[id(function)][0]), self._hooks_of[id(function)][1]
+        if keys:
+            for parameter, argument in _arguments(call, function, None):
+                if parameter in keys and isinstance(argument, cst.SimpleString):
+                    names.add(argument.evaluated_value)
+        for name in names:
+            for hook in self.project.hook_overrides(name):
+                effects = effects | self.project.effects(hook)
+        return effects
+
+    def _dispatched(self, scope: Scope, call: cst.Call) -> list[tuple[FunctionRef, LoadedModule, cst.FunctionDef]]:
+        """The hooks a call runs by name on each object of a collection whose classes are unknown:
+        `cb.on_backward_end(self)` or `getattr(cb, event)(self)` for `cb` a loop's target, `event` a
+        string (written, or bound by the calls walked in place to a parameter); the project methods
+        of that name overriding a project base's (Project.hook_overrides)."""
+        func, receiver, name = call.func, None, None
+        if isinstance(func, cst.Attribute):
+            receiver, name = func.value, func.attr.value
+        elif isinstance(func, cst.Call) and call_receiver(func) == (None, "getattr") and len(func.args) == 2:
+            receiver, key = func.args[0].value, func.args[1].value
+            key, _ = bound_argument(key, scope)
+            name = key.evaluated_value if isinstance(key, cst.SimpleString) else None
+        if not isinstance(receiver, cst.Name) or not isinstance(name, str):
+            return []
+        defs = scope.defs_of(receiver.value)
+        if not defs or any(d.op is not DefOp.LOOP_TARGET for d in defs):
+            return []  # not one of a collection's objects
+        found = []
+        for hook in self.project.hook_overrides(name):
+            loaded = self.context.load(hook.path)
+            function = loaded.functions.get(hook.qualname) if loaded is not None else None
+            if function is not None:
+                found.append((hook, loaded, function))
+        return found
+
     def _walk(self, caller: "_Caller", call: cst.Call, ctx: Context, ref: FunctionRef, loaded: LoadedModule,
               function: cst.FunctionDef) -> Scope:
         """Walk `function` for this call: a scope of its own whose parameters are the arguments."""
+        scope, seed = self._enter(caller, call, ctx, ref, loaded, function)
+        walker = ScopeWalker(scope, loaded.imports, seed, set(loaded.functions), caller.counter,
+                             root=caller.root if caller.root is not None else scope, inliner=self)
+        walker.walk_block(function.body.body, ctx)
+        self._root_of[id(scope)] = walker.root
+        scope.env = {}
+        return scope
+
+    def _enter(self, caller: "_Caller", call: cst.Call, ctx: Context, ref: FunctionRef, loaded: LoadedModule,
+               function: cst.FunctionDef, site: cst.CSTNode | None = None) -> tuple[Scope, dict[str, frozenset[Role]]]:
+        """The scope of `function` called here, its parameters bound to the call's arguments, and the
+        roles its names start with. `site`: the node that runs it, when that is not a call (a property read)."""
         foreign = loaded is not self.context.this
         cls = loaded.class_of(ref.qualname)
-        frame = Frame(call, caller.scope, f"{self.context.display(ref.path)}:{ref.qualname}",
-                      self.context.display(ref.path) if foreign else None, in_loop=bool(ctx.loops))
+        frame = Frame(site or call, caller.scope, f"{self.context.display(ref.path)}:{ref.qualname}",
+                      self.context.display(ref.path) if foreign else None, in_loop=bool(ctx.loops),
+                      for_returns=caller.root is None)
         scope = Scope(function, function.name.value, _bases(cls), frame=frame,
                       imports=loaded.imports if foreign else None)
         receiver = _receiver(call, function, cls)
@@ -353,6 +450,9 @@ class Inliner:
             cls = self.class_of_expression(caller.scope, argument)
             if cls is not None:
                 self._classes.setdefault(id(scope), {})[name] = cls
+            target = self.callable_of_expression(caller.scope, argument)
+            if target is not None:
+                self._callables.setdefault(id(scope), {})[name] = target
             roles = caller.roles(argument)
             if roles:
                 seed[name] = roles
@@ -361,12 +461,33 @@ class Inliner:
                 prefix = dotted(argument) + "."
                 seed.update({name + "." + attribute[len(prefix):]: attribute_roles
                              for attribute, attribute_roles in caller.env.items() if attribute.startswith(prefix)})
-        walker = ScopeWalker(scope, loaded.imports, seed, set(loaded.functions), caller.counter,
-                             root=caller.root if caller.root is not None else scope, inliner=self)
-        walker.walk_block(function.body.body, ctx)
-        self._root_of[id(scope)] = walker.root
-        scope.env = {}
-        return scope
+        return scope, seed
+
+    def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context) \
+            -> tuple[cst.BaseExpression, Scope] | None:
+        """A test that calls a project function, or reads a project property, whose body only returns
+        an expression (`if self._is_update_step(step):`, `if self.clock.is_optimizer_step:`): that
+        expression, and the scope of the function entered for this call, where it is read (its
+        parameters bound to the arguments: the caller's counter arrives by them)."""
+        depth = walker.scope.frame.depth if walker.scope.frame is not None else 0
+        if depth >= MAX_DEPTH or self._capturing is not None:
+            return None
+        read = isinstance(test, cst.Attribute)
+        call = cst.Call(func=test) if read else test
+        if not isinstance(call, cst.Call) or (read and dotted(test) is None):
+            return None
+        found = self.resolve(walker.scope, call)
+        if found is None:
+            return None
+        ref, loaded, function = found
+        if read != any(dotted(d.decorator) == cat.PROPERTY for d in function.decorators):
+            return None  # a method read without a call, or a property called
+        returned = _only_return(function)
+        if returned is None or _on_stack(walker.scope, function):
+            return None
+        caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, walker.counter[0], walker.root)
+        scope, _ = self._enter(caller, call, ctx, ref, loaded, function, site=test)
+        return returned, scope
 
     def returned_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
         found = self.resolve(walker.scope, call)
@@ -405,26 +526,71 @@ class Inliner:
         """Roles the calls constructing `cls` in the project give the parameters of its `__init__`
         (the union over the calls: some construction passes them). Only for classes whose methods
         reach a backward, whose attributes a window may read."""
+        return self._constructed_with(cls, init)[0]
+
+    def _constructed_with(self, cls: ClassRef, init: FunctionRef) \
+            -> tuple[dict[str, frozenset[Role]], dict[str, FunctionRef | None]]:
+        """What the calls constructing `cls` give the parameters of its `__init__`: their roles, and
+        what calling each runs (the same callable in every call, else None)."""
         memo = self.project.summaries.memo
         key = ("constructed with", cls)
         if key in memo:
             return memo[key]
-        memo[key] = {}
+        memo[key] = ({}, {})
         summary = self.project.summary(cls.path).classes.get(cls.qualname)
         if self.context.alone or summary is None or not any(
                 self.project.effects(cls.method(m)) & _BACKWARDS for m in summary.methods):
-            return {}
+            return memo[key]
         roles: dict[str, frozenset[Role]] = {}
+        callables: dict[str, FunctionRef | None] = {}
         for caller in self.project.constructors_of(cls):
             self._capturing, self._captured, self._captured_classes = init, {}, {}
+            self._captured_callables = {}
             try:
                 self._walk_root(caller, None, keep=False)
             finally:
                 self._capturing = None
             for name, found in self._captured.items():
                 roles[name] = roles.get(name, NO_ROLES) | found
-        memo[key] = roles
-        return roles
+            for name, target in self._captured_callables.items():
+                callables[name] = target if callables.get(name, target) == target else None
+        memo[key] = (roles, callables)
+        return memo[key]
+
+    def _attribute_callable(self, owner: ClassRef, attribute: str) -> FunctionRef | None:
+        """What calling `self.attribute` runs when `__init__` binds it to a parameter (`self.criterion =
+        criterion`) that every construction of the class passes the same callable for."""
+        init = self.project.lookup_method(owner, "__init__")
+        loaded = self.context.load(init.path) if init is not None else None
+        function = loaded.functions.get(init.qualname) if loaded is not None else None
+        if function is None:
+            return None
+        parameter = _bound_parameter(function, attribute)
+        if parameter is None:
+            return None
+        return self._constructed_with(owner, init)[1].get(parameter)
+
+    def callable_of_expression(self, scope: Scope, node: cst.BaseExpression) -> FunctionRef | None:
+        """What calling the value of an expression runs: a project function passed by name
+        (`loss_fn=masked_nll`, `self.compute_loss`), a loss module built in place or bound to a
+        name (`MaskedLoss()`, `criterion`): its `__call__`/`forward`."""
+        origin = self._origin.get(id(scope))
+        if origin is None:
+            return None
+        module, qualname, _ = origin
+        if isinstance(node, cst.Call):
+            written = dotted(node.func)
+            cls = self.project.resolve_class(module.path, written) if written else None
+            return self.project.member_call(cls, []) if isinstance(cls, ClassRef) else None
+        name = dotted(node)
+        if name is None:
+            return None
+        cls = self.class_of_expression(scope, node)
+        if cls is not None:
+            return self.project.member_call(cls, [])
+        if "." not in name and name in self._callables.get(id(scope), {}):
+            return self._callables[id(scope)][name]
+        return self.project.resolve_call(FunctionRef(module.path, qualname), name)
 
     def class_of_expression(self, scope: Scope, node: cst.BaseExpression) -> ClassRef | None:
         """The project class of the object an expression names: a parameter bound to one, a name or
@@ -466,10 +632,12 @@ class Inliner:
             return {}  # no loop: no window of its own
         roles: dict[str, frozenset[Role]] = {}
         classes: dict[str, ClassRef] = {}
+        callables: dict[str, FunctionRef | None] = {}
         for site in self.project.callers(ref):
             if site.caller == ref:
                 continue
             self._capturing, self._captured, self._captured_classes = ref, {}, {}
+            self._captured_callables = {}
             try:
                 self._walk_root(site.caller, site.receiver, keep=False)
             finally:
@@ -478,8 +646,13 @@ class Inliner:
                 roles[name] = roles.get(name, NO_ROLES) | found
             for name, cls in self._captured_classes.items():
                 classes.setdefault(name, cls)
+            for name, target in self._captured_callables.items():
+                callables[name] = target if callables.get(name, target) == target else None
         if classes:
             self._classes[id(scope)] = classes
+        known = {name: target for name, target in callables.items() if target is not None}
+        if known:
+            self._callables[id(scope)] = known
         return roles
 
     # -- callers in other files -----------------------------------------------------------------------
@@ -492,10 +665,18 @@ class Inliner:
         roots: dict[tuple[FunctionRef, ClassRef | None], None] = {}
         for qualname, function in this.functions.items():
             ref = FunctionRef(this.path, qualname)
-            if id(function) in walked_here or not self.project.effects(ref) & _BACKWARDS:
+            if id(function) in walked_here:
                 continue
-            for root in self._loops_calling(ref, 2):
-                roots.setdefault(root)
+            if self.project.effects(ref) & _BACKWARDS:
+                for root in self._loops_calling(ref, 2):
+                    roots.setdefault(root)
+            elif self.project.effects(ref) and self.project.overrides(ref):
+                # a hook other files run by name (a callback's on_backward_end): the loops around the
+                # functions that name it
+                for site in self.project.mentioning(function.name.value):
+                    if site.path != this.path:
+                        for root in [(site, None), *self._loops_calling(site, 3)]:
+                            roots.setdefault(root)
         for (ref, self_class) in roots:
             scope = self._walk_root(ref, self_class)
             if scope is not None:
@@ -532,17 +713,25 @@ class Inliner:
         return False
 
     def _configured(self, keyword: str) -> bool:
-        """Does some constructor call in the project set `keyword` to something other than 1?"""
+        """Does some constructor call in the project set `keyword` to something other than 1? Or take
+        settings it does not spell out (`Trainer(**cfg)`, `Trainer.from_argparse_args(args)`) in a
+        project whose code names `keyword` (reads it from its arguments or config, passes it on)?"""
         key = ("configured", keyword)
         memo = self.project.summaries.memo
         if key not in memo:
-            memo[key] = False
+            summaries = self.project.summaries
+            named = unspelled = False
             for path in self.project.files:
-                if not self.project.summaries.may_mention(path, keyword):
+                if not summaries.may_mention(path, keyword) and not summaries.may_mention(path, UNSPELLED):
                     continue
-                if any(keywords.get(keyword, "1") != "1" for _, keywords in self.project.summary(path).constructions):
-                    memo[key] = True
-                    break
+                summary = self.project.summary(path)
+                named = named or keyword in summary.names
+                for _, keywords in summary.constructions:
+                    if keywords.get(keyword, "1") != "1":
+                        memo[key] = True
+                        return True
+                    unspelled = unspelled or UNSPELLED in keywords
+            memo[key] = named and unspelled
         return memo[key]
 
     def _walk_driver(self, driver: cat.Driver, cls: ClassRef) -> Scope:
@@ -597,19 +786,55 @@ class Inliner:
             return self._returns[key]
         self._returns[key] = None  # a recursive function: unknown while it is being read
         walked = self._inlined.get(key)
-        if walked is None:
-            found = self.resolve(scope, call)
-            depth = scope.frame.depth if scope.frame is not None else 0
-            if found is not None and depth < MAX_DEPTH and not _on_stack(scope, found[2]):
-                caller = _Caller(scope, {}, _guessed_roles, [before], before, None)
-                walked = self._walk(caller, call, Context(), *found)
-        result = None
         if walked is not None:
-            events = self._root_of[id(walked)].events
-            result = [(event.expr, walked, event.order + 1) for event in events
-                      if event.kind is EventKind.RETURN and event.scope is walked and event.expr is not None]
+            targets = [walked]
+        else:
+            found = self.resolve(scope, call)
+            candidates = [found] if found is not None else self.implementations(scope, call)
+            depth = scope.frame.depth if scope.frame is not None else 0
+            targets = []
+            for target in candidates:
+                if depth >= MAX_DEPTH or _on_stack(scope, target[2]):
+                    targets = []
+                    break
+                targets.append(self._walk(_Caller(scope, {}, _guessed_roles, [before], before, None), call, Context(),
+                                          *target))
+        result = None
+        if targets:
+            result = [(event.expr, one, event.order + 1) for one in targets for event in self._root_of[id(one)].events
+                      if event.kind is EventKind.RETURN and event.scope is one and event.expr is not None]
         self._returns[key] = result
         return result
+
+    def implementations(self, scope: Scope, call: cst.Call) -> list[tuple[FunctionRef, LoadedModule, cst.FunctionDef]]:
+        """What calling a parameter annotated with a project class may run (`loss_fn: LossFunction`,
+        called `loss_fn(logits, batch)`): the `__call__`/`forward` of that class and of its subclasses
+        in the project, those with a body (a Protocol's or an abstract class's own stub is left
+        out). Empty when there are none, or too many to read them all."""
+        origin = self._origin.get(id(scope))
+        function = scope.node
+        if origin is None or not isinstance(function, cst.FunctionDef) or not isinstance(call.func, cst.Name):
+            return []
+        annotation = _annotation(function, call.func.value)
+        cls = self.project.resolve_class(origin[0].path, annotation) if annotation else None
+        if not isinstance(cls, ClassRef):
+            return []
+        memo = self.project.summaries.memo
+        key = ("implementations", cls)
+        if key not in memo:
+            found: dict[FunctionRef, None] = {}
+            for candidate in [cls, *self.project.subclasses(cls)]:
+                ref = self.project.member_call(candidate, [])
+                if ref is not None:
+                    found.setdefault(ref)
+            memo[key] = list(found)
+        out = []
+        for ref in memo[key]:
+            loaded = self.context.load(ref.path)
+            node = loaded.functions.get(ref.qualname) if loaded is not None else None
+            if node is not None and not _is_stub(node):
+                out.append((ref, loaded, node))
+        return out if len(out) <= MAX_IMPLEMENTATIONS else []
 
     def foreign_nodes(self) -> dict[int, tuple[cst.Call | None, Scope]]:
         """The nodes that belong to other files (walked in place here), by id, each with the call in
@@ -617,9 +842,13 @@ class Inliner:
         and the scope they were walked in. A finding never points into another file: it moves to
         that call, or is left to the other file's own lint."""
         out: dict[int, tuple[cst.Call | None, Scope]] = {}
-        for scope in [*self.roots, *self.frames]:
-            if not (scope.foreign or scope.frame is not None and scope.frame.path is not None):
-                continue
+        scopes = [s for s in [*self.roots, *self.frames] if s.foreign or s.frame is not None and s.frame.path is not None]
+        for scope in scopes:  # a call that runs a line first (`f(clip=False)` then `f(clip=True)`: the second)
+            root = self._root_of.get(id(scope), scope)
+            for event in root.events:
+                if event.scope is scope:
+                    out.setdefault(id(event.node), (_entry_call(scope), scope))
+        for scope in scopes:
             entry = _entry_call(scope)
             stack = [scope.node]
             while stack:
@@ -738,6 +967,50 @@ def _micro_step_loop_open(walker: ScopeWalker, ctx: Context) -> bool:
     return last is not None and last.kind is EventKind.BACKWARD and len(last.ctx.loops) > len(ctx.loops)
 
 
+def _hook_calls(function: cst.FunctionDef) -> list[cst.Call]:
+    """The calls in a function's body of a method on the target of one of its loops
+    (`for cb in self.callbacks: cb.on_backward_end(self)`) or of `getattr(x, name)` (`getattr(cb, event)(self)`)."""
+    targets: set[str] = set()
+    found = []
+    stack: list[cst.CSTNode] = list(function.body.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.For):
+            targets.update(n for n in [dotted(node.target)] if n)
+        if isinstance(node, cst.Call):
+            found.append(node)
+        stack.extend(children(node))
+    return [c for c in found if (isinstance(c.func, cst.Attribute) and dotted(c.func.value) in targets)
+            or (isinstance(c.func, cst.Call) and call_receiver(c.func) == (None, "getattr") and len(c.func.args) == 2)]
+
+
+def _hook_names(function: cst.FunctionDef) -> list[str]:
+    """The method names a function calls on its loop targets (`cb.on_backward_end(self)`)."""
+    return [c.func.attr.value for c in _hook_calls(function) if isinstance(c.func, cst.Attribute)]
+
+
+def _hook_keys(function: cst.FunctionDef) -> list[str]:
+    """The parameters a function runs a hook by (`getattr(cb, event)(self)`): its caller says which."""
+    params = {p.name.value for p in [*function.params.posonly_params, *function.params.params,
+                                     *function.params.kwonly_params]}
+    keys = [call.func.args[1].value for call in _hook_calls(function) if isinstance(call.func, cst.Call)]
+    return [key.value for key in keys if isinstance(key, cst.Name) and key.value in params]
+
+
+def _only_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
+    """The expression a function returns when its body (past a docstring) is that one return."""
+    body = list(function.body.body)
+    if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) \
+            and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+        body = body[1:]
+    if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1:
+        return None
+    statement = body[0].body[0]
+    return statement.value if isinstance(statement, cst.Return) else None
+
+
 def _on_stack(scope: Scope | None, function: cst.FunctionDef) -> bool:
     while scope is not None:
         if scope.node is function:
@@ -790,13 +1063,69 @@ def _arguments(call: cst.Call, function: cst.FunctionDef, receiver: cst.BaseExpr
         names = names[1:]
     elif names and names[0] in _SELF and not _is_static(function):
         names = names[1:]  # `Class.method(obj, ...)` or an unknown receiver: self stays unknown
-    positional = [a.value for a in call.args if a.keyword is None and not a.star]
-    if any(a.star for a in call.args):
-        return pairs  # `f(*args)`: which parameter gets what is unknown
+    positional = []
+    for a in call.args:
+        if a.star == "*":
+            break  # `f(x, *args)`: which parameter gets what after `x` is unknown
+        if a.keyword is None and not a.star:
+            positional.append(a.value)
     pairs.extend(zip(names, positional))
     keywords = {p.name.value for p in [*function.params.params, *function.params.kwonly_params]}
     pairs.extend((a.keyword.value, a.value) for a in call.args if a.keyword is not None and a.keyword.value in keywords)
     return pairs
+
+
+def _has_loop(function: cst.FunctionDef) -> bool:
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.For, cst.While)):
+            return True
+        if not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            stack.extend(children(node))
+    return False
+
+
+def _annotation(function: cst.FunctionDef, parameter: str) -> str | None:
+    """The class a parameter is annotated with, as written (`LossFunction`, `losses.LossFn`)."""
+    for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
+        if param.name.value == parameter and param.annotation is not None:
+            return dotted(param.annotation.annotation)
+    return None
+
+
+def _is_stub(function: cst.FunctionDef) -> bool:
+    """A body that does nothing but document itself: `pass`, `...`, `raise NotImplementedError`."""
+    for statement in function.body.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return False
+        for small in statement.body:
+            if isinstance(small, cst.Pass) or isinstance(small, cst.Expr) and isinstance(
+                    small.value, (cst.SimpleString, cst.ConcatenatedString, cst.Ellipsis)):
+                continue
+            if isinstance(small, cst.Raise) and "NotImplementedError" in (dotted(small.exc) or dotted(
+                    getattr(small.exc, "func", None)) or ""):
+                continue
+            return False
+    return True
+
+
+def _bound_parameter(function: cst.FunctionDef, attribute: str) -> str | None:
+    """The parameter `__init__` binds `self.attribute` to (`self.criterion = criterion`), when that
+    is the attribute's only binding there."""
+    parameters = {p.name.value for p in (*function.params.posonly_params, *function.params.params,
+                                          *function.params.kwonly_params)}
+    found = []
+    for statement in _attribute_bindings(function):
+        for small in statement.body:
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else \
+                [small.target] if isinstance(small, cst.AnnAssign) else []
+            for target in targets:
+                if dotted(target) == f"self.{attribute}":
+                    found.append(small.value)
+    if len(found) == 1 and isinstance(found[0], cst.Name) and found[0].value in parameters:
+        return found[0].value
+    return None
 
 
 def _attribute_bindings(method: cst.FunctionDef) -> list[cst.SimpleStatementLine]:

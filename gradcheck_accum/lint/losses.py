@@ -10,16 +10,31 @@ that need them stay silent.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from dataclasses import dataclass, field
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.bindings import constructor_roles, no_roles
+from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size_name, no_roles
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, keyword, positional
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, dotted, full_names, item_name,
+                                        iter_names, keyword, positional)
 from gradcheck_accum.lint.predicates import is_accumulation_count
-from gradcheck_accum.lint.vocabulary import NO_ROLES, DefOp, Role, Scope
+from gradcheck_accum.lint.vocabulary import NO_ROLES, Def, DefOp, Guard, Role, Scope
+
+if TYPE_CHECKING:
+    from gradcheck_accum.lint.vocabulary import Loop
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """A division or multiplication of the loss after it was computed (`loss / n`, `loss *= w`)."""
+
+    node: cst.CSTNode  # the operation (or the augmented assignment)
+    factor: cst.BaseExpression  # the divisor or multiplier
+    divides: bool
+    scope: Scope  # whose names the factor reads
+    guards: tuple[Guard, ...] = ()  # the conditions of the statement that scales (only then does it happen)
 
 
 @dataclass
@@ -27,12 +42,29 @@ class LossFacts:
     """What the dataflow says about a backpropagated loss expression."""
 
     known: bool = True  # every definition was traced to something we understand
-    scaled: bool = False  # divided or multiplied after it was computed
-    divisions: list[tuple[cst.CSTNode, cst.BaseExpression]] = field(default_factory=list)  # (node, divisor)
+    scalings: list[Scaling] = field(default_factory=list)
     token_level: bool = False  # a mean over a variable number of valid items
     sum_reduced: bool = False
     detached: bool = False
     names: set[str] = field(default_factory=set)  # every name the expression was traced through
+
+    def absorb(self, other: "LossFacts") -> None:
+        """Take in the facts of an operand that is the loss (`loss` of `loss * w`)."""
+        self.known &= other.known
+        self.scalings.extend(other.scalings)
+        self.token_level |= other.token_level
+        self.sum_reduced |= other.sum_reduced
+        self.detached |= other.detached
+        self.names |= other.names
+
+    @property
+    def scaled(self) -> bool:
+        return bool(self.scalings)
+
+    @property
+    def divisions(self) -> list[tuple[cst.CSTNode, cst.BaseExpression]]:
+        """(node, divisor) of each division."""
+        return [(s.node, s.factor) for s in self.scalings if s.divides]
 
 
 # What a call to a function of the project returns: (expression, the scope it is read in, the point
@@ -46,6 +78,7 @@ class LossTracer:
         self.module, self.imports, self.scopes = module, imports, scopes
         self.module_scopes = [s for s in scopes if s.node is module]
         self.returns = returns
+        self._guards: tuple[Guard, ...] = ()  # the conditions of the definition being read
 
     def facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
         """The facts of `expr` as evaluated just before program point `before` in `scope`."""
@@ -67,12 +100,17 @@ class LossTracer:
                 # `0.5 * kl`: a fixed weight between terms, not a normalisation of the window
                 self._trace(node.right if _is_number(node.left) else node.left, scope, before, facts, depth)
                 return
-            if isinstance(node.operator, (cst.Divide, cst.Multiply, cst.FloorDivide)):
-                facts.scaled = True
-                if isinstance(node.operator, cst.Divide):
-                    facts.divisions.append((node, node.right))
-                    if _is_count_of_items(node.right):
-                        facts.token_level = True
+            if isinstance(node.operator, cst.Multiply):
+                # `loss * w`, or `w * loss` when only the left operand is a plain weight (`alpha * kd`)
+                swap = _weight_like(node.left, scope, 0) and not _weight_like(node.right, scope, 0)
+                loss, factor = (node.right, node.left) if swap else (node.left, node.right)
+                facts.scalings.append(Scaling(node, factor, False, scope, self._guards))
+                self._trace(loss, scope, before, facts, depth)
+                return
+            if isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
+                facts.scalings.append(Scaling(node, node.right, True, scope, self._guards))
+                if isinstance(node.operator, cst.Divide) and _is_count_of_items(node.right):
+                    facts.token_level = True
                 self._trace(node.left, scope, before, facts, depth)
                 return
             if isinstance(node.operator, (cst.Add, cst.Subtract)):
@@ -88,12 +126,27 @@ class LossTracer:
             # `loss = -loss` (a reward maximised): the sign is no scaling, the operand keeps its facts
             self._trace(node.expression, scope, before, facts, depth)
             return
+        if isinstance(node, cst.IfExp):
+            # `(loss, outputs) if return_outputs else loss`: a tensor that is backpropagated is not the
+            # tuple, so the branches that are tuples are not the ones that reach here
+            branches = [b for b in (node.body, node.orelse) if not isinstance(b, (cst.Tuple, cst.List))]
+            if not branches:
+                facts.known = False
+            for branch in branches:
+                self._trace(branch, scope, before, facts, depth)
+            return
         if isinstance(node, cst.Dict) and returned_loss(node) is not None:
             self._trace(returned_loss(node), scope, before, facts, depth + 1)  # `{"loss": loss, ...}`
             return
         if isinstance(node, (cst.Tuple, cst.List, cst.Dict, cst.Set)):
             facts.known = False  # several values (a function returning the loss with its parts)
             return
+        item = item_name(node)
+        if item is not None and scope.defs_of(item, before):
+            # `out["loss"]` after `out["loss"] /= n` (or `= loss / n`): what is stored under that key
+            facts.names.add(item)
+            if self._trace_defs(item, scope, before, facts, depth):
+                return
         if isinstance(node, (cst.Subscript, cst.Attribute)) and dotted(node) is None or (
                 isinstance(node, cst.Attribute) and node.attr.value == "data"):
             if isinstance(node, cst.Attribute) and node.attr.value == "data":
@@ -109,14 +162,19 @@ class LossTracer:
             if self._masked_labels(node.value, scope, before):
                 facts.token_level = True
             return
-        defs = scope.defs_of(name, before)
-        if not defs:
+        if not scope.defs_of(name, before):
             if isinstance(node, cst.Attribute):
                 self._trace(node.value, scope, before, facts, depth + 1)
             else:
                 facts.known = False  # a parameter or global we cannot follow
             return
-        # The definitions that can reach `before`: the last unconditional one and any later ones.
+        self._trace_defs(name, scope, before, facts, depth)
+
+    def _trace_defs(self, name: str, scope: Scope, before: int, facts: LossFacts, depth: int) -> bool:
+        """Read the definitions of `name` that can reach `before` into `facts`: the last unconditional
+        one and any later ones. False when none of them binds the name anew (only `name /= n` and
+        the like): its value from before them is still to be read."""
+        defs = scope.defs_of(name, before)
         reaching = []
         for d in reversed(defs):
             reaching.append(d)
@@ -124,27 +182,36 @@ class LossTracer:
                 break
         for d in reaching:
             if d.op.scales:
-                facts.scaled = True
-                if d.op is DefOp.DIVIDE and d.value is not None:
-                    facts.divisions.append((d.node, d.value))
-                    if _is_count_of_items(d.value):  # `loss /= mask.sum()`, as `loss = loss / mask.sum()`
-                        facts.token_level = True
+                if d.value is not None:
+                    facts.scalings.append(Scaling(d.node, d.value, d.op is not DefOp.MULTIPLY, scope, d.ctx.guards))
+                if d.op is DefOp.DIVIDE and d.value is not None and _is_count_of_items(d.value):
+                    facts.token_level = True  # `loss /= mask.sum()`, as `loss = loss / mask.sum()`
             elif d.op is DefOp.LOOP_TARGET:
                 facts.known = False
             elif d.value is not None:
                 where = d.scope or scope  # a parameter's argument is read in the caller
-                if d.op is DefOp.UNPACK and isinstance(d.value, cst.Call) and d.index is not None:
-                    self._trace_element(d.value, d.index, where, d.order, facts, depth + 1)
-                elif d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)) and d.index is not None:
-                    self._trace(d.value.elements[d.index].value, where, d.order, facts, depth + 1)
-                else:
-                    self._trace(d.value, where, d.order, facts, depth + 1)
+                outer, self._guards = self._guards, d.ctx.guards
+                try:
+                    self._trace_def(d, where, facts, depth)
+                finally:
+                    self._guards = outer
+        return any(d.op.rebinds for d in reaching)
+
+    def _trace_def(self, d: Def, where: Scope, facts: LossFacts, depth: int) -> None:
+        if d.op is DefOp.UNPACK and isinstance(d.value, cst.Call) and d.index is not None:
+            self._trace_element(d.value, d.index, where, d.order, facts, depth + 1)
+        elif d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)) and d.index is not None:
+            self._trace(d.value.elements[d.index].value, where, d.order, facts, depth + 1)
+        else:
+            self._trace(d.value, where, d.order, facts, depth + 1)
 
     def _trace_terms(self, nodes: tuple[cst.BaseExpression, ...], scope: Scope, before: int, facts: LossFacts,
                      depth: int) -> None:
-        """`a + w * b`: a sum of loss terms. When one term is a plain loss (known, neither scaled nor
-        summed nor detached) and no term is divided by anything, the sum is not normalised, whatever
-        weights multiply the other terms: `a`'s gradient alone is summed over the window undivided."""
+        """`a + w * b`: a sum of loss terms. A factor that multiplies some terms and not all of them
+        (`cfg.w * proj`, `alpha * kd + (1 - alpha) * ce`) weighs the terms against each other: it
+        normalises nothing. When one term is a plain loss (known, neither scaled nor summed nor
+        detached) and no term is divided by anything, the sum is not normalised whatever the other
+        terms are: `a`'s gradient alone is summed over the window undivided."""
         terms = []
         for node in nodes:
             term = LossFacts()
@@ -152,17 +219,36 @@ class LossTracer:
             terms.append((node, term))
         plain = [t for node, t in terms if t.known and not (t.scaled or t.sum_reduced or t.detached)
                  and (t.names or isinstance(node, cst.Call))]
+        divided = any(term.divisions for _, term in terms)
+        factors = [{code(s.factor) for s in term.scalings if not s.divides} for _, term in terms]
+        common = set.intersection(*factors) if factors else set()
         for _, term in terms:
             facts.names |= term.names
-            facts.divisions.extend(term.divisions)
+            facts.scalings.extend(s for s in term.scalings if s.divides or code(s.factor) in common)
             facts.token_level |= term.token_level
-        if plain and not any(term.divisions for _, term in terms):
+        if plain and not divided:
             return
         for _, term in terms:
             facts.known &= term.known
-            facts.scaled |= term.scaled
             facts.sum_reduced |= term.sum_reduced
             facts.detached |= term.detached
+
+    def _trace_sum(self, iterable: cst.BaseExpression, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
+        """`sum(loss_dict.values())`, `sum(losses[k] * weights[k] for k in losses)`: a sum of loss terms.
+        A factor that changes with the term (it reads the comprehension's variable) weighs the terms
+        against each other; it normalises nothing."""
+        if not isinstance(iterable, (cst.GeneratorExp, cst.ListComp)):
+            self._trace(iterable, scope, before, facts, depth)
+            return
+        variables = set()
+        clause = iterable.for_in
+        while clause is not None:
+            variables.update(full_names(clause.target))
+            clause = clause.inner_for_in
+        terms = LossFacts()
+        self._trace(iterable.elt, scope, before, terms, depth)
+        terms.scalings = [s for s in terms.scalings if s.divides or not variables & set(iter_names(s.factor))]
+        facts.absorb(terms)
 
     def _trace_element(self, call: cst.Call, index: int, scope: Scope, before: int, facts: LossFacts,
                        depth: int) -> None:
@@ -189,25 +275,29 @@ class LossTracer:
         for value, where, at in returned:
             self._trace(value, where, at, inner, depth + 1)
         if not returned or not inner.known:
+            # a value divided by a count of valid items on its way out (`masked_mean(...)`) is a
+            # per-item mean whatever else it reads
+            facts.token_level |= inner.token_level
             return False
-        facts.scaled |= inner.scaled
-        facts.divisions.extend(inner.divisions)
-        facts.token_level |= inner.token_level
-        facts.sum_reduced |= inner.sum_reduced
-        facts.detached |= inner.detached
-        facts.names |= inner.names
+        facts.absorb(inner)
         return True
 
     def _trace_call(self, node: cst.Call, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
         receiver, method = call_receiver(node)
+        if receiver is None and method == cat.SUM_FUNCTION and node.args and not scope.defs_of(method) \
+                and (scope.imports or self.imports).qualify(node.func) is None:
+            self._trace_sum(node.args[0].value, scope, before, facts, depth)
+            return
         if receiver is not None and self.imports.qualify(node.func):
             # `torch.sum(x)`, `torch.mean(x, dim=1)`: a module's function; its first argument is the operand
             receiver = positional(node, 0)
         operation = cat.LOSS_OPERATIONS.get(method or "")
         if operation in (LossOp.DIVIDES, LossOp.MULTIPLIES) and receiver is not None:
-            facts.scaled = True
-            if operation is LossOp.DIVIDES and node.args:
-                facts.divisions.append((node, node.args[0].value))
+            if node.args:
+                facts.scalings.append(Scaling(node, node.args[0].value, operation is LossOp.DIVIDES, scope,
+                                              self._guards))
+            else:
+                facts.known = False  # `loss.div(**kw)`: by what is unknown
             self._trace(receiver, scope, before, facts, depth)
             return
         if operation is LossOp.AMP_SCALES and node.args:
@@ -235,8 +325,8 @@ class LossTracer:
         roles = constructor_roles(node, imports, no_roles) | self._roles_of(callee, scope)
         if Role.SUM_LOSS in roles:
             facts.sum_reduced = True
-        if Role.TOKEN_LOSS in roles:
-            facts.token_level = True
+        if Role.TOKEN_LOSS in roles and Role.SUM_LOSS not in roles:
+            facts.token_level = True  # a mean over the valid items (a sum over them is no mean)
         # Only producers whose reduction we know count: torch losses and criteria, and model
         # forwards (HF-style `.loss`). Anything else (`compute_loss(...)`) may sum or scale inside.
         if not (Role.CRITERION in roles or (imports.qualify(node.func) or "").startswith("torch")
@@ -244,15 +334,72 @@ class LossTracer:
             facts.known = False
 
     def _masked_labels(self, outputs: cst.BaseExpression, scope: Scope, before: int) -> bool:
-        """`outputs = model(..., labels=y)` where `y[...] = -100` masks items out in this scope."""
+        """`outputs = model(..., labels=y)` where `y[...] = -100` masks items out in this scope, or
+        `model(**batch)` / `labels=batch["labels"]` with batches from a loader whose collator masks
+        labels (catalogue.LABEL_MASKING_COLLATORS)."""
         calls = [d.value for d in scope.defs_of(dotted(outputs) or "", before) if isinstance(d.value, cst.Call)]
         if isinstance(outputs, cst.Call):
             calls.append(outputs)
         for call in calls:
-            labels = dotted(keyword(call, "labels"))
-            if labels and any(d.op is DefOp.ITEM and _is_ignored_label(d.value) for d in scope.defs_of(labels)):
+            labels = keyword(call, "labels")
+            name = dotted(labels)
+            if name and any(d.op is DefOp.ITEM and _is_ignored_label(d.value) for d in scope.defs_of(name)):
+                return True
+            given = [a.value for a in call.args if a.star == "**"]
+            if labels is not None:
+                given.append(_container(labels))  # `batch["labels"].to(device)`: what `batch` is
+            if any(self._collated_with_masking(batch, scope, 0) for batch in given):
                 return True
         return False
+
+    def _collated_with_masking(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+        """Does this batch (or loader) come from a DataLoader whose collate_fn masks labels: a loop
+        over it (`for step, batch in enumerate(loader)`), `accelerator.prepare` of it, a name for it?"""
+        if depth > 8:
+            return False
+        if isinstance(node, cst.Call):
+            receiver, method = call_receiver(node)
+            if method == cat.DATA_LOADER:
+                collator = keyword(node, cat.COLLATE_KEYWORD)
+                return collator is not None and self._masking_collator(collator, scope, 0)
+            returned = self.returns(node, scope, _END) if self.returns is not None else None
+            if returned:  # `loader = build_dataloader(...)`: what the project function returns
+                return any(self._collated_with_masking(value, where, depth + 1) for value, where, _ in returned)
+            first = positional(node, 0)  # enumerate(loader), tqdm(loader), iter(loader)
+            return receiver is None and first is not None and self._collated_with_masking(first, scope, depth + 1)
+        name = dotted(node)
+        if name is None:
+            return False
+        for d in scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else []):
+            value = d.value
+            if d.op is DefOp.UNPACK:
+                if not (isinstance(value, cst.Call) and call_receiver(value)[1] in cat.PREPARE_METHODS
+                        and d.index is not None):
+                    continue
+                value = positional(value, d.index)  # `model, loader = accelerator.prepare(model, loader)`
+            if value is not None and d.op in (DefOp.ASSIGN, DefOp.UNPACK, DefOp.LOOP_TARGET) \
+                    and self._collated_with_masking(value, d.scope or scope, depth + 1):
+                return True
+        return False
+
+    def _masking_collator(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+        """A collator of the catalogue that masks labels, or a function of this file that writes the
+        ignored label (`pad_sequence(labels, padding_value=-100)`, `labels[...] = -100`)."""
+        if not isinstance(node, cst.Call):
+            name = dotted(node)
+            if not name or depth > 4:
+                return False
+            defs = scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else [])
+            values = [d for d in defs if d.op is DefOp.ASSIGN and d.value is not None]
+            if not values:  # a function of this file (`def collate_fn(batch): ...`)
+                return any(s.name == name and s.frame is None and _writes_ignored_label(s.node) for s in self.scopes)
+            return any(self._masking_collator(d.value, d.scope or scope, depth + 1) for d in values)
+        _, method = call_receiver(node)
+        if method not in cat.LABEL_MASKING_COLLATORS:
+            return False
+        switch = cat.LABEL_MASKING_COLLATORS[method]
+        value = keyword(node, switch) if switch else None
+        return value is None or isinstance(value, cst.Name) and value.value == "True"
 
     def _is_torch_module(self, name: str | None, scope: Scope) -> bool:
         """A name bound in this scope to one of torch's modules (`cos = torch.nn.CosineSimilarity()`):
@@ -312,6 +459,52 @@ def _is_number(node: cst.BaseExpression) -> bool:
     return isinstance(node, (cst.Integer, cst.Float))
 
 
+_END = 1 << 62  # a program point after every other: a call's arguments read as they are at the end
+
+
+def _container(node: cst.BaseExpression) -> cst.BaseExpression:
+    """The object an expression reads from: `batch` of `batch["labels"].to(device)`."""
+    for _ in range(8):
+        if isinstance(node, cst.Subscript) or isinstance(node, cst.Attribute) and not isinstance(node.value, cst.Name):
+            node = node.value
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            node = node.func.value
+        else:
+            break
+    return node
+
+
+def _writes_ignored_label(function: cst.CSTNode) -> bool:
+    """Does a function's body write the ignored label into tensors: pass it to a call
+    (`pad_sequence(labels, padding_value=-100)`, `labels.masked_fill(mask, -100)`) or assign it?"""
+    stack = [function]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Arg) and _is_ignored_label(node.value):
+            return True
+        if isinstance(node, cst.Assign) and _is_ignored_label(node.value):
+            return True
+        stack.extend(children(node))
+    return False
+
+
+def _weight_like(node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+    """A plain weight: numbers and names of settings (`self.alpha`, `cfg.w`, a parameter given one),
+    and arithmetic of those (`1 - alpha`, `self.temperature ** 2`); no call, nothing computed."""
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.UnaryOperation):
+        return _weight_like(node.expression, scope, depth)
+    if isinstance(node, cst.BinaryOperation):
+        return _weight_like(node.left, scope, depth) and _weight_like(node.right, scope, depth)
+    name = dotted(node)
+    if name is None or depth > 3:
+        return False
+    defs = scope.defs_of(name) or scope.defs_of(_root_name(name))  # `outputs.loss`: what `outputs` is
+    return all(d.op is DefOp.ASSIGN and d.value is not None and _weight_like(d.value, d.scope or scope, depth + 1)
+               for d in defs)
+
+
 def _is_ignored_label(value: cst.BaseExpression | None) -> bool:
     """The literal -100, the ignore_index of torch's and Hugging Face's cross-entropy."""
     return isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) and \
@@ -319,11 +512,131 @@ def _is_ignored_label(value: cst.BaseExpression | None) -> bool:
 
 
 def _is_count_of_items(node: cst.BaseExpression) -> bool:
-    """`mask.sum()`, `(labels != -100).sum()`, `num_valid`: a per-micro-batch item count."""
+    """`mask.sum()`, `(labels != -100).sum().clamp(min=1)`, `mask.sum() + eps`: a count of valid items."""
+    node = _count_kept(node)
     if isinstance(node, cst.Call):
         receiver, method = call_receiver(node)
-        if method in cat.ITEM_COUNTS and receiver is not None:
-            return True
-        if method == "clamp" and receiver is not None:
-            return _is_count_of_items(receiver)
+        return method in cat.ITEM_COUNTS and receiver is not None
     return False
+
+
+# -- what a scaling normalises ---------------------------------------------------------------------
+# `loop` below is the micro-batch loop; None when the scope itself runs once per micro-batch (a hook a
+# framework's loop calls, like transformers' `compute_loss`): its parameters are the micro-batch.
+
+def per_micro_batch_count(factor: cst.BaseExpression, scope: Scope, loop: Loop | None, depth: int = 0) -> bool:
+    """Is `factor` a count of the current micro-batch's items (`mask.sum()`, `(labels != -100).sum()`,
+    `x.size(0)`, `len(batch)`, a name bound to one) or the size of one micro-batch (`micro_batch_size`)?
+    Dividing by one makes a mean over that micro-batch, which normalises nothing across the window."""
+    node = _count_kept(factor)
+    if is_micro_batch_size_name(node):
+        return True
+    counted = _counted(node)
+    if counted is not None:
+        return varies_per_micro_batch(counted, scope, loop)
+    name = dotted(node)
+    if name is None or depth > 3:
+        return False
+    defs = scope.defs_of(name)
+    if name in _parameters(scope) and not any(d.scope is not None for d in defs):
+        return False  # what the caller passes may be anything (`num_items_in_batch`, unless None)
+    return bool(defs) and all(
+        d.op is DefOp.ASSIGN and d.value is not None and per_micro_batch_count(d.value, d.scope or scope, loop, depth + 1)
+        and (d.scope is not None or _fresh(d, loop) or _read_for_returns(scope)) for d in defs)
+
+
+def varies_per_micro_batch(expr: cst.BaseExpression, scope: Scope, loop: Loop | None, depth: int = 0) -> bool:
+    """Does `expr` read the current micro-batch's data: a target of `loop` (or of a loop inside it),
+    a batch fetched in it (`next(it)`), or what is computed from those, there or in a function
+    called for each micro-batch (its parameters followed to the arguments)? A value merely bound
+    in the loop from constants (`scale = 1 / accum`) does not."""
+    if depth > 5:
+        return False
+    for name in full_names(expr):
+        root = _root_name(name)
+        defs = scope.defs_of(root)
+        if not defs and loop is None and root in _data_parameters(scope):
+            return True
+        for d in defs:
+            if _fresh(d, loop):
+                if d.op is DefOp.LOOP_TARGET or _fetches_a_batch(d.value) or (
+                        d.value is not None and varies_per_micro_batch(d.value, d.scope or scope, loop, depth + 1)):
+                    return True
+            elif d.value is None:
+                continue
+            elif d.scope is not None:  # a parameter: what the caller passes
+                if varies_per_micro_batch(d.value, d.scope, loop, depth + 1):
+                    return True
+            elif _read_for_returns(scope) and varies_per_micro_batch(d.value, scope, loop, depth + 1):
+                return True
+    return False
+
+
+def _fresh(d: Def, loop: Loop | None) -> bool:
+    """Is the definition made anew for each micro-batch: inside the loop (or, with no loop, anywhere
+    in a scope that runs once per micro-batch)?"""
+    return loop in d.ctx.loops if loop is not None else True
+
+
+def _parameters(scope: Scope) -> set[str]:
+    node = scope.node
+    if not isinstance(node, cst.FunctionDef):
+        return set()
+    return {p.name.value for p in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params)}
+
+
+def _data_parameters(scope: Scope) -> set[str]:
+    """The parameters of a function that runs once per micro-batch, but the object it is a method of."""
+    return _parameters(scope) - {"self", "cls"}
+
+
+def _fetches_a_batch(value: cst.BaseExpression | None) -> bool:
+    return isinstance(value, cst.Call) and call_receiver(value) == (None, cat.NEXT_BATCH_FUNCTION)
+
+
+def _root_name(name: str) -> str:
+    """The name whose bindings say where a value comes from: `batch` of `batch.x`, `self.mask` of `self.mask.t`."""
+    return ".".join(name.split(".")[:2 if name.startswith("self.") else 1])
+
+
+def _read_for_returns(scope: Scope) -> bool:
+    return scope.frame is not None and scope.frame.for_returns
+
+
+def _count_kept(node: cst.BaseExpression) -> cst.BaseExpression:
+    """The count inside `n.clamp(min=1)`, `n.float()`, `int(n)`, `max(n, 1)`, `n + eps`."""
+    for _ in range(6):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)) \
+                and _is_number(node.right):
+            node = node.left
+            continue
+        if isinstance(node, cst.Call):
+            receiver, method = call_receiver(node)
+            if receiver is not None and method in cat.COUNT_KEEPING_METHODS:
+                node = receiver
+                continue
+            if receiver is None and method in cat.COUNT_KEEPING_FUNCTIONS:
+                counts = [a.value for a in node.args if a.keyword is None and not _is_number(a.value)]
+                if len(counts) == 1:
+                    node = counts[0]
+                    continue
+        break
+    return node
+
+
+def _counted(node: cst.BaseExpression) -> cst.BaseExpression | None:
+    """What a count counts: `mask` in `mask.sum()`, `torch.sum(mask)`, `x` in `x.size(0)`, `len(x)`, `x.shape[0]`."""
+    if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute) \
+            and node.value.attr.value == cat.SHAPE_ATTRIBUTE:
+        return node.value.value
+    if not isinstance(node, cst.Call):
+        return None
+    receiver, method = call_receiver(node)
+    first = positional(node, 0)
+    if isinstance(receiver, cst.Name) and first is not None and not _is_number(first):
+        receiver = first  # a module's function, `torch.sum(mask)`: the operand is its argument
+    if receiver is None:
+        return positional(node, 0) if method in cat.SIZE_FUNCTIONS else None
+    if method in cat.ITEM_COUNTS or method in cat.SIZE_METHODS:
+        return receiver
+    return None

@@ -12,26 +12,30 @@ from typing import TYPE_CHECKING, Iterator
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import ACCUM_NAME, constructor_roles, no_roles
-from gradcheck_accum.lint.catalogue import DDP_NO_SYNC, LossScaling
+from gradcheck_accum.lint.catalogue import DDP_NO_SYNC, DDP_SYNC_FLAG, SYNCS_AT_BACKWARD, LossScaling
 from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift, Tail, TailFate, distance_shift,
-                                          unstepped_tail)
+                                          pass_length, unstepped_tail)
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
-from gradcheck_accum.lint.losses import LossFacts, LossTracer, returned_loss, summed_loss_name
+from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, per_micro_batch_count, returned_loss,
+                                         summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
                                         keyword, last_part, positional)
-from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
+from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count, resolve_n
+from gradcheck_accum.lint.trainer_hooks import trainer_divides
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
-from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, increment, inner_count,
-                                          is_micro_batch_loop, same_target, straight_line_clears)
+from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, exclusive, increment,
+                                          inner_count, is_micro_batch_loop, loop_events, same_target,
+                                          straight_line_clears)
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
 
 __all__ = ["FileModel", "Window", "Event", "Scope", "LossFacts", "ScheduleLength", "EventKind", "Role", "Framework",
-           "Fact", "Placement", "WindowShape", "BoundaryKind", "DDP_NO_SYNC", "same_target", "Tail", "TailFate",
-           "Lifetime", "PassKind", "Repetition", "Shift", "Boundary"]
+           "Fact", "Placement", "WindowShape", "BoundaryKind", "DDP_NO_SYNC", "DDP_SYNC_FLAG", "SYNCS_AT_BACKWARD",
+           "same_target", "Tail", "TailFate",
+           "Lifetime", "PassKind", "Repetition", "Shift", "Boundary", "exclusive"]
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,46 @@ class FileModel:
         """The divisions of a traced loss whose divisor is the accumulation count."""
         return [node for node, divisor in facts.divisions if self.is_accumulation_count(divisor, window, scope)]
 
+    def normalised(self, facts: LossFacts, window: Window | None, backward: Event | None) -> bool:
+        """Is the traced loss scaled in a way that can normalise the window: by a factor that may be
+        N or a window-wide count, on every micro-batch? Dividing by a count or the size of the
+        micro-batch itself makes a per-micro-batch mean, and a scaling only under a condition that
+        changes from one micro-batch to the next (`if batch["runt_size"] > 0: loss = loss * w`)
+        leaves the others unscaled; neither is normalisation (`loss = -loss` is not scaling at all)."""
+        return any(self._normalises(scaling, window, backward) for scaling in facts.scalings)
+
+    def _normalises(self, scaling: Scaling, window: Window | None, backward: Event | None) -> bool:
+        """`window` None: the loss a hook returns to a framework's loop, which calls it per micro-batch."""
+        loop = window.loop if window is not None else None
+        if self._mentions_n(scaling.factor, window, scaling.scope, 0):
+            return True
+        if per_micro_batch_count(scaling.factor, scaling.scope, loop):
+            # divided: a per-micro-batch mean; multiplied (`loss * bs`): a sum, which may be meant
+            # for a nominal batch size and is left alone like any summed loss
+            return not scaling.divides
+        if not scaling.divides and varies_per_micro_batch(scaling.factor, scaling.scope, loop):
+            return False  # weighted by the micro-batch's own data (`values * mask`, a per-sample weight)
+        shared = set(backward.ctx.guards) if backward is not None else set()  # what the backward runs under too
+        return not any(guard not in shared and varies_per_micro_batch(guard.test, guard.scope or scaling.scope, loop)
+                       for guard in scaling.guards)
+
+    def _mentions_n(self, node: cst.BaseExpression, window: Window | None, scope: Scope, depth: int) -> bool:
+        """Is N part of this factor: `n`, `micro_bs * n`, `1 / n`, or a name bound to such a value?"""
+        for part in _parts(node):
+            if self.is_accumulation_count(part, window, scope):
+                return True
+            name = dotted(part) if isinstance(part, (cst.Name, cst.Attribute)) else None
+            if name and depth < 3 and any(d.op is DefOp.ASSIGN and d.value is not None and
+                                          self._mentions_n(d.value, window, d.scope or scope, depth + 1)
+                                          for d in scope.defs_of(name)):
+                return True
+        return False
+
+    def averaged_per_micro_batch(self, facts: LossFacts, window: Window | None) -> bool:
+        """Is the traced loss divided by a count or the size of its own micro-batch (a sum made a mean)?"""
+        loop = window.loop if window is not None else None
+        return any(s.divides and per_micro_batch_count(s.factor, s.scope, loop) for s in facts.scalings)
+
     @staticmethod
     def summed_loss_name(event: Event) -> str | None:
         """The loss a running total adds (`total += loss * n` adds `loss`)."""
@@ -259,19 +303,31 @@ class FileModel:
                     return True
         return False
 
-    def hook_losses(self, hook: cat.Hook = cat.LIGHTNING_TRAINING_STEP) -> Iterator[tuple[Scope, LossFacts]]:
-        """The losses a framework hook returns to the framework's own loop, when that loop optimises
-        (Lightning's training_step of a LightningModule, without `automatic_optimization = False`)."""
-        manual = any(isinstance(d.value, cst.Name) and d.value.value == "False"
-                     for scope in self.scopes for d in scope.defs.get(f"self.{hook.switch}", []))
-        if manual:
-            return
-        for scope in self.functions.get(hook.name, []):
-            if not any(last_part(base) == hook.base for base in scope.class_bases):
+    def hook_losses(self) -> Iterator[tuple[Scope, cat.Hook, LossFacts, bool]]:
+        """The losses framework hooks return to the framework's own loop, with whether that loop
+        divides them by N (catalogue.HOOKS): Lightning's training_step of a LightningModule under
+        automatic optimisation does; transformers' Trainer does for an overridden compute_loss
+        unless the window's items are counted for it (trainer_hooks.py). Hooks whose loop does
+        something the code does not say are left out."""
+        for hook in cat.HOOKS:
+            if hook.divides_loss is LossScaling.UNLESS_ITEMS_COUNTED:
+                for scope in self.functions.get(hook.name, []):
+                    divides = trainer_divides(self.context, scope, hook)
+                    if divides is not None:
+                        yield from ((scope, hook, facts, divides) for facts in self._returned_losses(scope))
                 continue
-            for event in scope.events:
-                if event.kind is EventKind.RETURN:
-                    yield scope, self._losses.facts(returned_loss(event.expr), scope, event.order)
+            manual = any(isinstance(d.value, cst.Name) and d.value.value == "False"
+                         for scope in self.scopes for d in scope.defs.get(f"self.{hook.switch}", []))
+            if manual:
+                continue
+            for scope in self.functions.get(hook.name, []):
+                if any(last_part(base) == hook.base for base in scope.class_bases):
+                    yield from ((scope, hook, facts, True) for facts in self._returned_losses(scope))
+
+    def _returned_losses(self, scope: Scope) -> Iterator[LossFacts]:
+        for event in scope.events:
+            if event.kind is EventKind.RETURN and event.scope in (None, scope):
+                yield self._losses.facts(returned_loss(event.expr), scope, event.order)
 
     # -- schedulers ---------------------------------------------------------------------------------
     def constructed_unprepared(self, scope: Scope, name: str | None) -> bool:
@@ -291,14 +347,29 @@ class FileModel:
         return ScheduleLength(facts.has_len, facts.divided, facts.mentions_accumulation)
 
     @staticmethod
+    def scheduler_parts(built: Event) -> set[str]:
+        """The schedulers a composite one is built from (`SequentialLR(opt, [warmup, decay], ...)`):
+        stepping it steps them."""
+        call = built.node
+        if not isinstance(call, cst.Call):
+            return set()
+        position = cat.SCHEDULER_PARTS_POSITIONS.get(call_receiver(call)[1] or "")
+        parts = keyword(call, cat.SCHEDULER_PARTS_KEYWORD) or (positional(call, position) if position is not None
+                                                                else None)
+        if not isinstance(parts, (cst.List, cst.Tuple)):
+            return set()
+        return {name for element in parts.elements if (name := dotted(element.value))}
+
+    @staticmethod
     def scheduler_given_position(stepped: Event) -> bool:
         """`scheduler.step(epoch + i / iters)`, `step_update(num_updates=n)`: the call says where the
         schedule is, so how often it is called does not move it."""
         return isinstance(stepped.node, cst.Call) and bool(stepped.node.args)
 
-    def schedule_counts_micro_batches(self, scope: Scope, stepped: Event) -> bool:
+    def schedule_counts_micro_batches(self, scope: Scope, stepped: Event, window: Window | None = None) -> bool:
         """Is the scheduler this event steps built with a length counted in micro-batches
-        (`len(loader) * epochs`, not divided)? Stepping it every micro-batch is then what it expects."""
+        (`len(loader) * epochs`, not divided; or the number of micro-batches the window's loop runs)?
+        Stepping it every micro-batch is then what it expects."""
         name = stepped.target
         if not name:
             return False
@@ -310,7 +381,18 @@ class FileModel:
             # `len(loader) * epochs`, `len(dataset) // batch_size`: micro-batches, unless N enters it
             if length is not None and length.counts_data and not length.mentions_accumulation:
                 return True
+            if window is not None and self.length_is_run(built_scope, built, window):
+                return True
         return False
+
+    @staticmethod
+    def length_is_run(scope: Scope, built: Event, window: Window) -> bool:
+        """Is the scheduler's length the number of micro-batches the window's loop runs in all
+        (`get_cosine_schedule_with_warmup(opt, w, args.max_steps)` for `for step in range(args.max_steps)`)?"""
+        length, bound = _length_argument(built.node), pass_length(window)
+        if length is None or bound is None:
+            return False
+        return resolve_n(length, scope) == resolve_n(bound, window.scope)
 
     # -- compile and checkpoints --------------------------------------------------------------------
     def is_saved(self, scope: Scope, state_dict: Event) -> bool:
@@ -381,6 +463,32 @@ class FileModel:
             if sync.api is not DDP_NO_SYNC or sync.target is None:
                 continue
             yield scope, sync, [e for e in scope.events if any(call is sync.node for call in e.ctx.withs)]
+
+    def ddp_sync_flags(self) -> Iterator[tuple[Scope, Event]]:
+        """Each `model.require_backward_grad_sync = ...` of the file."""
+        for scope, sync in self.events(EventKind.SYNC_CONTROL):
+            if sync.api is DDP_SYNC_FLAG and sync.target is not None:
+                yield scope, sync
+
+    @staticmethod
+    def same_iteration(scope: Scope, event: Event) -> list[Event]:
+        """The events of one iteration of the innermost loop around `event` (those inside that loop,
+        deeper loops included), in program order; empty outside loops."""
+        if not event.ctx.loops:
+            return []
+        loops = event.ctx.loops
+        return [e for e in loop_events(scope, loops[-1]) if e.ctx.loops[:len(loops)] == loops]
+
+
+def _parts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """An expression and the operands of its arithmetic (`n` in `micro_bs * n`, `1 / n`)."""
+    parts, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        parts.append(current)
+        if isinstance(current, cst.BinaryOperation):
+            stack.extend((current.left, current.right))
+    return parts
 
 
 def _reached(methods: list[Scope], start: set[str]) -> set[str]:

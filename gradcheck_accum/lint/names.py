@@ -58,6 +58,22 @@ def dotted(node: cst.CSTNode | None) -> str | None:
     return None
 
 
+def item_name(node: cst.CSTNode | None) -> str | None:
+    """`out["loss"]`, `parts[0]`: an entry of a named container under a constant key, written as one
+    name (`out["loss"]`) so that what is stored there has bindings of its own; else None."""
+    if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+        return None
+    base, index = dotted(node.value), node.slice[0].slice
+    if base is None or not isinstance(index, cst.Index):
+        return None
+    key = index.value
+    if isinstance(key, cst.SimpleString) and isinstance(key.evaluated_value, str):
+        return f"{base}[{key.evaluated_value!r}]"
+    if isinstance(key, cst.Integer):
+        return f"{base}[{key.evaluated_value}]"
+    return None
+
+
 def last_part(name: str | None) -> str:
     return name.rsplit(".", 1)[-1] if name else ""
 

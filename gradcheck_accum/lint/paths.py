@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Callable, Iterable, NamedTuple
 
+from gradcheck_accum.lint.catalogue import LIVE_ATTRIBUTES
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import call_receiver, code, iter_calls, iter_names
 from gradcheck_accum.lint.predicates import Count, compares_n_with_one
@@ -77,7 +78,8 @@ def invariant(test: cst.BaseExpression, variant: set[str]) -> bool:
         _, name = call_receiver(call)
         if name not in _PURE_CALLS:
             return False
-    return not any(name in variant or name.split(".")[0] in variant for name in iter_names(test))
+    return not any(name in variant or name.split(".")[0] in variant or name.rpartition(".")[2] in LIVE_ATTRIBUTES
+                   for name in iter_names(test))
 
 
 def split(events: list[Event], deciders: list[Event], region_depth: int, variant: set[str],

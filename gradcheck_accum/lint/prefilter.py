@@ -32,7 +32,7 @@ def screen(text: str, rules: list[type[Rule]], hollowing: bool = True,
     of the functions elsewhere that take part. Their words count as the file's own, and nothing is
     hollowed (the file's functions may run inside loops the file does not show)."""
     reached_elsewhere, elsewhere = False, ""
-    if project is not None and _EFFECT_CALL.search(text):
+    if project is not None and (_EFFECT_CALL.search(text) or _ON_GRAD.search(text)):
         reached_elsewhere, elsewhere = project()
         if reached_elsewhere or elsewhere:
             hollowing = False
@@ -88,3 +88,5 @@ _BACKWARD_CALL = backward_call_pattern()
 # A call of anything that has an effect on an accumulation window (backward, step, zero_grad, clip...):
 # only a file with one can take part in a window spread over several files.
 _EFFECT_CALL = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, effect_call_names()))) + r")\s*\(")
+# ... or a write to a gradient (`p.grad = None`, `p.grad.data.mul_(coef)`: a clear or a clip by hand)
+_ON_GRAD = re.compile(r"\.grad\b")

@@ -19,13 +19,16 @@ from gradcheck_accum.lint.vocabulary import Fact
 if TYPE_CHECKING:
     from gradcheck_accum.lint.fixes import Fix
     from gradcheck_accum.lint.lazy import cst
-    from gradcheck_accum.lint.model import FileModel
+    from gradcheck_accum.lint.model import FileModel, Scope
 
 
 class Report(NamedTuple):
     node: cst.CSTNode
     message: str
     fix: "Fix | None" = None
+    # the scope the node was walked in, when it was reached through a call (an event's `scope`): a
+    # function walked in place of several calls has one node for all of them, and this says which
+    scope: "Scope | None" = None
 
 
 class Rule(abc.ABC):

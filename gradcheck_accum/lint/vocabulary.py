@@ -66,10 +66,12 @@ class Role(Tag):
     SCALER = "scaler"  # torch.amp.GradScaler and its sharded variant
     COMPILED = "compiled"  # a torch.compile wrapper
     DDP = "ddp"  # DistributedDataParallel / FSDP wrapper
+    SHARDED = "sharded"  # ... an FSDP one (FullyShardedDataParallel, fully_shard): syncs in the post-backward hook
     WRAPS_COMPILED = "wraps-compiled"  # a DDP/FSDP wrapper around a compiled module: `.module` is compiled
     ACCELERATOR = "accelerator"
     ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)
     FABRIC = "fabric"
+    BOOSTER = "booster"  # a ColossalAI Booster
     DEEPSPEED = "deepspeed"  # an engine (or its optimizer/scheduler) from deepspeed.initialize
     PREPARED = "prepared"  # returned by accelerator.prepare: steps and zero_grads skip non-sync steps
     SUM_LOSS = "sum-loss"  # a criterion with reduction="sum"
@@ -89,7 +91,9 @@ class Framework(Tag):
     ACCELERATE = "accelerate"
     FABRIC = "fabric"
     DEEPSPEED = "deepspeed"
+    COLOSSALAI = "colossalai"
     LIGHTNING = "lightning"
+    TRANSFORMERS = "transformers"  # Hugging Face's Trainer
     APEX = "apex"  # and other FP16 optimizers whose `optimizer.backward(loss)` applies the loss scale
     HOROVOD = "horovod"
     SAFETENSORS = "safetensors"
@@ -100,7 +104,8 @@ class Framework(Tag):
         return _DISPLAY.get(self, self.value)
 
 
-_DISPLAY = {Framework.DEEPSPEED: "DeepSpeed", Framework.LIGHTNING: "Lightning", Framework.DDP: "DDP"}
+_DISPLAY = {Framework.DEEPSPEED: "DeepSpeed", Framework.LIGHTNING: "Lightning", Framework.DDP: "DDP",
+            Framework.TRANSFORMERS: "transformers' Trainer"}
 
 
 class Fact(Tag):
@@ -249,6 +254,9 @@ class Frame:
     path: str | None = None  # the function's file, when it is not the file being linted
     line: int | None = None  # where the function is defined
     in_loop: bool = True  # the call sits in a loop of the caller (else the callee's own loop is the window's)
+    # walked only to read what it returns (the loss tracer): its statements carry no context of the
+    # call (no loops, no guards), and its locals are computed anew on every call
+    for_returns: bool = False
 
     @property
     def depth(self) -> int:

@@ -13,7 +13,8 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, roles_from_name, unpacked_roles
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, iter_calls, iter_names, keyword, positional
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, item_name, iter_calls, iter_names, keyword,
+                                        positional)
 from gradcheck_accum.lint.predicates import caller_name
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
@@ -27,9 +28,17 @@ if TYPE_CHECKING:
         def returned_roles(self, walker: "ScopeWalker", call: cst.Call) -> frozenset[Role]:
             """Roles of what the project function `call` runs returns (a model it wraps in DDP)."""
 
+        def runs_project_function(self, walker: "ScopeWalker", call: cst.Call) -> bool:
+            """Does `call` run a function of the project (its own `clip_grad_norm_`, not torch's)?"""
+
+        def predicate(self, walker: "ScopeWalker", test: cst.BaseExpression, ctx: Context) \
+                -> "tuple[cst.BaseExpression, Scope] | None":
+            """The expression a project predicate (function or property) returns, and its scope."""
+
 _AUGMENTED = {"AddAssign": DefOp.ADD, "DivideAssign": DefOp.DIVIDE, "MultiplyAssign": DefOp.MULTIPLY,
               "SubtractAssign": DefOp.SUBTRACT, "FloorDivideAssign": DefOp.FLOOR_DIVIDE}
 _ORIG_MOD = "_orig_mod"  # the module a torch.compile wrapper wraps
+_SELF = ("self", "cls")
 
 
 class ScopeWalker:
@@ -49,6 +58,8 @@ class ScopeWalker:
         self.counter = counter  # shared across scopes so orders are file-wide
         self.inliner = inliner
         self.statement: cst.CSTNode | None = None
+        # id(test) -> what the project predicate it calls returns, and where (None: it calls none)
+        self.predicates: dict[int, tuple[cst.BaseExpression, Scope] | None] = {}
 
     # -- bookkeeping --------------------------------------------------------------------------
     def tick(self) -> int:
@@ -107,12 +118,66 @@ class ScopeWalker:
 
     def guard(self, test: cst.BaseExpression, positive: bool, owner: cst.CSTNode, ctx: Context,
               exit: Exit | None = None) -> Guard:
-        return Guard(test, positive, owner, len(ctx.loops), exit, self.scope)
+        scope, negated = self.scope, False
+        inner = test
+        while isinstance(inner, cst.UnaryOperation) and isinstance(inner.operator, cst.Not):
+            inner, negated = inner.expression, not negated
+        if id(inner) not in self.predicates:  # both branches of an `if` read it once
+            self.predicates[id(inner)] = self.inliner.predicate(self, inner, ctx) if self.inliner is not None else None
+        found = self.predicates[id(inner)]
+        if found is not None:  # the test a project predicate stands for, read where it is written
+            test, scope = found
+            if negated:
+                test = cst.UnaryOperation(operator=cst.Not(), expression=test)
+        return Guard(test, positive, owner, len(ctx.loops), exit, scope)
+
+    def decided(self, test: cst.BaseExpression) -> bool | None:
+        """The value of a test in a function walked in place of a call, when the call fixes it: a
+        parameter given a literal (`clip_grad=False`) or left to its literal default, under `not`,
+        `is None` or `is not None`. None when it is not fixed (always outside a call walked in place)."""
+        if self.scope.frame is None:
+            return None
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self.decided(test.expression)
+            return None if inner is None else not inner
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+                and isinstance(test.comparisons[0].operator, (cst.Is, cst.IsNot)) \
+                and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None":
+            value = self._literal_parameter(test.left)
+            if value is None:
+                return None
+            return (value == "None") == isinstance(test.comparisons[0].operator, cst.Is)
+        value = self._literal_parameter(test)
+        return {"True": True, "False": False, "None": False}.get(value) if value is not None else None
+
+    def _literal_parameter(self, node: cst.BaseExpression) -> str | None:
+        """`True`, `False` or `None`: what the call gives a parameter of the function walked in place."""
+        if not isinstance(node, cst.Name) or not isinstance(self.scope.node, cst.FunctionDef):
+            return None
+        params = self.scope.node.params
+        param = next((p for p in [*params.posonly_params, *params.params, *params.kwonly_params]
+                      if p.name.value == node.value), None)
+        if param is None:
+            return None
+        defs = self.scope.defs_of(node.value)
+        if not defs:
+            if any(a.star for a in getattr(self.scope.frame.call, "args", ())):
+                return None  # `f(**kwargs)` may pass it
+            value = param.default  # not passed: its default
+        elif len(defs) == 1 and defs[0].scope is not None:
+            value = defs[0].value  # the argument of the call (its only binding so far)
+        else:
+            return None
+        return value.value if isinstance(value, cst.Name) and value.value in ("True", "False", "None") else None
 
     # -- statements ---------------------------------------------------------------------------
     def walk_block(self, body, ctx: Context) -> None:
         for stmt in body:
             self.walk_stmt(stmt, ctx)
+            if isinstance(stmt, cst.If) and self.decided(stmt.test) is not None:
+                if self.decided(stmt.test) and _exit(stmt.body) is not None and stmt.orelse is None:
+                    return  # `if not clip: return` with clip=False at this call: nothing after it runs
+                continue
             exit = _exit(stmt.body) if isinstance(stmt, cst.If) and stmt.orelse is None else None
             if exit is not None:
                 # `if not need_update: continue` guards everything after it in this block
@@ -153,6 +218,15 @@ class ScopeWalker:
                 self.walk_small(small, ctx)
 
     def walk_if(self, stmt: cst.If, ctx: Context) -> None:
+        decided = self.decided(stmt.test)
+        if decided is not None:  # a branch this call can never take is not walked
+            if decided:
+                self.walk_block(stmt.body.body, ctx)
+            elif isinstance(stmt.orelse, cst.If):
+                self.walk_if(stmt.orelse, ctx)
+            elif isinstance(stmt.orelse, cst.Else):
+                self.walk_block(stmt.orelse.body.body, ctx)
+            return
         self.scan_expression(stmt.test, ctx)
         self.walk_block(stmt.body.body, ctx.push_guard(self.guard(stmt.test, True, stmt, ctx)))
         orelse = stmt.orelse
@@ -194,7 +268,7 @@ class ScopeWalker:
             return
         if isinstance(small, cst.AugAssign):
             self.scan_expression(small.value, ctx)
-            name = dotted(small.target)
+            name = dotted(small.target) or item_name(small.target)  # `out["loss"] /= n` scales that entry
             if name:
                 op = _AUGMENTED.get(type(small.operator).__name__, DefOp.OTHER_AUGMENTED)
                 self.add_def(Def(name, small.value, self.tick(), ctx, op=op, node=small))
@@ -205,6 +279,7 @@ class ScopeWalker:
             return
         if isinstance(small, cst.Expr):
             self.scan_expression(small.value, ctx)
+            self._wrapped_in_place(small.value, ctx)
             return
         if isinstance(small, cst.Return):
             if small.value is not None:
@@ -231,16 +306,17 @@ class ScopeWalker:
             base = dotted(target.value)
             if base:
                 self.add_def(Def(base, value, self.tick(), ctx, op=DefOp.ITEM, node=node))
+            item = item_name(target)
+            if item:  # and binds the entry itself, which the loss tracer reads (`out["loss"] = loss / n`)
+                self.add_def(Def(item, value, self.tick(), ctx, node=node))
             return
         name = dotted(target)
         if not name:
             return
         self.add_def(Def(name, value, self.tick(), ctx, node=node))
-        for read in iter_names(value):
-            api = cat.ATTRIBUTES_READ.get(read.rpartition(".")[2]) if "." in read else None
-            if api is not None:  # `ctx = model.no_sync`: the bound method, entered later
-                self.emit(api.event, node, ctx, api=api, target=name)
-                break
+        api = _bound_method_read(value)
+        if api is not None:  # `ctx = model.no_sync`: the bound method, entered later
+            self.emit(api.event, node, ctx, api=api, target=name)
         roles = self.roles(value)
         if isinstance(target, cst.Attribute):
             api = cat.ATTRIBUTES_SET.get(target.attr.value)
@@ -249,6 +325,15 @@ class ScopeWalker:
         self.bind(name, roles, ctx)
         if isinstance(value, cst.Call) and Role.SCHEDULER in roles:
             self.emit(EventKind.SCHEDULER_BUILT, value, ctx, target=name)
+
+    def _wrapped_in_place(self, value: cst.BaseExpression, ctx: Context) -> None:
+        """`fully_shard(model)`: the module itself becomes the wrapper (catalogue.IN_PLACE_WRAPPERS)."""
+        if not isinstance(value, cst.Call):
+            return
+        module = positional(value, 0) or keyword(value, "module")
+        name = dotted(module)
+        if call_receiver(value)[1] in cat.IN_PLACE_WRAPPERS and name:
+            self.bind(name, self.roles(module) | constructor_roles(value, self.imports, self.roles), ctx)
 
     def _attribute_set(self, api: Api, target: cst.Attribute, value: cst.BaseExpression, node, ctx: Context) -> None:
         owner = dotted(target.value)
@@ -259,7 +344,7 @@ class ScopeWalker:
             if isinstance(value, cst.Name) and value.value == "None":  # `p.grad = None`
                 self.emit(api.event, node, ctx, api=api, target=owner, model_wide=api.model_wide)
         elif api.event is not None:
-            self.emit(api.event, node, ctx, api=api, target=owner)
+            self.emit(api.event, node, ctx, api=api, target=owner, roles=self.roles(target.value))
 
     # -- calls --------------------------------------------------------------------------------
     def scan_expression(self, expr: cst.CSTNode, ctx: Context) -> None:
@@ -275,6 +360,11 @@ class ScopeWalker:
         candidates = cat.apis_named(method) if method else ()
         if qual and qual.rpartition(".")[2] != method:
             candidates += cat.apis_resolved(qual)  # an aliased import: `from torch import compile as c`
+        if candidates and (receiver is None or target in _SELF) and self.inliner is not None \
+                and self.inliner.runs_project_function(self, call):
+            # the project's own function of that name (`clip_grad_norm_(...)`, a trainer's
+            # `self.backward(loss)` or `self.step(batch)`): what it does is in its body
+            candidates = ()
         for api in candidates:
             if self._matches(api, call, receiver, target, owner, qual):
                 if api.event is not None:
@@ -306,7 +396,9 @@ class ScopeWalker:
             return False
         if api.receiver_lacks & owner:
             return False
-        if api.on_grad and not _on_grad(target):
+        if api.on_grad and not self._reaches_grad(target or dotted(_same_tensor(receiver))):
+            return False
+        if api.clips_by_factor and not _clipping_factor(positional(call, 0) or keyword(call, "other"), self.scope):
             return False
         if api.arguments is not None and api.arguments != bool(call.args):
             return False
@@ -314,6 +406,20 @@ class ScopeWalker:
                 any(a.keyword is None for a in call.args):
             return False  # a name that only looks like a scheduler, called like something else
         return True
+
+    def _reaches_grad(self, name: str | None) -> bool:
+        """`p.grad`, or a name each of whose values is one: `for g in grads` over
+        `grads = [p.grad for p in params if p.grad is not None]`."""
+        if _on_grad(name):
+            return True
+        defs = self.scope.defs_of(name) if name and "." not in name else []
+        if len(defs) != 1 or defs[0].op is not DefOp.LOOP_TARGET or defs[0].index != 0:
+            return False
+        source = defs[0].value
+        if isinstance(source, cst.Name):
+            bound = self.scope.defs_of(source.value)
+            source = bound[0].value if len(bound) == 1 and bound[0].op is DefOp.ASSIGN else None
+        return isinstance(source, (cst.ListComp, cst.GeneratorExp)) and _on_grad(dotted(_same_tensor(source.elt)))
 
     def _emit_call(self, api: Api, call: cst.Call, receiver, target: str | None, owner: frozenset[Role],
                    ctx: Context) -> None:
@@ -329,6 +435,8 @@ class ScopeWalker:
                 if inner_method == "scale" and inner_receiver is not None:
                     expr = positional(receiver, 0) or receiver  # `scaler.scale(loss).backward()`
                     scaler = dotted(inner_receiver)
+        if target is None and api.on_grad:
+            target = dotted(_same_tensor(receiver))  # `p.grad.detach().mul_(c)`, `g.detach().mul_(c)`
         acted_on = {Operand.RECEIVER: target, Operand.FIRST_ARGUMENT: dotted(first),
                     Operand.GRAD_OWNER: target.split(".grad")[0] if target else None,
                     Operand.NOTHING: None}[api.target]
@@ -340,9 +448,56 @@ class ScopeWalker:
                   model_wide=api.model_wide, **fields)
 
 
+def _bound_method_read(value: cst.BaseExpression) -> Api | None:
+    """The catalogue's attribute read in a value (`model.no_sync`), not called there: a call
+    (`model.no_sync()`) is an event of its own."""
+    called = {id(call.func) for call in iter_calls(value)}
+    stack: list[cst.CSTNode] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute) and id(node) not in called:
+            api = cat.ATTRIBUTES_READ.get(node.attr.value)
+            if api is not None:
+                return api
+        if not isinstance(node, (cst.Lambda, cst.FunctionDef)):
+            stack.extend(children(node))
+    return None
+
+
 def _on_grad(name: str | None) -> bool:
     """`p.grad`, `p.grad.data`: the name reaches a parameter's gradient."""
     return name is not None and ".grad" in f"{name}."
+
+
+def _same_tensor(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """The tensor an expression is a view of: `p.grad` for `p.grad.detach()`."""
+    while isinstance(node, cst.Call) and not node.args:
+        inner, method = call_receiver(node)
+        if inner is None or method not in cat.SAME_TENSOR_METHODS:
+            break
+        node = inner
+    return node
+
+
+def _clipping_factor(node: cst.BaseExpression | None, scope: Scope, depth: int = 0) -> bool:
+    """Is this factor computed from a gradient norm, or capped at 1 (catalogue.NORM_FUNCTIONS,
+    CAPPING_FUNCTIONS), here or in the values of the names it reads? Rescaling gradients by it
+    clips them."""
+    if node is None or depth > 3:
+        return False
+    for call in iter_calls(node):
+        receiver, name = call_receiver(call)
+        if name in cat.NORM_FUNCTIONS:
+            return True
+        if name in cat.CAPPING_FUNCTIONS and keyword(call, "max") is not None:
+            return True
+        if name == cat.CAPPING_BUILTIN and receiver is None and len(call.args) >= 2:
+            return True
+    for name in iter_names(node):
+        for d in scope.defs_of(name):
+            if d.op is DefOp.ASSIGN and _clipping_factor(d.value, d.scope or scope, depth + 1):
+                return True
+    return False
 
 
 def _tests_orig_mod(test: cst.BaseExpression) -> bool:

@@ -16,11 +16,13 @@ import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_names, keyword, last_part, positional
+from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_names, keyword, last_part,
+                                        positional)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
-from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count
+from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, bound_argument, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Framework, Guard, Role, Scope, Tag
 
 if TYPE_CHECKING:
@@ -62,6 +64,9 @@ class Window:
     events: list[Event] = field(default_factory=list)  # events inside the loop and after it
     placements: dict[int, Placement] = field(default_factory=dict)  # id(event) -> placement
     path: Path = NO_PATH  # the configuration this window is built for (paths.py)
+    # whose names the boundary test reads: a function called in the loop and walked in place (its
+    # counter may be a parameter bound to the caller's loop index)
+    boundary_scope: Scope | None = None
     # Guards every backward of the window runs under: micro-batches they turn away make no gradient,
     # so they say nothing about where other calls run relative to the window.
     backward_guards: frozenset[Guard] = frozenset()
@@ -105,7 +110,7 @@ class Window:
     def nest_events(self) -> list[Event]:
         """Every event inside the outermost loop around the window (where clearing or syncing may sit)."""
         outermost = self.loop_nest[0]
-        return [e for e in _between(self.scope, outermost) if outermost in e.ctx.loops]
+        return [e for e in loop_events(self.scope, outermost) if outermost in e.ctx.loops]
 
     @property
     def n_varies(self) -> bool:
@@ -133,7 +138,22 @@ class Window:
         """0 or 1: the value of the boundary test's counter on the first micro-batch, when the code
         makes it certain (`enumerate(x, start=1)`, `step = 0` then `step += 1` before the test,
         `ni = i + nb * epoch` in the first epoch)."""
-        return self._first_value(self.boundary.counter, 0) if self.boundary is not None else None
+        return self._first_value(self.counter, 0)
+
+    @property
+    def counter(self) -> cst.BaseExpression | None:
+        """The boundary test's counter as the window's own scope names it: a counter read in a function
+        walked in place is followed through the parameter it arrives by (`update_step(batch_idx)`
+        called with the caller's loop index `i` is `i`). None when it cannot be named there."""
+        return self.as_own(self.boundary.counter) if self.boundary is not None else None
+
+    def as_own(self, node: cst.BaseExpression | None) -> cst.BaseExpression | None:
+        """A name of the boundary test (its counter, its last-step marker) as the window's scope names it,
+        through the parameters it arrives by; None when it is a name of the called function itself."""
+        if node is None:
+            return None
+        node, scope = bound_argument(node, self.boundary_scope or self.scope)
+        return node if scope is self.scope else None
 
     def _first_value(self, counter: cst.BaseExpression | None, depth: int) -> int | None:
         name = dotted(counter)
@@ -199,10 +219,11 @@ class Window:
                 return False
         return any(call.argument_names for call in calls)
 
-    def sync_boundaries(self) -> list[Boundary]:
-        """The tests that decide on which micro-batches a DDP model all-reduces, normalised so that
-        they are true where it does: `ctx = model.no_sync if i % N != 0 else nullcontext`,
-        `if not boundary: with model.no_sync(): ...`, `model.require_backward_grad_sync = test`."""
+    def sync_boundaries(self) -> list[tuple[Event, Boundary]]:
+        """Each DDP sync switch of the window with the test that decides on which micro-batches the
+        model all-reduces, normalised so that it is true where it does: `ctx = model.no_sync if i % N
+        != 0 else nullcontext`, `if not boundary: with model.no_sync(): ...`,
+        `model.require_backward_grad_sync = test`, `m.set_requires_gradient_sync(test)`."""
         found = []
         for event in self.events:
             if event.kind is not EventKind.SYNC_CONTROL or event.framework is not Framework.DDP \
@@ -210,7 +231,7 @@ class Window:
                 continue
             boundary = _sync_boundary(event, self)
             if boundary is not None:
-                found.append(boundary)
+                found.append((event, boundary))
         return found
 
     def placement_of_def(self, d: Def) -> bool:
@@ -255,6 +276,32 @@ class Window:
                 return step
         return None
 
+    def clears_before_next_step(self, zero: Event) -> bool:
+        """`zero` runs after a backward of its micro-batch and the next gradient event after it is a step
+        of the same optimizer: on every micro-batch it clears what that micro-batch just made, the
+        boundary one included, so nothing it clears ever reaches a step (a step on cleared gradients,
+        ACC103, or parameters kept out of the update on purpose: `p.grad = None` for a frozen layer)."""
+        if not any(e.order < zero.order for e in self.backwards if self.inside(e)):
+            return False
+        later = [e for e in self.events if e.order > zero.order and self.inside(e)
+                 and (e.kind is EventKind.BACKWARD or (e.kind is EventKind.STEP and same_target(zero, e, self.scope)))]
+        return bool(later) and later[0].kind is EventKind.STEP
+
+    def clears_last_micro_batch_first(self, zero: Event) -> Event | None:
+        """Inside `accelerator.accumulate()`, a prepared optimizer's zero_grad before the backward: it
+        acts only on the window's last micro-batch (catalogue.SYNC_ONLY_OPTIMIZER), and there it
+        clears the earlier micro-batches' gradients before the last one adds its own. The step of the
+        same optimizer after that backward, if any."""
+        if self.framework is not Framework.ACCELERATE or not self.accumulates or _accumulate_call(zero) is None \
+                or cat.SYNC_ONLY_OPTIMIZER not in zero.roles:
+            return None
+        later = [b for b in self.backwards if b.order > zero.order and self.inside(b) and _accumulate_call(b)]
+        if not later or any(e.kind is EventKind.MODEL_CALL and last_part(e.target) in cat.DEEPSPEED_ENGINE_METHODS
+                            for e in self.scope.events):
+            return None  # the model is a DeepSpeed engine: the prepared optimizer's zero_grad does nothing
+        return next((s for s in self.steps if s.order > later[0].order and self.inside(s)
+                     and same_target(zero, s, self.scope)), None)
+
     @property
     def accumulates(self) -> bool:
         """The optimizer steps once per window of several micro-batches."""
@@ -288,13 +335,45 @@ _MICRO_WORDS = {"micro", "microbatch", "microbatches", "mb", "chunk", "chunks", 
 
 def is_micro_batch_loop(loop: Loop, n: cst.BaseExpression | None) -> bool:
     """Does the loop clearly walk the micro-batches of one window, N of them? (`for micro_step in
-    range(grad_accum)`, `for chunk in batch.chunk(n)`; not `for task in ...`.)"""
+    range(grad_accum)`, `for chunk in batch.chunk(n)`, `while seen < total:` counting what it has
+    done; not `for task in ...`.)"""
+    if isinstance(loop, cst.While):
+        return _runs_until_counted(loop)
     if not isinstance(loop, cst.For):
         return False
     if n is not None and (is_accumulation_name(n) or _is_chunking(loop.iter)):
         return True
     names = list(iter_names(loop.iter)) + list(iter_names(loop.target))
     return any(_MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in names)
+
+
+def _runs_until_counted(loop: cst.While) -> bool:
+    """A `while` loop that ends when a count its body adds to reaches a bound: `while n < total:`
+    or `while True: ... n += k; if n >= total: break`: one window's micro-batches, as many as it
+    takes to see that many samples (or steps)."""
+    counted = set()
+    exits = [loop.test]
+    stack: list[cst.CSTNode] = [loop.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.For, cst.While)):
+            continue  # a nested loop's counters and breaks are its own
+        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) and dotted(node.target):
+            counted.add(dotted(node.target))
+        if isinstance(node, cst.If) and any(isinstance(small, cst.Break) for statement in node.body.body
+                                            if isinstance(statement, cst.SimpleStatementLine) for small in statement.body):
+            exits.append(node.test)
+        stack.extend(children(node))
+    return any(isinstance(test, cst.Comparison) and any(
+        isinstance(c.operator, (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual))
+        for c in test.comparisons) and set(iter_names(test)) & counted for test in exits)
+
+
+def exclusive(a: Event, b: Event) -> bool:
+    """Do the two events sit in opposite branches of one `if` (`if use_apex: ... else: ...`)? Then no
+    pass through the code runs both."""
+    taken = {id(g.owner): g.positive for g in a.ctx.guards}
+    return any(taken.get(id(g.owner), g.positive) != g.positive for g in b.ctx.guards)
 
 
 def same_target(zero: Event, step: Event, scope: Scope | None = None) -> bool:
@@ -437,7 +516,7 @@ def _span(scope: Scope, first: int, last: int | None) -> list[Event]:
     return scope.events[low:high]
 
 
-def _between(scope: Scope, loop: Loop) -> list[Event]:
+def loop_events(scope: Scope, loop: Loop) -> list[Event]:
     """The scope's events from the start to the end of `loop` (those inside it, and few others)."""
     return _span(scope, scope.loop_start.get(id(loop), 0), scope.loop_end.get(id(loop)))
 
@@ -452,7 +531,7 @@ def _loop_guards(window: Window, loop: Loop) -> tuple[Guard, ...]:
 
 def _loop_stack(scope: Scope, loop: Loop) -> tuple[Loop, ...]:
     """The loops enclosing `loop` (not including it)."""
-    for event in _between(scope, loop):
+    for event in loop_events(scope, loop):
         if loop in event.ctx.loops:
             return event.ctx.loops[: event.ctx.loops.index(loop)]
     return ()
@@ -486,11 +565,13 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
             found = _step_boundary(step, loop, scope)
             if found is not None and not _self_contained(step, found[1], inside):
                 window.shape, window.boundary, window.n = GUARDED, found[0], found[0].n
+                window.boundary_scope = found[1].scope or scope
                 break
         else:
             inverted = _inverted_boundary(steps, loop, scope)
             if inverted is not None:  # `if i % N:`: the window's boundary, read backwards
-                window.shape, window.boundary, window.n = GUARDED, inverted, inverted.n
+                window.shape, window.boundary, window.n = GUARDED, inverted[0], inverted[0].n
+                window.boundary_scope = inverted[1].scope or scope
     elif window.shape is not FRAMEWORK:
         # nested: the step follows the inner loop, in the same enclosing loop (or function body)
         later = [e for e in after if e.kind is EventKind.STEP and e.ctx.loops == outer]
@@ -550,6 +631,9 @@ def assigned_in(scope: Scope, loop: Loop) -> set[str]:
     own = set(_bound_by_loop(scope).get(id(loop), ()))
     if scope.called_frames is None:  # the scopes walked in place of calls, callers first; once per scope
         called = {id(e.scope): e.scope for e in scope.events if e.scope is not None and e.scope is not scope}
+        # and those of the predicates tests call (`if self._is_update_step(step):`)
+        called.update({id(g.scope): g.scope for e in scope.events for g in e.ctx.guards
+                       if g.scope is not None and g.scope is not scope and g.scope.frame is not None})
         scope.called_frames = sorted(called.values(), key=lambda s: s.frame.depth if s.frame is not None else 0)
     if not scope.called_frames:
         return own
@@ -593,7 +677,7 @@ def _step_boundary(step: Event, loop: Loop, scope: Scope) -> tuple[Boundary, Gua
     return None
 
 
-def _inverted_boundary(steps: list[Event], loop: Loop, scope: Scope) -> Boundary | None:
+def _inverted_boundary(steps: list[Event], loop: Loop, scope: Scope) -> tuple[Boundary, Guard] | None:
     """The boundary a step runs the wrong side of: a `% N` test over the accumulation count that is
     true on the N - 1 micro-batches that should accumulate (`if i % accum_steps:`)."""
     for step in steps:
@@ -604,7 +688,7 @@ def _inverted_boundary(steps: list[Event], loop: Loop, scope: Scope) -> Boundary
             effective = boundary if guard.positive else boundary.flipped()
             if not effective.positive and effective.kind is BoundaryKind.MODULO and effective.n is not None \
                     and is_accumulation_count(effective.n, None, scope):
-                return effective.flipped()
+                return effective.flipped(), guard
             break
     return None
 
@@ -640,9 +724,22 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
                 return BOUNDARY
         elif boundary is not None and boundary.kind is BoundaryKind.SYNC_FLAG:
             return BOUNDARY if boundary.positive == guard.positive else OFF_BOUNDARY
-        elif not invariant(guard.test, variant):
+        elif not invariant(guard.test, variant) and not _per_item(window, event, guard, variant):
             return UNKNOWN
     return placement
+
+
+def _per_item(window: Window, event: Event, guard: Guard, variant: set[str]) -> bool:
+    """A test inside a loop nested in the micro-batch loop that makes no gradients and takes no
+    step (`for p in params: if p.grad is not None: ...`, `if coef < 1:`), reading only what that
+    loop binds besides names fixed for the run: it picks items of each micro-batch, not micro-batches."""
+    level = event.ctx.loops.index(window.loop)
+    inner = event.ctx.loops[level + 1:guard.depth]
+    if not inner or any(e.kind in (EventKind.BACKWARD, EventKind.STEP) and inner[0] in e.ctx.loops
+                        for e in window.events):
+        return False
+    own = assigned_in(window.scope, inner[0])
+    return invariant(guard.test, {name for name in variant if name.split(".")[0] not in own})
 
 
 def invariant_guards(guards: tuple[Guard, ...], scope: Scope, outer: tuple[Loop, ...]) -> bool:
@@ -655,25 +752,56 @@ def invariant_guards(guards: tuple[Guard, ...], scope: Scope, outer: tuple[Loop,
 
 def _sync_boundary(sync: Event, window: Window) -> Boundary | None:
     scope = window.scope
-    bound = [d for d in scope.defs.get(sync.target or "", []) if d.node is sync.node] if sync.target else []
-    bound = bound or [d for defs in scope.defs.values() for d in defs if d.node is sync.node]
-    if bound and bound[0].value is not None:
-        value = bound[0].value
-        if sync.api is not None and sync.api.name == "require_backward_grad_sync":
-            return analyze(value, scope)  # the flag is the test itself: sync where it holds
-        if isinstance(value, cst.IfExp):  # `ctx = model.no_sync if test else nullcontext`
-            test = analyze(value.test, scope)
-            if test is None:
-                return None
-            skips_when_true = any(last_part(name) == sync.api.name for name in iter_names(value.body)) \
-                if sync.api is not None else False
-            return test.flipped() if skips_when_true else test
-        return None
+    if sync.api is not None and sync.api.sync_flag:
+        value = _flag_value(sync, scope)
+        return analyze(value, scope) if value is not None else None  # the flag is the test: sync where it holds
+    selection = _selecting_test(sync, scope)
+    if selection is not None:  # `ctx = model.no_sync if test else nullcontext`, `with m.no_sync() if t else ...`
+        test, skips_when_true = selection
+        boundary = analyze(test, scope)
+        if boundary is None:
+            return None
+        return boundary.flipped() if skips_when_true else boundary
     for guard in _guards_below(sync, window.loop):  # `if test: with model.no_sync(): ...`
         boundary = analyze(guard.test, scope)
         if boundary is not None:
             skips = boundary if guard.positive else boundary.flipped()
             return skips.flipped()
+    return None
+
+
+def _flag_value(sync: Event, scope: Scope) -> cst.BaseExpression | None:
+    """The value a sync flag is given: assigned (`m.require_backward_grad_sync = v`) or passed
+    (`m.set_requires_gradient_sync(v)`)."""
+    if isinstance(sync.node, cst.Call):
+        return positional(sync.node, 0) or keyword(sync.node, "requires_gradient_sync")
+    bound = [d for d in scope.defs.get(sync.target or "", []) if d.node is sync.node] if sync.target else []
+    bound = bound or [d for defs in scope.defs.values() for d in defs if d.node is sync.node]
+    return bound[0].value if bound else None
+
+
+def _selecting_test(sync: Event, scope: Scope) -> tuple[cst.BaseExpression, bool] | None:
+    """The conditional expression that chooses the sync switch or something else, and whether the
+    switch is its true branch: `ctx = model.no_sync if test else nullcontext` (the bound method read),
+    `cm = model.no_sync() if test else nullcontext()`, `with (m.no_sync() if test else nullcontext()):`."""
+    if isinstance(sync.node, cst.Call):
+        statement = sync.stmt
+        roots = [item.item for item in statement.items] if isinstance(statement, cst.With) else \
+            [statement] if statement is not None else []
+        stack = list(roots)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.IfExp):
+                if contains(node.body, sync.node):
+                    return node.test, True
+                if contains(node.orelse, sync.node):
+                    return node.test, False
+            stack.extend(children(node))
+        return None
+    bound = [d for d in scope.defs.get(sync.target or "", []) if d.node is sync.node]
+    value = bound[0].value if bound else None
+    if isinstance(value, cst.IfExp) and sync.api is not None:
+        return value.test, any(last_part(name) == sync.api.name for name in iter_names(value.body))
     return None
 
 

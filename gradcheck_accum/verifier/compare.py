@@ -64,6 +64,28 @@ def _f64(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to(device="cpu", dtype=torch.float64)
 
 
+# Entries per block of norms64: one reused float64 buffer of this size stays in cache.
+_BLOCK = 1 << 16
+
+
+def norms64(x: torch.Tensor, other: Optional[torch.Tensor] = None) -> tuple[float, float]:
+    """|x| and |x - other| (0.0 without other) in float64, on the CPU tensors given: x is converted a
+    block at a time into one reused float64 buffer, so neither a float64 copy of x nor a difference
+    tensor is ever allocated (each would be as large as the parameter, in float64)."""
+    x = x.detach().reshape(-1)
+    y = None if other is None else other.detach().reshape(-1)
+    block = torch.empty(min(_BLOCK, x.numel()), dtype=torch.float64)
+    xx = dd = 0.0
+    for start in range(0, x.numel(), _BLOCK):
+        view = block[:min(_BLOCK, x.numel() - start)]
+        view.copy_(x[start:start + len(view)])
+        xx += float(torch.dot(view, view))
+        if y is not None:
+            view.sub_(y[start:start + len(view)])
+            dd += float(torch.dot(view, view))
+    return math.sqrt(xx), math.sqrt(dd)
+
+
 def _scale_cosine(xr: float, rr: float, xx: float) -> tuple[float, float]:
     scale = xr / rr if rr > 0 else (1.0 if xx == 0 else math.inf)
     cosine = xr / math.sqrt(rr * xx) if rr > 0 and xx > 0 else (1.0 if rr == xx == 0 else 0.0)
@@ -80,7 +102,7 @@ def compare(
     nondeterminism: float = 0.0,
     steps: int = 1,
     measured: bool = True,
-    rounding: Optional[float] = None,
+    rounding: Optional[tuple[float, float]] = None,
 ) -> Comparison:
     """Judge one gradient tensor.
 
@@ -92,7 +114,7 @@ def compare(
     nondeterminism: the absolute L2
     difference between two identical baseline runs; steps: micro-batches summed; rounding: the
     baseline's L2 error against reference64 when already known (Reference.rounding), so that it is
-    not taken again for every candidate. measured=False:
+    not taken again for every candidate, with the norm of reference64 (|b - r|, |r|). measured=False:
     the baseline has not run yet, so only the floor is allowed (the full budget is never smaller)
     and reference_error is reported as NaN.
     """
@@ -112,14 +134,14 @@ def compare(
     if cand.shape != ref.shape:
         return Comparison(math.inf, 0.0, 0.0, math.nan, math.nan, False,
                           f"shape {tuple(cand.shape)} != {tuple(ref.shape)}")
-    err = float(torch.linalg.vector_norm(cand - ref))
+    cand_norm, err = norms64(cand, ref)
     if not math.isfinite(err) and not bool(torch.isfinite(cand).all()):
         return Comparison(math.inf, 0.0, 0.0, math.nan, math.nan, False, "NaN/inf gradient")
 
-    norm = float(torch.linalg.vector_norm(ref))
     if rounding is not None:
-        base_err = rounding
+        base_err, norm = rounding
     else:
+        norm = norms64(ref)[0]
         base_err = (float(torch.linalg.vector_norm(baseline.detach().to(device="cpu") - ref)) if baseline is not None
                     else 0.0)
     if not math.isfinite(base_err):
@@ -128,7 +150,7 @@ def compare(
     budget = mult * max(base_err, nondeterminism)
     allowed = budget + _floor(tol, steps, norm, magnitude, err, budget)
     denom = norm if norm > 0 else 1.0
-    products = _products(norm, float(torch.linalg.vector_norm(cand, dtype=torch.float64)), err)
+    products = _products(norm, cand_norm, err)
     scale, cosine = _scale_cosine(*products)
     note = "" if norm > 0 else "reference is exactly zero: absolute errors"
     reported = base_err / denom if measured else math.nan

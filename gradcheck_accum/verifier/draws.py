@@ -16,6 +16,7 @@ number of draws) makes the check impossible, and the verdict says so and why.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -77,10 +78,16 @@ def _arguments(func: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     return values
 
 
+@functools.lru_cache(maxsize=None)
+def _seeded(func: Any) -> bool:
+    """The op may draw (read once per op: every op of a watched run asks)."""
+    return torch.Tag.nondeterministic_seeded in func.tags
+
+
 def draws_random(func: Any, args: tuple, kwargs: dict) -> bool:
     """Whether this call really draws: seeded ops do, except dropout with p == 0 or in eval and
     attention kernels with dropout_p == 0."""
-    if torch.Tag.nondeterministic_seeded not in func.tags:
+    if not _seeded(func):
         return False
     values = _arguments(func, args, kwargs)
     if "dropout_p" in values:
@@ -124,7 +131,7 @@ class DrawMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        if not draws_random(func, args, kwargs):
+        if not _seeded(func) or not draws_random(func, args, kwargs):
             return func(*args, **kwargs)
         name = _op_name(func)
         if self.supply is None or self.failure is not None or name in _OPAQUE:

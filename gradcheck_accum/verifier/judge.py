@@ -55,13 +55,15 @@ def compare_rows(
     steps: int = 1,
     note: str = "",
     products: Optional[dict[str, tuple[float, float, float]]] = None,
+    until_failure: bool = False,
 ) -> list[Row]:
     """One row per trainable parameter: within the floor of the same-precision big batch until the
     float64 run has happened (Reference.measure_exact), then against float64 with the full budget
     (the same-precision big batch's own error against it). magnitude: per parameter, the size of
     what was summed (Magnitudes: taken only for a parameter its own norm does not settle).
     products: filled with each parameter's Comparison.products, for a whole-model scale and
-    cosine (compare.scale_cosine)."""
+    cosine (compare.scale_cosine). until_failure: stop after the first failing row (judge's
+    partial rows)."""
     base = reference.baseline.grads
     rows = []
     for name in base:
@@ -71,10 +73,12 @@ def compare_rows(
         else:
             c = compare(grads.get(name), base.get(name), reference.exact.get(name), tol, magnitude=size,
                         nondeterminism=reference.nondeterminism.get(name, 0.0), steps=steps,
-                        rounding=reference.rounding.get(name, (None,))[0])
+                        rounding=reference.rounding.get(name))
         if products is not None:
             products[name] = c.products
         rows.append(Row.from_comparison(mode, name, tuple(shapes[name]), c, note))
+        if until_failure and not c.ok:
+            break
     return rows
 
 
@@ -83,11 +87,19 @@ def compare_rows(
 EVIDENCE = ("measure_exact", "recheck")
 
 
-def judge(rows: Callable[[], list[Row]], *references: Reference, evidence: Sequence[str] = EVIDENCE) -> list[Row]:
-    """rows() judged with the floor; while some row fails, with more evidence (`evidence`, a prefix
-    of EVIDENCE), each at most once per reference."""
-    judged = rows()
-    for learn in evidence:
-        if not all(r.ok for r in judged) and any([getattr(ref, learn)() for ref in references]):
-            judged = rows()
+def judge(rows: Callable[[bool], list[Row]], *references: Reference, evidence: Sequence[str] = EVIDENCE) -> list[Row]:
+    """rows(partial) judged with the floor; while some row fails, with more evidence (`evidence`, a
+    prefix of EVIDENCE), each at most once per reference. partial: rows may stop at the first
+    failing row while more evidence can come, since the rows are judged again once it has come
+    (a mismatch does not judge every parameter against the floor first); the rows returned are
+    always complete."""
+    partial = bool(evidence)
+    judged = rows(partial)
+    for i, learn in enumerate(evidence):
+        if all(r.ok for r in judged):
+            break
+        more = i + 1 < len(evidence)
+        if any([getattr(ref, learn)() for ref in references]) or (partial and not more):
+            partial = more
+            judged = rows(partial)
     return judged

@@ -337,7 +337,7 @@ def analyse(
 
         def judged(grads: Grads, note: str = "", factor: float = 1.0, reference=reference, per_part=per_part,
                    part_rows=part_rows, label=label, count=len(window)) -> list[Row]:
-            def rows_now() -> list[Row]:
+            def rows_now(partial: bool = False) -> list[Row]:
                 # The size of what was summed bounds the rounding of a small sum; it costs a float64
                 # backward per micro-batch, so it joins the evidence with the measured budget.
                 magnitude = None
@@ -345,7 +345,8 @@ def analyse(
                     shares = [n / sum(part_rows) for n in part_rows]
                     magnitude = magnitudes([_scaled(c, s) for c, s in zip(per_part(), shares)], list(shapes))
                 scaled = grads if factor == 1.0 else _scaled(grads, 1 / factor)
-                return compare_rows(label, scaled, reference, tol, shapes, magnitude=magnitude, steps=count, note=note)
+                return compare_rows(label, scaled, reference, tol, shapes, magnitude=magnitude, steps=count, note=note,
+                                    until_failure=partial)
             return judge(rows_now, reference)
 
         step_rows = judged(candidate)

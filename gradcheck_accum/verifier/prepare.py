@@ -28,6 +28,13 @@ class PreparedModel:
     frozen_parameters: list[str] = field(default_factory=list)
     unwrapped: list[str] = field(default_factory=list)  # wrappers removed: OptimizedModule, DDP
     _working: nn.Module | None = field(default=None, repr=False)
+    # In place (prepare(in_place=True)): `module` is itself the working copy; each run gets the
+    # tensors of `_source` (the model given, which the check never writes to) written back and the
+    # train/eval flags `module` was prepared with.
+    _source: nn.Module | None = field(default=None, repr=False)
+    _freeze_batchnorm: bool = field(default=False, repr=False)
+    _modes: list[bool] = field(default_factory=list, repr=False)
+    _handed_out: bool = field(default=False, repr=False)
 
     def copy(self, device: torch.device, dtype: torch.dtype, *, fresh: bool = False) -> nn.Module:
         """A module in the prepared state, on `device` in `dtype`, for one run.
@@ -37,12 +44,28 @@ class PreparedModel:
         which costs a fraction of a deep copy of a many-module model. `fresh`: an independent copy
         (compiled mode compiles it in place).
         """
+        if self._source is not None:
+            working = self._in_place(device, dtype)
+            return (copy.deepcopy(working) if fresh else working).to(device=device, dtype=dtype)
         if fresh:
             return copy.deepcopy(self.module).to(device=device, dtype=dtype)
-        if self._working is None or not _restore(self._working, _state(self.module)):
+        if self._working is None or not _restore(self._working, _state(self.module), device, dtype):
             self._working = copy.deepcopy(self.module)
         _same_modes(self._working, self.module)
         return self._working.to(device=device, dtype=dtype)
+
+    def _in_place(self, device: torch.device, dtype: torch.dtype) -> nn.Module:
+        """`module` as prepared: the given model's tensors written back once a run has had it (a
+        new copy of the model when its tensors no longer line up), its prepared train/eval flags."""
+        if self._handed_out and not _restore(self.module, _state(self._source), device, dtype):
+            self.module = _private_copy(self._source)
+            _switch_off(self.module, self._freeze_batchnorm)
+        for module, training in zip(self.module.modules(), self._modes):
+            module.training = training
+        for p in self.module.parameters():
+            p.grad = None
+        self._handed_out = True
+        return self.module
 
     def trainable(self) -> list[str]:
         return [n for n, p in self.module.named_parameters() if p.requires_grad]
@@ -58,19 +81,22 @@ def _state(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     return [*module.named_parameters(), *module.named_buffers()]
 
 
-def _restore(module: nn.Module, pristine: list[tuple[str, torch.Tensor]]) -> bool:
-    """Write the pristine tensors' values (and dtypes, devices) into `module`; False when its tensors no
-    longer line up with them (a forward pass that registers new ones)."""
+def _restore(module: nn.Module, pristine: list[tuple[str, torch.Tensor]], device: torch.device,
+             dtype: torch.dtype) -> bool:
+    """Write the pristine tensors' values into `module`, on `device` and floating ones in `dtype` (as
+    the run's conversion would make them, without first writing them in their own dtype); False
+    when its tensors no longer line up with them (a forward pass that registers new ones)."""
     current = _state(module)
     if [n for n, _ in current] != [n for n, _ in pristine] or any(
             t.shape != s.shape for (_, t), (_, s) in zip(current, pristine)):
         return False
     with torch.no_grad():
         for (_, t), (_, s) in zip(current, pristine):
-            if t.dtype == s.dtype and t.device == s.device:
+            want = dtype if s.is_floating_point() else s.dtype
+            if t.dtype == want and t.device == device:
                 t.copy_(s)
             else:
-                t.data = s.clone()
+                t.data = s.to(device=device, dtype=want, copy=True)
     for p in module.parameters():
         p.grad = None
     return True
@@ -90,7 +116,10 @@ def _is_batch_stat_layer(module: nn.Module) -> bool:
     return False
 
 
-def prepare(model: ModelLike, *, freeze_batchnorm: bool = False) -> PreparedModel:
+def prepare(model: ModelLike, *, freeze_batchnorm: bool = False, in_place: bool = False) -> PreparedModel:
+    """The model copied and made ready for the check. in_place: the copy is also the working copy
+    every run takes in turn, its tensors written back from the model given (one deep copy instead of
+    two; for checks that change nothing of the prepared module between runs, as `verify`)."""
     if not isinstance(model, nn.Module):
         if not callable(model):
             raise VerifyError(f"model must be a torch.nn.Module or a zero-argument factory, got {type(model).__name__}")
@@ -114,28 +143,10 @@ def prepare(model: ModelLike, *, freeze_batchnorm: bool = False) -> PreparedMode
             model = model.module
         else:
             break
-    try:
-        module = copy.deepcopy(model)  # a factory may hand out a shared instance: never modify it
-    except Exception as exc:
-        raise VerifyError(
-            f"the model cannot be deep-copied ({type(exc).__name__}: {exc}); pass a zero-argument factory instead"
-        ) from None
-
+    module = _private_copy(model)  # a factory may hand out a shared instance: never modify it
     prepared = PreparedModel(module, unwrapped=unwrapped)
-    for name, sub in module.named_modules():
-        label = f"{name} ({type(sub).__name__})" if name else type(sub).__name__
-        if isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p > 0:
-            sub.p = 0.0
-            prepared.dropout_layers.append(label)
-        elif isinstance(sub, nn.MultiheadAttention) and sub.dropout > 0:
-            sub.dropout = 0.0
-            prepared.dropout_layers.append(label)
-        if _is_batch_stat_layer(sub):
-            if freeze_batchnorm and sub.track_running_stats:
-                sub.eval()
-                prepared.frozen_batch_stat_layers.append(label)
-            else:
-                prepared.batch_stat_layers.append(label)
+    prepared.dropout_layers, prepared.batch_stat_layers, prepared.frozen_batch_stat_layers = \
+        _switch_off(module, freeze_batchnorm)
     params = list(module.named_parameters())
     lazy = [n for n, p in params if isinstance(p, nn.parameter.UninitializedParameter)]
     if lazy:
@@ -146,7 +157,40 @@ def prepare(model: ModelLike, *, freeze_batchnorm: bool = False) -> PreparedMode
         raise VerifyError("the model has no parameters: there is no gradient to check")
     if not prepared.trainable():
         raise VerifyError("every parameter of the model has requires_grad=False: there is no gradient to check")
+    if in_place:
+        prepared._source, prepared._freeze_batchnorm = model, freeze_batchnorm
+        prepared._modes = [m.training for m in module.modules()]
     return prepared
+
+
+def _private_copy(model: nn.Module) -> nn.Module:
+    try:
+        return copy.deepcopy(model)
+    except Exception as exc:
+        raise VerifyError(
+            f"the model cannot be deep-copied ({type(exc).__name__}: {exc}); pass a zero-argument factory instead"
+        ) from None
+
+
+def _switch_off(module: nn.Module, freeze_batchnorm: bool) -> tuple[list[str], list[str], list[str]]:
+    """Dropout off, and BatchNorm in training mode frozen when asked: the layers changed, as
+    (dropout layers, batch-statistic layers left as they are, batch-statistic layers frozen)."""
+    dropout, batch_stats, frozen = [], [], []
+    for name, sub in module.named_modules():
+        label = f"{name} ({type(sub).__name__})" if name else type(sub).__name__
+        if isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p > 0:
+            sub.p = 0.0
+            dropout.append(label)
+        elif isinstance(sub, nn.MultiheadAttention) and sub.dropout > 0:
+            sub.dropout = 0.0
+            dropout.append(label)
+        if _is_batch_stat_layer(sub):
+            if freeze_batchnorm and sub.track_running_stats:
+                sub.eval()
+                frozen.append(label)
+            else:
+                batch_stats.append(label)
+    return dropout, batch_stats, frozen
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 
 from gradcheck_accum.verifier.accumulate import Grads, LossFn, WindowRun, run_window, to_device
+from gradcheck_accum.verifier.compare import norms64
 from gradcheck_accum.verifier.draws import Draws, Supply, same_supply
 from gradcheck_accum.verifier.errors import VerifyError
 from gradcheck_accum.verifier.prepare import PreparedModel, default_dtype
@@ -93,16 +94,15 @@ class Reference:
 
 
 def _rounding(baseline: Grads, exact: Grads) -> dict[str, tuple[float, float]]:
-    """(|baseline - exact|, |exact|) per parameter that has both, on the CPU (the difference in
-    float64 by type promotion, as `compare` takes it)."""
+    """(|baseline - exact|, |exact|) per parameter that has both, on the CPU, in float64 (as
+    `compare` takes them)."""
     out = {}
     for name, truth in exact.items():
         low = baseline.get(name)
         if truth is None or low is None:
             continue
-        truth = truth.detach().to(device="cpu", dtype=torch.float64)
-        out[name] = (float(torch.linalg.vector_norm(low.detach().to(device="cpu") - truth)),
-                     float(torch.linalg.vector_norm(truth)))
+        size, error = norms64(truth.detach().to(device="cpu"), low.detach().to(device="cpu"))
+        out[name] = (error, size)
     return out
 
 
@@ -149,10 +149,12 @@ class BigBatch:
 
     def exact_run(self, batch: Any, weights: Optional[Mapping[str, torch.Tensor]] = None,
                   supply: Optional[Supply] = None, label: str = "float64 big batch") -> WindowRun:
-        """The float64 big batch, recording its random draws (or replaying `supply`'s)."""
+        """The float64 big batch, replaying `supply`'s random draws (without one, its own draws are
+        neither recorded nor replayed: nothing reads them)."""
         try:
             with default_dtype(torch.float64):
-                return self.run(batch, float64_device(self.device), torch.float64, weights, label, [supply])
+                return self.run(batch, float64_device(self.device), torch.float64, weights, label,
+                                None if supply is None else [supply])
         except VerifyError as exc:
             raise VerifyError(f"{exc}; the float64 reference needs the model and loss_fn to run in float64 "
                               "(avoid hard-coded float32 dtypes)") from None

@@ -252,3 +252,126 @@ def test_an_exit_that_ends_the_run_between_backward_and_step_keeps_the_step_on_t
         "        optimizer.step()\n"
     )
     assert placements(only_window(source), EventKind.STEP) == [BOUNDARY]
+
+
+PREDICATE_TRAINER = """
+import torch
+
+class Trainer:
+    def __init__(self, model, loader, accum):
+        self.model, self.loader, self.accum = model, loader, accum
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        self.micro_steps = 0
+
+    def _is_update_step(self, step):
+        return (step + 1) % self.accum == 0
+
+    @property
+    def should_step(self):
+        return self.micro_steps % self.accum == 0
+
+    def epoch(self):
+        for i, batch in enumerate(self.loader):
+            loss = self.model(batch) / self.accum
+            loss.backward()
+            self.micro_steps += 1
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            if {test}:
+                self.optimizer.step()
+                self.optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("test", ["self._is_update_step(i)", "not not self._is_update_step(i)", "self.should_step"])
+def test_a_project_predicate_is_read_where_it_is_written(test):
+    window = only_window(PREDICATE_TRAINER.format(test=test))
+    assert window.shape == GUARDED
+    assert placements(window, EventKind.STEP) == [BOUNDARY]
+    assert placements(window, EventKind.CLIP) == [EVERY]
+
+
+def test_a_predicates_counter_is_the_callers_argument():
+    window = only_window(PREDICATE_TRAINER.format(test="self._is_update_step(i)"))
+    assert cst.Module([]).code_for_node(window.counter) == "i"
+    assert window.counter_start == 0
+
+
+def test_a_property_that_is_no_boundary_is_no_setting_either():
+    # `self.ready` reads what the loop changes: where the step runs is unknown, never "every micro-batch"
+    source = PREDICATE_TRAINER.format(test="self.ready").replace(
+        "    @property\n    def should_step", "    @property\n    def ready(self):\n"
+        "        return self.micro_steps > 100\n\n    @property\n    def should_step")
+    window = only_window(source)
+    assert placements(window, EventKind.STEP) == [UNKNOWN]
+
+
+def test_a_branch_fixed_by_the_call_is_decided():
+    source = (
+        "import torch\n"
+        "def clip_grad_norm_(params, max_norm, clip=True):\n"
+        "    grads = [p.grad for p in params if p.grad is not None]\n"
+        "    norm = torch.norm(torch.stack([g.norm() for g in grads]))\n"
+        "    if clip:\n"
+        "        for g in grads:\n"
+        "            g.detach().mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))\n"
+        "    return norm\n"
+        "opt = torch.optim.SGD(ps, lr=1)\n"
+        "for i, batch in enumerate(loader):\n"
+        "    (model(batch) / accum).backward()\n"
+        "    clip_grad_norm_(model.parameters(), 1.0, clip=False)\n"
+        "    if (i + 1) % accum == 0:\n"
+        "        clip_grad_norm_(model.parameters(), 1.0)\n"
+        "        opt.step()\n"
+        "        opt.zero_grad()\n"
+    )
+    window = only_window(source)
+    assert placements(window, EventKind.CLIP) == [BOUNDARY]
+
+
+@pytest.mark.parametrize("factor, clips", [("coef", True), ("0.5", False), ("1.0 / accum", False)])
+def test_gradients_rescaled_by_a_norm_derived_factor_are_clipped(factor, clips):
+    source = (
+        "import torch\nopt = torch.optim.SGD(ps, lr=1)\n"
+        "for i, batch in enumerate(loader):\n"
+        "    (model(batch) / accum).backward()\n"
+        "    for p in model.parameters():\n"
+        "        if p.grad is not None:\n"
+        "            coef = max_norm / (p.grad.data.norm(2) + 1e-6)\n"
+        "            if coef < 1:\n"
+        f"                p.grad.data.mul_({factor})\n"
+        "    if (i + 1) % accum == 0:\n"
+        "        opt.step()\n"
+        "        opt.zero_grad()\n"
+    )
+    window = only_window(source)
+    assert placements(window, EventKind.CLIP) == ([EVERY] if clips else [])
+    assert placements(window, EventKind.GRAD_SCALE) == ([] if clips else [EVERY])
+
+
+def test_clip_in_another_branch_than_the_gradscaler_backward_is_not_clipped_before_unscale():
+    # five configuration tests: the last ones are not split into paths (paths.MAX_SPLIT_TESTS), so
+    # the apex branch and the GradScaler branch share a window; ACC405 must read each clip with the
+    # backward of its own branch
+    from gradcheck_accum.lint.rules.once_per_step import ClipBeforeUnscale
+    source = (
+        "import torch\nfrom apex import amp\n"
+        "scaler = torch.cuda.amp.GradScaler()\nopt = torch.optim.SGD(ps, lr=1)\n"
+        "for i, batch in enumerate(loader):\n"
+        "    loss = model(batch) / accum\n"
+        "    if a:\n        opt.step()\n"
+        "    if b:\n        opt.step()\n"
+        "    if c:\n        opt.step()\n"
+        "    if d:\n        opt.step()\n"
+        "    if use_apex:\n"
+        "        with amp.scale_loss(loss, opt) as scaled:\n"
+        "            scaled.backward()\n"
+        "        torch.nn.utils.clip_grad_norm_(ps, 1.0)\n"
+        "    else:\n"
+        "        scaler.scale(loss).backward()\n"
+        "        scaler.unscale_(opt)\n"
+        "        torch.nn.utils.clip_grad_norm_(ps, 1.0)\n"
+    )
+    model = FileModel(cst.parse_module(source))
+    assert not list(ClipBeforeUnscale().check(model))
+    unscaled = source.replace("        scaler.unscale_(opt)\n", "")
+    assert len(list(ClipBeforeUnscale().check(FileModel(cst.parse_module(unscaled))))) >= 1

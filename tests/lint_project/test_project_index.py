@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, find_root, python_files
-from gradcheck_accum.lint.project.summary import summarize
+from gradcheck_accum.lint.project.summary import ModuleSummary, summarize
 
 EFFECTS = frozenset({"backward", "step", "zero_grad", "clip_grad_norm_", "grad"})
 
@@ -231,6 +231,29 @@ def test_summary_screens_calls_not_strings_or_comments():
     assert function.calls == {"scaler.scale": False, "self.run": True}
 
 
+def test_summary_keeps_settings_a_constructor_does_not_spell_out_and_watched_names_in_code():
+    summary = summarize(textwrap.dedent("""
+        import pytorch_lightning as pl
+        def main(args, cfg):
+            # accumulate_grad_batches in a comment is no mention
+            a = pl.Trainer.from_argparse_args(args, max_epochs=3)
+            b = pl.Trainer(**cfg.trainer)
+            c = pl.Trainer(accumulate_grad_batches=4)
+            d = pl.Trainer.__name__
+            return "accumulate_grad_batches"
+    """), EFFECTS, frozenset({"Trainer"}), frozenset({"accumulate_grad_batches"}))
+    assert summary.constructions == [("pl.Trainer.from_argparse_args", {"max_epochs": "3", "**": "?"}),
+                                     ("pl.Trainer", {"**": "?"}), ("pl.Trainer", {"accumulate_grad_batches": "4"})]
+    assert summary.names == {"accumulate_grad_batches"}  # the keyword of c, not the comment or the string
+    unnamed = summarize('x = 1  # accumulate_grad_batches\ny = "accumulate_grad_batches"\n', EFFECTS,
+                        frozenset({"Trainer"}), frozenset({"accumulate_grad_batches"}))
+    assert unnamed.names == frozenset()
+    named = summarize("class M:\n    def __init__(self, accumulate_grad_batches):\n        self.n = accumulate_grad_batches\n",
+                      EFFECTS, frozenset({"Trainer"}), frozenset({"accumulate_grad_batches"}))
+    assert named.names == {"accumulate_grad_batches"}
+    assert ModuleSummary.from_json(named.to_json()).names == named.names
+
+
 def test_cache_reuses_unchanged_files_and_recomputes_edited_ones(tmp_path):
     write(tmp_path, TRAINERS)
     cache = tmp_path / ".accumcheck_cache"
@@ -251,6 +274,7 @@ def test_cache_reuses_unchanged_files_and_recomputes_edited_ones(tmp_path):
     assert third.computed == 1
     # another vocabulary is another cache
     assert SummaryStore(tmp_path, EFFECTS | {"no_sync"}, directory=cache).file != first.file
+    assert SummaryStore(tmp_path, EFFECTS, directory=cache, words=frozenset({"x"})).file != first.file
 
 
 def test_a_damaged_cache_is_ignored(tmp_path):

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from gradcheck_accum.verifier.compare import Tolerance, compare, global_scale_cosine
+from gradcheck_accum.verifier.compare import _BLOCK, Tolerance, compare, global_scale_cosine, norms64
 from gradcheck_accum.verifier.report import ModeResult, Report, Row
 
 TOL = Tolerance.for_dtype(torch.float32)
@@ -18,6 +18,19 @@ def _gradients(seed=0):
     baseline = exact.float()
     accumulated = sum(p.float() for p in parts)
     return exact, baseline, accumulated
+
+
+@pytest.mark.parametrize("numel", [0, 1, _BLOCK, 2 * _BLOCK + 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_block_norms_are_the_float64_norms(numel, dtype):
+    g = torch.Generator().manual_seed(numel)
+    x = torch.randn(numel, generator=g).to(dtype).reshape(-1, 1)
+    other = x.double() + 1e-6 * torch.randn(numel, 1, dtype=torch.float64, generator=g)
+    size, distance = norms64(x, other)
+    assert math.isclose(size, float(torch.linalg.vector_norm(x.double())), rel_tol=1e-12, abs_tol=1e-300)
+    assert math.isclose(distance, float(torch.linalg.vector_norm(x.double() - other)), rel_tol=1e-12,
+                        abs_tol=1e-300)
+    assert norms64(x) == (size, 0.0)
 
 
 def test_rounding_of_a_sum_passes():

@@ -34,8 +34,10 @@ def tensors(module):
     return {n: t.detach().clone() for n, t in [*module.named_parameters(), *module.named_buffers()]}
 
 
-def test_every_run_starts_from_the_prepared_state():
-    prepared = prepare(Normalised())
+@pytest.mark.parametrize("in_place", [False, True])
+def test_every_run_starts_from_the_prepared_state(in_place):
+    given = Normalised()
+    prepared = prepare(given, in_place=in_place)
     pristine = tensors(prepared.module)
     first = prepared.copy(torch.device("cpu"), torch.float32)
     first(torch.randn(8, 6)).sum().backward()  # moves the running statistics, fills .grad
@@ -44,6 +46,19 @@ def test_every_run_starts_from_the_prepared_state():
     again = prepared.copy(torch.device("cpu"), torch.float32)
     assert again is first and all(p.grad is None for p in again.parameters())
     assert all(torch.equal(t, tensors(again)[n]) for n, t in pristine.items())
+    assert all(torch.equal(t, tensors(given)[n]) for n, t in pristine.items())  # never written to
+    assert all(p.grad is None for p in given.parameters())
+
+
+def test_in_place_runs_keep_the_prepared_modes_and_switches():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5), nn.BatchNorm1d(4))
+    prepared = prepare(model, freeze_batchnorm=True, in_place=True)
+    first = prepared.copy(torch.device("cpu"), torch.float32)
+    assert first is prepared.module and not first[2].training and first[1].p == 0
+    first.eval()  # a loss_fn that switches modes
+    again = prepared.copy(torch.device("cpu"), torch.float32)
+    assert again.training and again[1].training and not again[2].training
+    assert model[1].p == 0.5 and model[2].training  # the model given keeps its own
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
@@ -57,7 +72,8 @@ def test_conversions_start_from_the_prepared_precision(dtype):
     assert all(torch.equal(t, tensors(back)[n]) for n, t in pristine.items())  # no bf16 or float64 residue
 
 
-def test_fresh_copies_are_independent_and_a_changed_module_is_copied_anew():
+@pytest.mark.parametrize("in_place", [False, True])
+def test_fresh_copies_are_independent_and_a_changed_module_is_copied_anew(in_place):
     class GrowsABuffer(nn.Module):
         def __init__(self):
             super().__init__()
@@ -67,7 +83,7 @@ def test_fresh_copies_are_independent_and_a_changed_module_is_copied_anew():
             self.register_buffer(f"seen{len(list(self.buffers()))}", x.detach().sum())
             return self.fc(x)
 
-    prepared = prepare(GrowsABuffer())
+    prepared = prepare(GrowsABuffer(), in_place=in_place)
     working = prepared.copy(torch.device("cpu"), torch.float32)
     assert prepared.copy(torch.device("cpu"), torch.float32, fresh=True) is not working
     working(torch.ones(1, 2))
@@ -165,3 +181,52 @@ def test_captured_contributions_leave_the_window_gradient_bit_for_bit_as_autogra
     summed = {n: sum(c[n] for c in captured.contributions) for n in plain.grads}
     assert all(torch.allclose(summed[n], plain.grads[n], rtol=1e-6, atol=1e-7) for n in plain.grads)
     assert len(captured.contributions) == 3
+
+
+def test_a_mismatch_stops_judging_against_the_floor_at_its_first_failing_row(monkeypatch):
+    from gradcheck_accum.verifier import judge
+
+    judged = []
+    against_floor = judge.within_floor
+    monkeypatch.setattr(judge, "within_floor", lambda *a, **k: judged.append(1) or against_floor(*a, **k))
+    model = mlp()
+    report = verify(model, classification_batch(16), ce_mean, accumulation_steps=4, modes=("eager",), scaling="none")
+    assert not report.ok and report.diagnosis.startswith("4.00x")
+    assert len(judged) == 1  # the float64 run comes next, and every row is judged against it
+    assert [row.name for row in report.rows] == [n for n, _ in model.named_parameters()]
+
+
+class _Evidence:
+    """A reference whose evidence runs are counted (judge's protocol, without gradients)."""
+
+    def __init__(self, learns: bool) -> None:
+        self.learns, self.asked = learns, []
+
+    def measure_exact(self) -> bool:
+        self.asked.append("measure_exact")
+        return self.learns
+
+    def recheck(self) -> bool:
+        self.asked.append("recheck")
+        return self.learns
+
+
+@pytest.mark.parametrize("learns", [True, False])
+def test_judge_returns_complete_rows_whatever_the_evidence_brings(learns):
+    from gradcheck_accum.verifier.judge import judge
+    from gradcheck_accum.verifier.report import Row
+
+    def row(name, ok):
+        return Row("eager", name, (1,), 0.0 if ok else 1.0, math.nan, 0.5, 1.0, 1.0, ok)
+
+    asked = []
+
+    def rows(partial):
+        asked.append(partial)
+        return [row("a", False)] if partial else [row("a", False), row("b", True)]
+
+    reference = _Evidence(learns)
+    judged = judge(rows, reference)
+    assert [r.name for r in judged] == ["a", "b"]
+    assert reference.asked == ["measure_exact", "recheck"]
+    assert asked == ([True, True, False] if learns else [True, False])

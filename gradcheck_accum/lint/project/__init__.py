@@ -19,7 +19,8 @@ def project_for(path: Path, cache: Path | None = None) -> Project:
     root = find_root(path, fallback=Path.cwd())
     project = _OPEN.get(root)
     if project is None:
-        project = _OPEN[root] = Project(root, SummaryStore(root, effect_names(), watched_names(), directory=cache))
+        project = _OPEN[root] = Project(root, SummaryStore(root, effect_names(), watched_names(), directory=cache,
+                                                           words=watched_words()))
     return project
 
 
@@ -38,6 +39,12 @@ def watched_names() -> frozenset[str]:
     return frozenset({"Trainer", "Accelerator", "Fabric"})
 
 
+def watched_words() -> frozenset[str]:
+    """Framework settings whose mention in code says a project may use them (summary.names): the
+    keyword that makes a framework's loop accumulate, set from a command line or a config file."""
+    return frozenset(driver.configured_by for driver in cat.DRIVERS if driver.configured_by)
+
+
 def refresh_all() -> None:
     """Let every open project check its files again (between two runs in one process)."""
     for project in _OPEN.values():
@@ -52,4 +59,4 @@ def save_all() -> None:
 
 
 __all__ = ["CallSite", "ClassRef", "FunctionRef", "Project", "SummaryStore", "effect_names", "find_root",
-           "python_files", "project_for", "refresh_all", "save_all", "watched_names"]
+           "python_files", "project_for", "refresh_all", "save_all", "watched_names", "watched_words"]

@@ -14,6 +14,7 @@ attributes bound in a method or the class body (`self.scaler = NativeScaler()`,
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -349,6 +350,57 @@ class Project:
             if name in self.summary(cls.path).classes[cls.qualname].methods:
                 return cls.method(name)
         return None
+
+    def hook_overrides(self, name: str) -> list[FunctionRef]:
+        """The methods `name` that override a method of that name of a project base class: the hooks
+        of a protocol the project defines (`Callback.on_backward_end`, a no-op that subclasses fill
+        in), which a caller holding objects of unknown classes may run by that name."""
+        memo = self.summaries.memo
+        key = ("hook overrides", name)
+        if key not in memo:
+            found = []
+            pattern, read = f"def {name}", getattr(self.summaries, "text", None)
+            for path in self.files:
+                text = read(path) if read is not None else None
+                if text is not None and pattern not in text:
+                    continue  # a cheap screen before summarising every file of the project
+                for qualname, cls in self.summary(path).classes.items():
+                    if name in cls.methods and self.overrides(ClassRef(path, qualname).method(name)):
+                        found.append(ClassRef(path, qualname).method(name))
+            memo[key] = found
+        return memo[key]
+
+    def overrides(self, method: FunctionRef) -> bool:
+        """Does this method override one of the same name in a project base class of its class?"""
+        owner, name = self.class_of(method), method.qualname.rsplit(".", 1)[-1]
+        return owner is not None and any(
+            isinstance(base, ClassRef) and name in self.summary(base.path).classes[base.qualname].methods
+            for base in self.mro(owner)[1:])
+
+    def mentioning(self, name: str) -> list[FunctionRef]:
+        """The functions (innermost) whose source names `name` as a word, strings included: where a
+        hook is run by name (`cb.on_backward_end(self)`, `self.fire("on_backward_end")`)."""
+        memo = self.summaries.memo
+        key = ("mentioning", name)
+        if key not in memo:
+            found: list[FunctionRef] = []
+            read = getattr(self.summaries, "text", None)
+            word = re.compile(rf"\b{re.escape(name)}\b")
+            for path in self.files:
+                text = read(path) if read is not None else None
+                if text is None or name not in text:
+                    continue
+                functions = self.summary(path).functions
+                for line, content in enumerate(text.split("\n"), 1):
+                    if not word.search(content) or content.lstrip().startswith(("def ", "#")):
+                        continue
+                    spans = [(f.line, q) for q, f in functions.items() if f.line <= line <= f.end and q != MODULE_CODE]
+                    if spans:
+                        ref = FunctionRef(path, max(spans)[1])
+                        if ref not in found:
+                            found.append(ref)
+            memo[key] = found
+        return memo[key]
 
     def _super_method(self, cls: ClassRef, name: str, caller: FunctionRef) -> FunctionRef | None:
         order = self.mro(cls)

@@ -17,7 +17,7 @@ from stat import S_ISREG
 
 from gradcheck_accum.version import __version__
 from gradcheck_accum.lint.project.index import SummarySource
-from gradcheck_accum.lint.project.summary import ModuleSummary, summarize
+from gradcheck_accum.lint.project.summary import FORMAT, ModuleSummary, summarize
 
 
 def content_hash(text: str) -> str:
@@ -28,12 +28,13 @@ class SummaryStore(SummarySource):
     """Summaries computed on first use, from the cache when the file is unchanged."""
 
     def __init__(self, root: Path, effect_names: frozenset[str], watched: frozenset[str] = frozenset(),
-                 directory: Path | None = None, texts: dict[Path, str] | None = None) -> None:
+                 directory: Path | None = None, texts: dict[Path, str] | None = None,
+                 words: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.root = root.absolute()
-        self.effect_names, self.watched = effect_names, watched
-        # Summaries depend on what they screen for: another catalogue is another cache.
-        vocabulary = content_hash(json.dumps([sorted(effect_names), sorted(watched)]))[:12]
+        self.effect_names, self.watched, self.words = effect_names, watched, words
+        # Summaries depend on what they screen for and on their shape: another catalogue is another cache.
+        vocabulary = content_hash(json.dumps([sorted(effect_names), sorted(watched), sorted(words), FORMAT]))[:12]
         self.file = (directory / "project" / f"v{__version__}-{vocabulary}-{content_hash(str(self.root))[:12]}.json"
                      if directory is not None else None)
         self.texts = texts or {}  # files whose text the caller already holds (the files being linted)
@@ -149,7 +150,7 @@ class SummaryStore(SummarySource):
                 entry[0], entry[1] = stat.st_mtime_ns, stat.st_size
                 self.dirty = True
             return self._restore(entry)
-        summary = summarize(text, self.effect_names, self.watched)
+        summary = summarize(text, self.effect_names, self.watched, self.words)
         self.computed += 1
         if stat is None:
             try:

@@ -23,6 +23,11 @@ from functools import cached_property
 from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
+# The summary's shape: caches written for another shape are not read (store.py keys them by it).
+FORMAT = 2
+# A watched constructor's keyword standing for settings the call does not spell out: `Trainer(**cfg)`,
+# `Trainer.from_argparse_args(args)` (each of them may set any keyword).
+UNSPELLED = "**"
 
 
 @dataclass
@@ -62,6 +67,9 @@ class ModuleSummary:
     # Constructor calls anywhere in the file whose last name is in `watched`, with their keywords:
     # what a framework is configured with in another file (`Trainer(accumulate_grad_batches=4)`).
     constructions: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    # The watched words (a framework setting such as `accumulate_grad_batches`) the file's code names,
+    # outside strings and comments: as a parameter, an attribute, a keyword.
+    names: frozenset[str] = frozenset()
 
     @cached_property
     def mentioned(self) -> frozenset[str]:
@@ -69,7 +77,7 @@ class ModuleSummary:
         gathered once, for the question asked per function name (a scan of the file's calls for each
         made a file of many functions cost the square of its size)."""
         called = {callee.rsplit(".", 1)[-1] for function in self.functions.values() for callee in function.calls}
-        return frozenset(called.union(*(keywords for _, keywords in self.constructions)))
+        return frozenset(called.union(*(keywords for _, keywords in self.constructions)) | self.names)
 
     def to_json(self) -> dict:
         return {
@@ -80,6 +88,7 @@ class ModuleSummary:
                         for k, c in self.classes.items()},
             "bindings": self.bindings,
             "constructions": [[callee, keywords] for callee, keywords in self.constructions],
+            "names": sorted(self.names),
         }
 
     @classmethod
@@ -91,18 +100,21 @@ class ModuleSummary:
             {k: ClassSummary(v[0], tuple(v[1]), tuple(v[2]), v[3], v[4]) for k, v in data["classes"].items()},
             data["bindings"],
             [(callee, keywords) for callee, keywords in data["constructions"]],
+            frozenset(data["names"]),
         )
 
 
-def summarize(text: str, effect_names: frozenset[str], watched: frozenset[str] = frozenset()) -> ModuleSummary:
+def summarize(text: str, effect_names: frozenset[str], watched: frozenset[str] = frozenset(),
+              words: frozenset[str] = frozenset()) -> ModuleSummary:
     """The summary of one file's text. Text CPython cannot parse gives an empty summary: nothing
-    in it can be resolved, so everything it would have offered stays unknown."""
+    in it can be resolved, so everything it would have offered stays unknown. `watched`: the
+    constructors whose keywords are kept; `words`: the names whose mention in code is kept."""
     text = one_newline(text)
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return ModuleSummary()
-    return _Summarizer(text, tree, effect_names, watched).summary
+    return _Summarizer(text, tree, effect_names, watched, words).summary
 
 
 # `name(`, `a.b.name(` (spaces, line breaks and backslashes allowed around the dots), and what precedes it
@@ -122,7 +134,8 @@ class _Call:
 
 
 class _Summarizer:
-    def __init__(self, text: str, tree: ast.Module, effect_names: frozenset[str], watched: frozenset[str]) -> None:
+    def __init__(self, text: str, tree: ast.Module, effect_names: frozenset[str], watched: frozenset[str],
+                 words: frozenset[str] = frozenset()) -> None:
         self.text, self.effect_names, self.watched = text, effect_names, watched
         self.line_starts = [0]
         self.line_starts += [m.end() for m in re.finditer("\n", text)]
@@ -130,7 +143,8 @@ class _Summarizer:
         code = blank_strings_and_comments(text)
         self.calls = _calls(code)
         self.offsets = [call.offset for call in self.calls]
-        self.summary = ModuleSummary()
+        self.summary = ModuleSummary(names=frozenset(
+            word for word in words if word in code and re.search(rf"\b{re.escape(word)}\b", code)))
         module = FunctionSummary(1, (), end=text.count("\n") + 1)
         self.summary.functions[MODULE_CODE] = module
         self._block(tree.body, "", None, module, in_loop=False)
@@ -249,8 +263,13 @@ class _Summarizer:
             return
         value = stmt.value
         callee = _dotted(value.func) if isinstance(value, ast.Call) else None
-        if isinstance(value, ast.Call) and callee and callee.rsplit(".", 1)[-1] in self.watched:
-            self.summary.constructions.append((callee, _keywords(value)))
+        if isinstance(value, ast.Call) and callee:
+            parts = callee.split(".")
+            if parts[-1] in self.watched:
+                self.summary.constructions.append((callee, _keywords(value)))
+            elif len(parts) > 1 and parts[-2] in self.watched and parts[-1].startswith("from_"):
+                # `Trainer.from_argparse_args(args)`: a constructor taking its settings from elsewhere
+                self.summary.constructions.append((callee, {**_keywords(value), UNSPELLED: "?"}))
         for target in targets:
             if isinstance(target, ast.Name) and callee:
                 if prefix:
@@ -342,6 +361,7 @@ def _keywords(call: ast.Call) -> dict[str, str]:
     out = {}
     for keyword in call.keywords:
         if keyword.arg is None:
+            out[UNSPELLED] = "?"  # `**settings`: any keyword
             continue
         value = keyword.value
         if isinstance(value, ast.Constant) and isinstance(value.value, (bool, int, float, str)) or value is None:

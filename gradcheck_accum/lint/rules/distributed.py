@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from gradcheck_accum.lint.model import DDP_NO_SYNC, Event, EventKind, Fact, FileModel, Role, WindowShape
+from gradcheck_accum.lint.model import (DDP_NO_SYNC, DDP_SYNC_FLAG, SYNCS_AT_BACKWARD, Event, EventKind, Fact, FileModel,
+                                        Role, WindowShape)
 from gradcheck_accum.lint.rule import Report, Rule
 
 
@@ -18,7 +19,11 @@ class DdpSyncEveryMicroBatch(Rule):
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
-            if window.shape not in (WindowShape.GUARDED, WindowShape.NESTED) or not window.boundary_steps:
+            if window.shape not in (WindowShape.GUARDED, WindowShape.NESTED):
+                continue
+            # a micro-step loop followed by a step is a window whatever guards that step (`if step !=
+            # last_step:`, `if it % k == 0:` makes it longer still); a guarded one needs its boundary step
+            if not window.boundary_steps and not (window.shape is WindowShape.NESTED and window.is_micro_batch_loop()):
                 continue
             in_nest = window.nest_events
             # a DDP wrapper: built here, or handed back by accelerator.prepare (DDP under a multi-process
@@ -30,10 +35,17 @@ class DdpSyncEveryMicroBatch(Rule):
             backwards = [e for e in window.backwards if not e.via_helper]
             if not backwards:
                 continue
-            if not any(Role.PREPARED in e.roles | e.argument_roles for e in forwards):
+            roles = frozenset().union(*(e.roles | e.argument_roles for e in forwards))
+            if Role.SHARDED in roles:
+                yield Report(backwards[0].node, "the FSDP model reduce-scatters gradients on every micro-batch; turn "
+                                                "syncing off for the micro-batches before the boundary "
+                                                "(`model.set_requires_gradient_sync(False)` for fully_shard, "
+                                                "`with model.no_sync():` for FullyShardedDataParallel)")
+            elif Role.PREPARED not in roles:
+                name = forwards[0].target if forwards[0].roles else "model"
                 yield Report(backwards[0].node, "the DDP model all-reduces gradients on every micro-batch; wrap the "
                                                 "forward and backward of non-boundary micro-batches in "
-                                                "`with model.no_sync():`")
+                                                f"`with {name}.no_sync():`")
             else:
                 yield Report(backwards[0].node, "the model accelerator.prepare() wrapped all-reduces gradients on "
                                                 "every micro-batch of a multi-process run; wrap the forward and "
@@ -53,23 +65,43 @@ class NoSyncMissesForward(Rule):
     name = "no-sync-misses-forward"
     summary = "model.no_sync() wraps the backward but not the forward call, so it has no effect."
     severity = "warning"  # DDP still all-reduces every micro-batch: slow, not wrong
-    requires = (Fact.TRAINING_LOOP, DDP_NO_SYNC)
-    reads_outside_windows = (DDP_NO_SYNC,)  # every no_sync() of the file
+    requires = (Fact.TRAINING_LOOP, (DDP_NO_SYNC, DDP_SYNC_FLAG))
+    reads_outside_windows = (DDP_NO_SYNC, DDP_SYNC_FLAG)  # every sync switch of the file
 
     def check(self, model: FileModel) -> Iterator[Report]:
+        # DDP reads its switch in the forward (catalogue.SYNCS_AT_BACKWARD says which models do not)
         for scope, sync, inside in model.ddp_no_sync_contexts():
-            if not any(e.kind is EventKind.BACKWARD for e in inside):
+            if SYNCS_AT_BACKWARD in sync.roles or not any(e.kind is EventKind.BACKWARD for e in inside):
                 continue
             if any(_calls_model(e, sync.target) for e in inside):
                 continue
-            loops = sync.ctx.loops
-            earlier = [e for e in scope.events if e.order < sync.order and e.ctx.loops == loops
-                       and _calls_model(e, sync.target)]
-            if loops and earlier:
+            # the forward ran earlier in the same iteration (also in a loop over heads or chunks before it)
+            if any(e.order < sync.order and _calls_model(e, sync.target) for e in model.same_iteration(scope, sync)):
                 yield Report(sync.node, "no_sync() wraps the backward but not the forward, and DDP decides to "
                                         "sync during forward, so gradients are still all-reduced; move the "
                                         "forward inside the `with` block")
+        for scope, flag in model.ddp_sync_flags():
+            if SYNCS_AT_BACKWARD not in flag.roles and _set_between_forward_and_backward(model, scope, flag):
+                yield Report(flag.node, "require_backward_grad_sync is set after the forward, but DDP reads it in "
+                                        "the forward: the backward that follows syncs as the flag stood before, "
+                                        "one micro-batch behind, so the window's last gradients may be stepped "
+                                        "without being all-reduced; set it before the forward")
 
 
 def _calls_model(event: Event, model_name: str) -> bool:
     return event.kind is EventKind.MODEL_CALL and (event.target == model_name or model_name in event.argument_names)
+
+
+def _set_between_forward_and_backward(model: FileModel, scope, flag: Event) -> bool:
+    """In one iteration: a forward of the model, then the flag, then a backward with no forward between."""
+    iteration = model.same_iteration(scope, flag)
+    if not any(e.order < flag.order and _calls_model(e, flag.target) for e in iteration):
+        return False
+    for event in iteration:
+        if event.order <= flag.order:
+            continue
+        if _calls_model(event, flag.target):
+            return False
+        if event.kind is EventKind.BACKWARD:
+            return True
+    return False

@@ -6,7 +6,7 @@ from typing import Iterator
 
 from gradcheck_accum.lint.fixes import Fix, move_statement
 from gradcheck_accum.lint.model import (Boundary, BoundaryKind, Event, EventKind, Fact, FileModel, Framework,
-                                        Placement, Role, Shift, TailFate, Window, WindowShape)
+                                        Placement, Role, Shift, TailFate, Window, WindowShape, exclusive)
 from gradcheck_accum.lint.rule import Report, Rule
 
 _EVERY, _BOUNDARY, _AFTER = Placement.EVERY, Placement.BOUNDARY, Placement.AFTER
@@ -40,7 +40,7 @@ class SchedulerEveryMicroBatch(Rule):
                 # on every micro-batch; a prepared one skips the steps where gradients do not sync.
                 if accelerate and not model.constructed_unprepared(window.scope, event.target):
                     continue
-                if model.schedule_counts_micro_batches(window.scope, event):
+                if model.schedule_counts_micro_batches(window.scope, event, window):
                     continue  # its length counts micro-batches: one step per micro-batch is its unit
                 if model.scheduler_given_position(event):
                     continue  # the call sets the schedule's position: calling it more often moves nothing
@@ -56,13 +56,20 @@ class ScheduleLengthIgnoresAccumulation(Rule):
     code = "ACC402"
     name = "schedule-length-ignores-accumulation"
     summary = "The scheduler's length counts micro-batches, not optimizer steps."
-    requires = (Fact.TRAINING_LOOP, EventKind.STEP, EventKind.SCHEDULER_BUILT, Fact.DATA_LENGTH)
+    requires = (Fact.TRAINING_LOOP, EventKind.STEP, EventKind.SCHEDULER_BUILT)
     reads_outside_windows = (EventKind.SCHEDULER_BUILT,)  # a scheduler built anywhere, stepped in a window
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        per_window = {e.target for w in model.windows if w.accumulates for e in w.of(EventKind.SCHEDULER_STEP)
-                      if w.placement(e) is _BOUNDARY or (w.shape is WindowShape.FRAMEWORK
-                                                         and Role.PREPARED in e.roles)}
+        per_window: dict[str | None, list[Window]] = {}
+        for w in model.windows:
+            if not w.accumulates:
+                continue
+            for e in w.of(EventKind.SCHEDULER_STEP):
+                if w.placement(e) is _BOUNDARY or (w.shape is WindowShape.FRAMEWORK and Role.PREPARED in e.roles):
+                    per_window.setdefault(e.target, []).append(w)
+        for _, built in reversed(model.events(EventKind.SCHEDULER_BUILT)):  # the composite after its parts
+            for part in model.scheduler_parts(built) if built.target in per_window else ():
+                per_window.setdefault(part, []).extend(per_window[built.target])
         for scope, built in model.events(EventKind.SCHEDULER_BUILT):
             if built.target not in per_window:
                 continue
@@ -71,6 +78,10 @@ class ScheduleLengthIgnoresAccumulation(Rule):
                 yield Report(built.node, "the schedule length is counted in micro-batches (len(loader) x epochs) "
                                          "but the scheduler steps once per window, so it never finishes its decay; "
                                          "divide the length by the accumulation steps")
+            elif any(model.length_is_run(scope, built, w) for w in per_window[built.target]):
+                yield Report(built.node, "the schedule length is the number of micro-batches the training loop "
+                                         "runs, but the scheduler steps once per window, so it never finishes its "
+                                         "decay; divide the length by the accumulation steps")
 
 
 class ClipEveryMicroBatch(Rule):
@@ -82,19 +93,46 @@ class ClipEveryMicroBatch(Rule):
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
-            if window.framework is Framework.DEEPSPEED or not window.accumulates:
+            if window.framework is Framework.DEEPSPEED:
+                continue
+            if not window.accumulates:
+                yield from _clips_after_every_step(window)
                 continue
             steps = window.boundary_steps
             for clip in window.of(EventKind.CLIP, direct=True):
                 placement = window.placement(clip)
-                fix = move_statement(window, clip, steps[0], after=False, description="Clip once, before the step") \
-                    if steps else None
+                fix = _move_clip(window, clip, steps[0], "Clip once, before the step") if steps else None
                 if placement is _EVERY and window.inside(clip):
                     yield Report(clip.node, "gradients are clipped on every micro-batch, so partial sums are "
                                             "clipped repeatedly; clip once on the boundary, before the step", fix)
                 elif placement is _BOUNDARY and steps and all(s.order < clip.order for s in steps):
                     yield Report(clip.node, "gradients are clipped after the optimizer step, where clipping changes "
                                             "nothing; clip on the boundary before the step", fix)
+
+
+def _clips_after_every_step(window: Window) -> Iterator[Report]:
+    """A loop that steps on every micro-batch (no accumulation, or a path where N is 1) and clips after
+    the step: the clipped gradients are never used, so the run is not clipped at all."""
+    if window.shape not in (WindowShape.UNGUARDED, WindowShape.PLAIN):
+        return
+    steps = [s for s in window.steps if window.inside(s) and window.placement(s) is _EVERY]
+    backwards = [b for b in window.backwards if window.inside(b)]
+    if not steps or not backwards or max(b.order for b in backwards) > min(s.order for s in steps):
+        return  # a backward after a step (a second model's update): not one gradient per iteration
+    for clip in window.of(EventKind.CLIP, direct=True):
+        if window.inside(clip) and window.placement(clip) is _EVERY and all(s.order < clip.order for s in steps):
+            yield Report(clip.node, "gradients are clipped after the optimizer step, where clipping changes "
+                                    "nothing the optimizer uses; clip before the step",
+                         _move_clip(window, clip, steps[0], "Clip before the step"))
+
+
+def _move_clip(window: Window, clip: Event, step: Event, description: str) -> Fix | None:
+    """The clip moved before the step, unless that would leave a condition of its own behind
+    (`if max_grad_norm is not None:`: clipping with no threshold fails)."""
+    kept = {(id(guard.owner), guard.positive) for guard in step.ctx.guards}
+    if any((id(guard.owner), guard.positive) not in kept for guard in clip.ctx.guards):
+        return None
+    return move_statement(window, clip, step, after=False, description=description)
 
 
 class ScalerEveryMicroBatch(Rule):
@@ -142,6 +180,8 @@ class ClipBeforeUnscale(Rule):
             for clip in window.of(EventKind.CLIP, direct=True):
                 if clip.api.unscales_first or window.placement(clip) is _AFTER:
                     continue
+                if all(exclusive(b, clip) for b in window.backwards if b.scaler):
+                    continue  # the GradScaler's backward is another branch's (`if use_apex: ... else: ...`)
                 if not any(u.order < clip.order and window.placement(u) in (window.placement(clip), _EVERY)
                            for u in unscales):
                     yield Report(clip.node, "gradients are clipped while still multiplied by the GradScaler's scale, "
@@ -211,12 +251,19 @@ def _sync_off_boundary(window: Window, boundary: Boundary) -> Iterator[Report]:
     """DDP all-reduces on the micro-batches its sync test selects: they must be the stepping ones."""
     if boundary.kind is not BoundaryKind.MODULO or boundary.offset is None:
         return
-    for sync in window.sync_boundaries():
-        if sync.same_count(boundary) and sync.positive and sync.offset is not None and sync.offset != boundary.offset:
+    for switch, sync in window.sync_boundaries():
+        if not sync.same_count(boundary) or sync.offset is None:
+            continue
+        if sync.positive and sync.offset != boundary.offset:
             yield Report(sync.comparison, "this test lifts no_sync() on a different micro-batch than the one the "
                                           "optimizer steps on, so the window's last gradients are stepped without "
                                           "being all-reduced across ranks; select no_sync() with the step's own "
                                           "boundary test")
+        elif not sync.positive and sync.offset == boundary.offset:
+            # synced everywhere but on the boundary: the switch is read backwards
+            yield Report(switch.node, "gradient syncing is turned off on the very micro-batch the optimizer steps "
+                                      "on (and on for the others), so every step applies gradients the ranks never "
+                                      "all-reduced; turn it off where the step's boundary test is false")
 
 
 def _distance_message(shift: Shift | None, boundary: Boundary) -> str | None:

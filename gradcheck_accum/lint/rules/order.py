@@ -18,6 +18,16 @@ class ZeroGradEveryMicroBatch(Rule):
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
+            if window.shape is WindowShape.FRAMEWORK:
+                for zero in window.of(EventKind.ZERO_GRAD, direct=True):
+                    step = window.clears_last_micro_batch_first(zero)
+                    if step is not None:
+                        yield Report(zero.node, "inside accelerator.accumulate() the prepared optimizer clears "
+                                                "gradients only on the window's last micro-batch, and here before "
+                                                "its backward, so only that micro-batch reaches the step; clear "
+                                                "them after the step",
+                                     move_statement(window, zero, step, after=True,
+                                                    description="Clear gradients after the step"))
             if window.shape not in (WindowShape.GUARDED, WindowShape.NESTED):
                 continue
             steps = window.boundary_steps
@@ -25,7 +35,7 @@ class ZeroGradEveryMicroBatch(Rule):
                 if window.placement(zero) is not Placement.EVERY or not window.inside(zero):
                     continue
                 same = [step for step in steps if same_target(zero, step)]
-                if same and window.clears_before_step(zero) is None:
+                if same and window.clears_before_step(zero) is None and not window.clears_before_next_step(zero):
                     fix = move_statement(window, zero, same[0], after=True, description="Clear gradients after the step")
                     yield Report(zero.node, "gradients are cleared on every micro-batch but the optimizer steps once "
                                             "per window, so only the last micro-batch reaches the step; clear them "

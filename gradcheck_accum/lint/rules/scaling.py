@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradcheck_accum.lint.fixes import divide_loss
-from gradcheck_accum.lint.model import EventKind, Fact, FileModel, Framework, Window, WindowShape
+from gradcheck_accum.lint.model import Event, EventKind, Fact, FileModel, Framework, LossFacts, Window, WindowShape
 from gradcheck_accum.lint.rule import Report, Rule
 
 
@@ -24,20 +24,46 @@ class UnscaledAccumulatedLoss(Rule):
     code = "ACC201"
     name = "unscaled-accumulated-loss"
     summary = "An accumulated loss is backpropagated without being divided by the accumulation steps."
-    requires = (Fact.TRAINING_LOOP, EventKind.STEP)
-    reads_outside_windows = ()
+    # a training loop that steps, or a framework hook whose loss the framework's loop backpropagates
+    requires = ((Fact.TRAINING_LOOP, Fact.HOOKS), (EventKind.STEP, Fact.HOOKS))
+    reads_outside_windows = (Fact.HOOKS,)  # transformers: the compute_loss of any Trainer subclass
 
     def check(self, model: FileModel) -> Iterator[Report]:
+        # one report per backward: a helper walked into several windows (its own caller's, and the
+        # loop around that caller) is reported through the nearest one
+        nearest: dict[int, tuple[int, Report]] = {}
         for window in _manual_windows(model):
             for backward in window.backwards:
                 if backward.via_helper or model.framework_divides_loss(window, backward):
                     continue
-                facts = model.backward_facts(window, backward)
-                if facts.known and not facts.scaled and not facts.sum_reduced and not facts.detached:
-                    yield Report(backward.node, "the accumulated loss is never divided by the accumulation steps, "
-                                                "so the summed gradient is N times the big-batch gradient; divide "
-                                                "the loss by N before backward",
-                                 divide_loss(backward, window.n, "Divide the loss by the accumulation steps"))
+                if _unnormalised(model, model.backward_facts(window, backward), window, backward):
+                    hops = backward.frame.depth if backward.frame is not None else 0
+                    if id(backward.node) not in nearest or hops < nearest[id(backward.node)][0]:
+                        nearest[id(backward.node)] = hops, Report(
+                            backward.node, "the accumulated loss is never divided by the accumulation steps, so the "
+                                           "summed gradient is N times the big-batch gradient; divide the loss by N "
+                                           "before backward",
+                            divide_loss(backward, window.n, "Divide the loss by the accumulation steps"), backward.scope)
+        yield from (report for _, report in nearest.values())
+        reported = set()
+        for scope, hook, facts, divided in model.hook_losses():
+            if divided or id(scope) in reported or not _unnormalised(model, facts, None, None):
+                continue
+            reported.add(id(scope))
+            yield Report(scope.node.name, f"{hook.framework.display} leaves the loss `{hook.name}` returns undivided "
+                                          f"by the accumulation steps, because the model counts the labels of the "
+                                          f"window and hands that count over as `{hook.count_parameter}`; this "
+                                          f"per-micro-batch mean makes the window's gradient N times too large: sum "
+                                          f"the loss and divide it by `{hook.count_parameter}`")
+
+
+def _unnormalised(model: FileModel, facts: LossFacts, window: Window | None, backward: Event | None) -> bool:
+    """A known loss, carrying its graph, that nothing normalises across the window. A summed loss is
+    left alone (it may be normalised elsewhere) unless divided by its own micro-batch's count, which
+    makes it a per-micro-batch mean."""
+    if not facts.known or facts.detached or model.normalised(facts, window, backward):
+        return False
+    return not facts.sum_reduced or model.averaged_per_micro_batch(facts, window)
 
 
 class DoubleScaledLoss(Rule):
@@ -54,9 +80,9 @@ class DoubleScaledLoss(Rule):
                     continue
                 for node in model.divisions_by_n(model.backward_facts(window, backward), window.scope):
                     yield Report(node, _double_message(backward.framework))
-        for scope, facts in model.hook_losses():
-            for node in model.divisions_by_n(facts, scope):
-                yield Report(node, _double_message(Framework.LIGHTNING))
+        for scope, hook, facts, divided in model.hook_losses():
+            for node in model.divisions_by_n(facts, scope) if divided else ():
+                yield Report(node, _double_message(hook.framework))
 
 
 def _double_message(framework: Framework) -> str:
@@ -68,7 +94,7 @@ class MeanOfMeansTokenLoss(Rule):
     code = "ACC203"
     name = "mean-of-means-token-loss"
     summary = "A per-micro-batch mean over a variable number of valid tokens is divided by the accumulation steps."
-    requires = (Fact.TRAINING_LOOP, Fact.LOSS_DIVIDED)
+    requires = (Fact.TRAINING_LOOP, (Fact.LOSS_DIVIDED, Fact.FRAMEWORK_DIVIDES_LOSS))  # by hand, or by a framework
     reads_outside_windows = ()
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -85,6 +111,12 @@ class MeanOfMeansTokenLoss(Rule):
                     yield Report(node, "a per-micro-batch mean over a varying number of valid tokens divided by "
                                        "N over-weights micro-batches with few tokens; sum the loss and divide "
                                        "by the valid-token count of the whole window")
+                if model.framework_divides_loss(window, backward) and not model.normalised(facts, window, backward):
+                    yield Report(backward.node, f"{backward.framework.display} divides this per-micro-batch mean "
+                                                f"over a varying number of valid tokens by N, which over-weights "
+                                                f"micro-batches with few tokens; sum the loss and divide it by the "
+                                                f"window's valid-token count over N, since the framework divides by N "
+                                                f"too", scope=backward.scope)
 
 
 class LossGraphKeptAlive(Rule):
