@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from collections import ChainMap
 from typing import TYPE_CHECKING, Iterator
 
 from gradcheck_accum.lint import catalogue as cat
@@ -82,8 +83,11 @@ class FileModel:
             attrs = class_env.setdefault(id(cls), {}) if cls is not None else {}
             scope = Scope(fn, fn.name.value, _bases(cls), owner=cls)
             self.inliner.register(scope)
-            seed = {**globals_env, **attrs, **self.inliner.parameter_roles(fn, scope)}
-            ScopeWalker(scope, self.imports, seed, local_names, counter, inliner=self.inliner,
+            # The function's bindings go in front of its parameters', its class's attributes and the
+            # module's globals, which are read through, not copied: a copy of every global for every
+            # function costs a file with a loop per function the square of its size.
+            scope.env = ChainMap({}, self.inliner.parameter_roles(fn, scope), attrs, globals_env)
+            ScopeWalker(scope, self.imports, {}, local_names, counter, inliner=self.inliner,
                         constants=constants).walk_block(fn.body.body, Context())
             if cls is not None:
                 for name, roles in scope.env.items():

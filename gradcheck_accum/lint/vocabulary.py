@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, MutableMapping
 
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import ImportMap, dotted
@@ -277,11 +277,15 @@ class Scope:
     loops: list[Loop] = field(default_factory=list)
     loop_end: dict[int, int] = field(default_factory=dict)  # id(loop) -> last order inside it
     loop_start: dict[int, int] = field(default_factory=dict)
-    env: dict[str, frozenset[Role]] = field(default_factory=dict)  # name -> roles, while walking
+    # name -> roles, while walking (a function's reads through to its module's globals: model._build)
+    env: MutableMapping[str, frozenset[Role]] = field(default_factory=dict)
     # id(loop) -> the names bound inside it, indexed on first use once the walk is done (windows.assigned_in)
     assigned_by_loop: dict[int, frozenset[str]] | None = None
     event_orders: list[int] | None = None  # the order of each event, indexed once the walk is done (windows)
     called_frames: list[Scope] | None = None  # the scopes its events were walked in, listed once (windows.assigned_in)
+    # name -> (how many bindings it had, whether one of them aliases an accumulation count), for
+    # predicates.is_accumulation_count, asked of every name read in a loss or a boundary
+    accumulation_aliases: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
     def defs_of(self, name: str, before: int | None = None) -> list[Def]:
         """The bindings of `name` here (those before program point `before`). The walk appends them in
