@@ -397,10 +397,11 @@ HF_COMPUTE_LOSS = Hook(
     settings=("model_accepts_loss_kwargs", "loss_is_scaled_for_ga", "compute_loss_func"),
     takes_over=("training_step",), output_attributes=("logits", "loss"), labels_key="labels")
 HOOKS: tuple[Hook, ...] = (LIGHTNING_TRAINING_STEP, HF_COMPUTE_LOSS)
-# Attributes a framework updates as its loop runs: a test reading one is no setting fixed for the run
-# (Lightning's `self.trainer.is_last_batch` holds on the epoch's last batch, `global_step` counts
-# optimizer steps; accelerate's `gradient_state.end_of_dataloader` on the last batch).
-LIVE_ATTRIBUTES = frozenset({"is_last_batch", "end_of_dataloader", "global_step"})
+# Attributes a framework updates on some batches and not others: a test reading one is no setting fixed
+# for the run (Lightning's `self.trainer.is_last_batch` and accelerate's
+# `gradient_state.end_of_dataloader` hold on the epoch's last batch only). A count such as Lightning's
+# `global_step` is not one: `if self.global_step < warmup:` holds for whole stretches of windows.
+LIVE_ATTRIBUTES = frozenset({"is_last_batch", "end_of_dataloader"})
 # The key of the loss in a dict a hook returns (`return {"loss": loss, "log": ...}`).
 RETURNED_LOSS_KEY = "loss"
 

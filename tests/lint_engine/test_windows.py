@@ -375,3 +375,11 @@ def test_clip_in_another_branch_than_the_gradscaler_backward_is_not_clipped_befo
     assert not list(ClipBeforeUnscale().check(model))
     unscaled = source.replace("        scaler.unscale_(opt)\n", "")
     assert len(list(ClipBeforeUnscale().check(FileModel(cst.parse_module(unscaled))))) >= 1
+
+
+@pytest.mark.parametrize("test, fixed", [("self.trainer.is_last_batch", False),
+                                         ("accelerator.gradient_state.end_of_dataloader", False),
+                                         ("self.global_step < self.warmup_steps", True), ("use_amp", True)])
+def test_framework_state_true_on_some_batches_is_no_setting(test, fixed):
+    from gradcheck_accum.lint.paths import invariant
+    assert invariant(cst.parse_expression(test), set()) is fixed
