@@ -202,6 +202,12 @@ class LossTracer:
             self._trace_element(d.value, d.index, where, d.order, facts, depth + 1)
         elif d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)) and d.index is not None:
             self._trace(d.value.elements[d.index].value, where, d.order, facts, depth + 1)
+        elif d.op in (DefOp.ADD, DefOp.SUBTRACT):
+            # `loss += w * aux`: one more term of a sum, whose weight scales that term only
+            term = LossFacts()
+            self._trace(d.value, where, d.order, term, depth + 1)
+            term.scalings = [s for s in term.scalings if s.divides]
+            facts.absorb(term)
         else:
             self._trace(d.value, where, d.order, facts, depth + 1)
 
