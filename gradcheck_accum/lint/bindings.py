@@ -13,7 +13,7 @@ from typing import Callable
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import ImportMap, call_receiver, dotted, keyword, last_part, positional
+from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted, keyword, last_part, positional
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Role
 
 Lookup = Callable[["cst.BaseExpression | None"], frozenset[Role]]  # the roles of an argument expression
@@ -76,10 +76,15 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
         return _ONE[Role.OPTIMIZER]
     if last in cat.ACCELERATOR.names:
         steps = keyword(call, cat.ACCUMULATION_STEPS_KEYWORD)
+        plugin = keyword(call, cat.ACCUMULATION_PLUGIN_KEYWORD)
+        if steps is None and isinstance(plugin, cst.Call):
+            steps = keyword(plugin, cat.ACCUMULATION_PLUGIN_STEPS)
         accumulates = steps is not None and not (isinstance(steps, cst.Integer) and steps.value == "1")
         return frozenset({Role.ACCELERATOR} | ({Role.ACCELERATOR_ACCUMULATES} if accumulates else set()))
     if last in cat.FABRIC.names:
         return _ONE[Role.FABRIC]
+    if last in cat.BOOSTER.names:
+        return _ONE[Role.BOOSTER]
     if last in cat.LOSSES.names or last.endswith(cat.LOSSES.suffix):
         reduction = keyword(call, cat.REDUCTION_KEYWORD)
         roles = {Role.CRITERION}
@@ -121,6 +126,70 @@ def prepared_roles(roles: frozenset[Role], owner: frozenset[Role]) -> frozenset[
     if not roles & {Role.OPTIMIZER, Role.SCHEDULER, Role.SCALER}:
         extra |= cat.PREPARED_MODEL
     return frozenset(roles | extra)
+
+
+# Code that may rebind a module's names behind the analysis's back (nanoGPT's
+# `exec(open("configurator.py").read())` overrides its flags from the command line).
+_REBINDS_GLOBALS = ("exec(", "globals()", "vars()", "setattr(", "__dict__", ":=")
+_LITERALS = {"True": True, "False": False, "None": False}
+
+
+def module_constants(module: cst.Module, text: str) -> dict[str, bool]:
+    """Module-level flags bound once, to a literal, and never again anywhere in the file (no other
+    assignment, loop target, import, definition, `global` or `del` of the name): `use_compile = False`.
+    A branch they rule out never runs. Nothing, in a file that may rebind names dynamically."""
+    if any(word in text for word in _REBINDS_GLOBALS):
+        return {}
+    values: dict[str, bool] = {}
+    for statement in module.body:
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                value = small.value
+                if isinstance(value, cst.Name) and value.value in _LITERALS:
+                    values[small.targets[0].target.value] = _LITERALS[value.value]
+                elif isinstance(value, cst.Integer):
+                    values[small.targets[0].target.value] = value.evaluated_value != 0
+    count: dict[str, int] = {}
+    unknown: set[str] = set()
+    blocks = (cst.BaseSuite, cst.BaseCompoundStatement, cst.SimpleStatementLine, cst.Else, cst.ExceptHandler,
+              cst.ExceptStarHandler, cst.Finally, cst.MatchCase)
+    stack: list[cst.CSTNode] = list(module.body)
+    while stack:
+        node = stack.pop()
+        names: list[str] = []
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                if isinstance(small, cst.Assign):
+                    names += [name for target in small.targets for name in _bound_names(target.target)]
+                elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+                    names += _bound_names(small.target)
+                elif isinstance(small, cst.Del):
+                    unknown.update(_bound_names(small.target))
+                elif isinstance(small, (cst.Global, cst.Nonlocal)):
+                    unknown.update(item.name.value for item in small.names)
+                elif isinstance(small, (cst.Import, cst.ImportFrom)):
+                    if isinstance(small.names, cst.ImportStar):
+                        return {}  # `from m import *` may bind anything
+                    names += [(dotted(a.asname.name if a.asname else a.name) or "").split(".")[0] for a in small.names]
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            names.append(node.name.value)
+        elif isinstance(node, cst.For):
+            names += _bound_names(node.target)
+        elif isinstance(node, cst.With):
+            names += [name for item in node.items if item.asname is not None for name in _bound_names(item.asname.name)]
+        for name in names:
+            count[name] = count.get(name, 0) + 1
+        if not isinstance(node, cst.SimpleStatementLine):
+            stack.extend(child for child in children(node) if isinstance(child, blocks))
+    return {name: value for name, value in values.items() if count.get(name) == 1 and name not in unknown}
+
+
+def _bound_names(target: cst.CSTNode) -> list[str]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in _bound_names(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return _bound_names(target.value)
+    return [target.value] if isinstance(target, cst.Name) else []
 
 
 def no_roles(_: cst.BaseExpression | None) -> frozenset[Role]:

@@ -123,6 +123,9 @@ APIS: tuple[Api, ...] = (
     Api("backward", _E.BACKWARD, _ACCELERATE, receiver=Role.ACCELERATOR, loss=_FIRST,
         divides_loss=LossScaling.WITH_ACCUMULATION_STEPS),
     Api("backward", _E.BACKWARD, _FABRIC, receiver=Role.FABRIC, loss=_FIRST),  # Fabric never scales the loss
+    # ColossalAI: `booster.backward(loss, optimizer)` hands the loss to the plugin's optimizer, which applies
+    # only its mixed-precision loss scale (colossalai/booster/booster.py, zero/low_level optimizers)
+    Api("backward", _E.BACKWARD, Framework.COLOSSALAI, receiver=Role.BOOSTER, loss=_FIRST),
     Api("backward", _E.BACKWARD, _DEEPSPEED, receiver=Role.DEEPSPEED, loss=_FIRST,
         divides_loss=LossScaling.WHEN_ENGINE_OWNS_WINDOW),
     Api("backward", _E.BACKWARD, qualname="torch.autograd.backward", has_receiver=None, loss=_FIRST, target=_NOTHING),
@@ -238,13 +241,19 @@ OPTIMIZERS = Constructor(
     module_word=".optim.", capitalised=True, factory_prefix="create_optimizer")  # bitsandbytes.optim.AdamW8bit
 ACCELERATOR = Constructor(Role.ACCELERATOR, _ACCELERATE, _names("Accelerator"))
 FABRIC = Constructor(Role.FABRIC, _FABRIC, _names("Fabric"))
+BOOSTER = Constructor(Role.BOOSTER, Framework.COLOSSALAI, _names("Booster"))
 LOSSES = Constructor(
     Role.CRITERION, _TORCH,
     _names("cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss binary_cross_entropy "
            "binary_cross_entropy_with_logits kl_div ctc_loss"),
     suffix="Loss")
-CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS, OPTIMIZERS, ACCELERATOR, FABRIC, LOSSES)
+CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS, OPTIMIZERS, ACCELERATOR, FABRIC, BOOSTER,
+                                         LOSSES)
 
+# What torch.compile returns: an OptimizedModule (torch._dynamo.eval_frame) whose `_orig_mod` is the
+# module it compiled; its state_dict keys carry the `_orig_mod.` prefix.
+COMPILED_CLASS = "OptimizedModule"
+COMPILED_INNER = "_orig_mod"
 # What makes a factor a clipping factor (Api.clips_by_factor): it is computed from a gradient norm, or
 # capped at 1 (`(max_norm / norm).clamp(max=1)`, `min(1.0, max_norm / norm)`).
 NORM_FUNCTIONS = frozenset({"norm", "vector_norm", "clip_grad_norm_", "get_total_norm"})
@@ -257,6 +266,9 @@ SAME_TENSOR_METHODS = frozenset({"detach", "data"})
 
 # Keywords of constructors that change what the result does.
 ACCUMULATION_STEPS_KEYWORD = "gradient_accumulation_steps"  # Accelerator(gradient_accumulation_steps=N)
+# Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=N)): the same, as a plugin
+ACCUMULATION_PLUGIN_KEYWORD = "gradient_accumulation_plugin"
+ACCUMULATION_PLUGIN_STEPS = "num_steps"
 REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
 IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid items only
 
@@ -296,6 +308,7 @@ NAME_GUESSES: tuple[NameGuess, ...] = (
               ("opt",)),
     NameGuess(Role.ACCELERATOR, re.compile(r"^accelerator$"), ("accelerator",)),
     NameGuess(Role.FABRIC, re.compile(r"^fabric$"), ("fabric",)),
+    NameGuess(Role.BOOSTER, re.compile(r"^booster$"), ("booster",)),
 )
 NOT_A_SCHEDULER_WORD = "noise"
 
@@ -317,6 +330,7 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
     "item": LossOp.DETACHES, "detach": LossOp.DETACHES, "tolist": LossOp.DETACHES, "cpu": LossOp.DETACHES,
     "mean": LossOp.KEEPS, "sum": LossOp.KEEPS, "squeeze": LossOp.KEEPS, "float": LossOp.KEEPS, "to": LossOp.KEEPS,
     "view": LossOp.KEEPS, "reshape": LossOp.KEEPS, "contiguous": LossOp.KEEPS,
+    "values": LossOp.KEEPS,  # `sum(loss_dict.values())`: the dict's losses
     # element-wise and indexing operations on per-token values (`logprobs.gather(-1, ids).squeeze(-1)`):
     # what they make is still the operand, element by element
     **{name: LossOp.KEEPS for name in ("gather", "unsqueeze", "flatten", "masked_fill", "exp", "log", "neg", "abs",
@@ -331,9 +345,19 @@ SHAPE_ATTRIBUTE = "shape"
 # Calls that keep a count a count: `n.clamp(min=1)`, `n.float()`, `n.item()`, `int(n)`, `max(n, 1)`.
 COUNT_KEEPING_METHODS = frozenset({"clamp", "clamp_min", "float", "item", "to", "type", "double"})
 COUNT_KEEPING_FUNCTIONS = frozenset({"int", "float", "max"})
+SUM_FUNCTION = "sum"  # the builtin: `sum(loss_dict.values())` adds loss terms
 NEXT_BATCH_FUNCTION = "next"  # `batch = next(it)`: a new micro-batch each time it runs
 # The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value.
 IGNORED_LABEL = -100
+# Collators (transformers, trl) that write IGNORED_LABEL into the labels of what they pad or hide, so
+# the number of labels a model's loss averages over changes from batch to batch; with a keyword that
+# must not be switched off (DataCollatorForLanguageModeling masks tokens only for masked LM, mlm=True,
+# its default: for causal LM it hides only padding, which packed batches do not have).
+LABEL_MASKING_COLLATORS: dict[str, str | None] = {
+    "DataCollatorForSeq2Seq": None, "DataCollatorForTokenClassification": None,
+    "DataCollatorForCompletionOnlyLM": None, "DataCollatorForLanguageModeling": "mlm"}
+DATA_LOADER = "DataLoader"
+COLLATE_KEYWORD = "collate_fn"
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,12 @@ def effect_call_names() -> frozenset[str]:
                      and not api.on_grad)
 
 
+def checkpoint_call_names() -> frozenset[str]:
+    """Names whose calls take a module's weights (`state_dict`): a function of one file may write the
+    checkpoint of a model that another file compiled."""
+    return frozenset(api.name for api in cat.APIS if api.event is EventKind.STATE_DICT and api.form is cat.Form.CALL)
+
+
 def backward_call_pattern() -> re.Pattern[str]:
     """A backward call in code whose comments and strings are blanked: not `has_backward(`, not `def backward(`."""
     names = "|".join(sorted(map(re.escape, backward_names()), key=len, reverse=True))
@@ -88,7 +94,7 @@ def _role_tokens(role: Role) -> frozenset[str]:
     if role is Role.DEEPSPEED:
         return frozenset({cat.DEEPSPEED_INITIALIZE.split(".")[0]})
     if role is Role.ACCELERATOR_ACCUMULATES:  # the constructor keyword, or the attribute set later
-        return frozenset({cat.ACCUMULATION_STEPS_KEYWORD})
+        return frozenset({cat.ACCUMULATION_STEPS_KEYWORD, cat.ACCUMULATION_PLUGIN_KEYWORD})
     if role is Role.WRAPS_COMPILED:
         role = Role.DDP
     found = set(_constructor_words(role))

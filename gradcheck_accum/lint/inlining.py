@@ -18,10 +18,10 @@ from typing import Callable
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.bindings import roles_from_name
+from gradcheck_accum.lint.bindings import module_constants, roles_from_name
 from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
-from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED
+from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED, FunctionSummary
 from gradcheck_accum.lint.predicates import bound_argument
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, EventKind, Frame, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
@@ -36,6 +36,11 @@ _ROLE_MAKERS = frozenset().union(*(c.names | {c.qualname.rsplit(".", 1)[-1]} if 
                                    for c in cat.CONSTRUCTORS)) | cat.PREPARE_METHODS | {"initialize", "compile"}
 _BACKWARDS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 _STEPS = frozenset(api.name for api in cat.APIS if api.event is EventKind.STEP)
+_PROPERTIES = frozenset({cat.PROPERTY, "cached_property", "functools.cached_property"})  # read as attributes
+_DISTRIBUTED_MODEL = frozenset({Role.DDP, Role.SHARDED, Role.PREPARED})
+_NOT_MODELS = frozenset({Role.OPTIMIZER, Role.SCHEDULER, Role.SCALER, Role.CRITERION, Role.DEEPSPEED, Role.ACCELERATOR,
+                         Role.FABRIC})
+_STATE_DICT_TOKENS = frozenset(api.token for api in cat.APIS if api.event is EventKind.STATE_DICT)
 
 
 @dataclass
@@ -50,6 +55,14 @@ class LoadedModule:
     classes: dict[str, cst.ClassDef] = field(default_factory=dict)
     qualnames_of_classes: dict[int, str] = field(default_factory=dict)  # id(class) -> qualname
     _class_envs: dict[tuple, dict[str, frozenset[Role]]] = field(default_factory=dict)
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return self.text.split("\n")
+
+    @cached_property
+    def constants(self) -> dict[str, bool]:
+        return module_constants(self.module, self.text)
 
     @classmethod
     def build(cls, path: Path, module: cst.Module, text: str) -> "LoadedModule":
@@ -92,13 +105,15 @@ class LoadedModule:
                 walker.walk_stmt(statement, Context())
         return imports, dict(module_scope.env)
 
-    def class_env(self, cls: cst.ClassDef | None,
-                  constructed_with: dict[str, frozenset[Role]] | None = None) -> dict[str, frozenset[Role]]:
+    def class_env(self, cls: cst.ClassDef | None, constructed_with: dict[str, frozenset[Role]] | None = None,
+                  inliner: "Inliner | None" = None) -> dict[str, frozenset[Role]]:
         """Roles of the `self.x` attributes the class's methods bind, in any of them: a model wrapped
         in DDP in `setup()` is wrapped in every method that runs after it. Compiled modules are left
         out (whether a load runs before or after the compile depends on the order, stated by the
         methods themselves). `constructed_with`: roles of `__init__`'s parameters, from the calls
-        that construct the class (`Trainer(ddp_model, ...)` makes `self.model = model` a DDP model)."""
+        that construct the class (`Trainer(ddp_model, ...)` makes `self.model = model` a DDP model).
+        `inliner`: reads what the project functions they call return (`self._accelerator =
+        self._create_accelerator()`)."""
         if cls is None:
             return {}
         key = (id(cls), frozenset((constructed_with or {}).items()))
@@ -109,14 +124,27 @@ class LoadedModule:
             methods.sort(key=lambda m: m.name.value != "__init__")
             for method in methods:
                 scope = Scope(method, method.name.value, imports=self.imports)
+                if inliner is not None:
+                    inliner.register(scope, self, self.qualnames[id(method)])
                 parameters = constructed_with if method.name.value == "__init__" and constructed_with else {}
-                walker = ScopeWalker(scope, self.imports, {**self.env, **env, **parameters}, set(), [0])
+                walker = ScopeWalker(scope, self.imports, {**self.env, **env, **parameters}, set(), [0],
+                                     inliner=_ReturnsOnly(inliner) if inliner is not None else None)
                 for statement in _attribute_bindings(method):
                     walker.walk_stmt(statement, Context())
                 for name, roles in scope.env.items():
                     roles = roles - {Role.COMPILED, Role.WRAPS_COMPILED}
                     if name.startswith("self.") and roles:
                         env[name] = env.get(name, NO_ROLES) | roles
+            for method in methods:  # `self.model` read through a property: what it returns
+                if any(dotted(d.decorator) in _PROPERTIES for d in method.decorators):
+                    scope = Scope(method, method.name.value, imports=self.imports)
+                    walker = ScopeWalker(scope, self.imports, {**self.env, **env}, set(), [0],
+                                         inliner=_ReturnsOnly(inliner) if inliner is not None else None)
+                    walker.walk_block(method.body.body, Context())
+                    roles = frozenset().union(*(e.roles for e in scope.events if e.kind is EventKind.RETURN))
+                    roles -= {Role.COMPILED, Role.WRAPS_COMPILED}
+                    if roles:
+                        env[f"self.{method.name.value}"] = roles
             self._class_envs[key] = env
         return self._class_envs[key]
 
@@ -177,6 +205,7 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
         store.texts[path] = text
     summary = project.summary(path)
     reached, pieces, seen = False, [], set()
+    lines = text.split("\n")
 
     def take(ref: FunctionRef) -> None:
         if ref.path != path and ref not in seen:
@@ -214,6 +243,10 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
                         if isinstance(cls, ClassRef):
                             for method in project.summary(cls.path).classes[cls.qualname].methods:
                                 take(cls.method(method))
+        if qualname != MODULE_CODE and _takes_state_dict(function, lines):
+            for site in project.callers(caller):  # what they hand it to save (a compiled model)
+                if site.caller.path != path:
+                    take(site.caller)
     for qualname, cls in summary.classes.items():
         ref = ClassRef(path, qualname)
         if any(project.effects(ref.method(m)) & _BACKWARDS for m in cls.methods):
@@ -234,11 +267,23 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
     return reached, "\n".join(pieces)
 
 
-def _returns_made_object(project: Project, ref: FunctionRef) -> bool:
-    """Does the function return something it may build with a role (Inliner.returned_roles reads it)?"""
+def _returns_made_object(project: Project, ref: FunctionRef, depth: int = 0) -> bool:
+    """May the function return something with a role (Inliner.returned_roles reads it)? Something it
+    builds (`return DistributedDataParallel(model)`), what it is given (`return m.module if
+    hasattr(m, "module") else m`: the roles of the argument, unwrapped), or what a project function it
+    calls returns (`return wrap(model)`)."""
     summary = project.function(ref)
-    return summary is not None and summary.returns and any(
-        callee.rsplit(".", 1)[-1] in _ROLE_MAKERS for callee in summary.calls)
+    if summary is None or not summary.returns:
+        return False
+    if summary.passes_through or any(callee.rsplit(".", 1)[-1] in _ROLE_MAKERS for callee in summary.calls):
+        return True
+    return depth < 2 and any(_returns_made_object(project, target, depth + 1) for _, _, target in project.calls(ref)
+                             if target != ref)
+
+
+def _takes_state_dict(function: FunctionSummary, lines: list[str]) -> bool:
+    """Does the function's text call `state_dict()` (a screen: the walk decides what is saved)?"""
+    return any(token in line for line in lines[function.line - 1:function.end] for token in _STATE_DICT_TOKENS)
 
 
 def _source_of(project: Project, ref: FunctionRef) -> str:
@@ -271,6 +316,7 @@ class Inliner:
         self._classes: dict[int, dict[str, ClassRef]] = {}  # id(scope) -> its parameters' project classes
         # id(function) -> the hook names it runs on loop targets, and the parameters it runs hooks by
         self._hooks_of: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
+        self._resolved: dict[tuple, tuple[Scope, cst.Call, tuple[FunctionRef, LoadedModule, cst.FunctionDef] | None]] = {}
         # id(scope) -> what calling each of its parameters runs (a loss function or loss module passed in)
         self._callables: dict[int, dict[str, FunctionRef]] = {}
 
@@ -285,6 +331,13 @@ class Inliner:
 
     # -- resolution ---------------------------------------------------------------------------------
     def resolve(self, scope: Scope, call: cst.Call) -> tuple[FunctionRef, LoadedModule, cst.FunctionDef] | None:
+        key = (id(scope), id(call), self._capturing)
+        known = self._resolved.get(key)
+        if known is None:  # the scope and call are kept with the answer: their ids stay theirs
+            known = self._resolved[key] = (scope, call, self._resolve(scope, call))
+        return known[2]
+
+    def _resolve(self, scope: Scope, call: cst.Call) -> tuple[FunctionRef, LoadedModule, cst.FunctionDef] | None:
         origin = self._origin.get(id(scope))
         text = _callee_text(call)
         if origin is None or text is None:
@@ -420,7 +473,8 @@ class Inliner:
         """Walk `function` for this call: a scope of its own whose parameters are the arguments."""
         scope, seed = self._enter(caller, call, ctx, ref, loaded, function)
         walker = ScopeWalker(scope, loaded.imports, seed, set(loaded.functions), caller.counter,
-                             root=caller.root if caller.root is not None else scope, inliner=self)
+                             root=caller.root if caller.root is not None else scope, inliner=self,
+                             constants=loaded.constants)
         walker.walk_block(function.body.body, ctx)
         self._root_of[id(scope)] = walker.root
         scope.env = {}
@@ -495,7 +549,7 @@ class Inliner:
             return NO_ROLES
         if not _returns_made_object(self.project, found[0]):
             return NO_ROLES  # it builds nothing with a role (a DDP wrapper, an optimizer): not worth reading
-        returned = self.returns(call, walker.scope, walker.counter[0])
+        returned = self.returns(call, walker.scope, walker.counter[0], walker.roles, walker.env)
         if not returned:
             return NO_ROLES
         walked = returned[0][1]
@@ -504,6 +558,28 @@ class Inliner:
         for event in events:
             if event.kind is EventKind.RETURN and event.scope is walked:
                 roles |= event.roles
+        return roles
+
+    def forwarded_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
+        """The roles of the distributed models (DDP, FSDP, prepared) that the project function this
+        call runs calls itself: `self.model(x)` in `compute_loss(self, batch)`, `model(x)` for a
+        `model` parameter; read through the call's receiver and arguments, one call deep."""
+        found = self.resolve(walker.scope, call)
+        summary = self.project.function(found[0]) if found is not None else None
+        if summary is None:
+            return NO_ROLES
+        ref, loaded, function = found
+        handed = dict(_arguments(call, function, _receiver(call, function, loaded.class_of(ref.qualname))))
+        roles: frozenset[Role] = NO_ROLES
+        for callee in summary.calls:
+            head, _, rest = callee.removesuffix(".forward").partition(".")
+            argument = handed.get(head)
+            if argument is None or "." in rest:
+                continue
+            base = dotted(argument)
+            held = walker.roles(argument) if not rest else walker.name_roles(f"{base}.{rest}") if base else NO_ROLES
+            if held & _DISTRIBUTED_MODEL and not held & _NOT_MODELS:
+                roles |= held
         return roles
 
     def inherited_env(self, module: LoadedModule, qualname: str) -> dict[str, frozenset[Role]]:
@@ -519,7 +595,8 @@ class Inliner:
             cls = loaded.classes.get(base.qualname) if loaded is not None else None
             if cls is not None:
                 defines_init = init is not None and init.qualname == f"{base.qualname}.__init__" and init.path == base.path
-                env.update(loaded.class_env(cls, self.constructor_roles(constructed, init) if defines_init else None))
+                env.update(loaded.class_env(cls, self.constructor_roles(constructed, init) if defines_init else None,
+                                            self))
         return env
 
     def constructor_roles(self, cls: ClassRef, init: FunctionRef) -> dict[str, frozenset[Role]]:
@@ -619,17 +696,18 @@ class Inliner:
 
     def parameter_roles(self, function: cst.FunctionDef, scope: Scope) -> dict[str, frozenset[Role]]:
         """Roles its callers give the parameters of one of this file's training functions (a loop
-        reaching a backward): the DDP model a script hands to `train_one_epoch(model, ...)`, read at
-        each call in the project (the union: some caller passes it). The project classes of the
-        objects they pass (a loss scaler) are noted for resolving calls in `scope`."""
+        reaching a backward) or checkpoint writers (a `state_dict()` call): the DDP model a script
+        hands to `train_one_epoch(model, ...)`, the compiled model it hands to `save_checkpoint(model,
+        ...)`, read at each call in the project (the union: some caller passes it). The project
+        classes of the objects they pass (a loss scaler) are noted for resolving calls in `scope`."""
         this = self.context.this
         qualname = this.qualnames.get(id(function))
         if qualname is None or self.context.alone:
             return {}
         ref = FunctionRef(this.path, qualname)
         summary = self.project.function(ref)
-        if summary is None or not any(summary.calls.values()):
-            return {}  # no loop: no window of its own
+        if summary is None or not (any(summary.calls.values()) or _takes_state_dict(summary, this.lines)):
+            return {}  # no loop: no window of its own, and no weights saved
         roles: dict[str, frozenset[Role]] = {}
         classes: dict[str, ClassRef] = {}
         callables: dict[str, FunctionRef | None] = {}
@@ -773,14 +851,18 @@ class Inliner:
         else:
             self._origin[id(scope)] = (loaded, ref.qualname, self_class)
         seed = {**loaded.env, **(self.inherited_env(loaded, loaded.qualnames_of_classes[id(cls)]) if cls else {})}
-        ScopeWalker(scope, loaded.imports, seed, set(loaded.functions), [0], inliner=self).walk_block(body, Context())
+        ScopeWalker(scope, loaded.imports, seed, set(loaded.functions), [0], inliner=self,
+                    constants=loaded.constants).walk_block(body, Context())
         scope.env = {}
         return scope
 
     # -- what a called function returns --------------------------------------------------------------
-    def returns(self, call: cst.Call, scope: Scope, before: int) -> list[tuple[cst.BaseExpression, Scope, int]] | None:
+    def returns(self, call: cst.Call, scope: Scope, before: int,
+                roles: Callable[[cst.BaseExpression | None], frozenset[Role]] | None = None,
+                env: dict[str, frozenset[Role]] | None = None) -> list[tuple[cst.BaseExpression, Scope, int]] | None:
         """The expressions a project function called here returns, each with the scope it is read in
-        and the point it is read at; None when the call does not resolve to one."""
+        and the point it is read at; None when the call does not resolve to one. `roles`/`env`: what
+        the caller knows of the arguments (the walker's; the loss tracer reads names only)."""
         key = id(call)
         if key in self._returns:
             return self._returns[key]
@@ -797,8 +879,8 @@ class Inliner:
                 if depth >= MAX_DEPTH or _on_stack(scope, target[2]):
                     targets = []
                     break
-                targets.append(self._walk(_Caller(scope, {}, _guessed_roles, [before], before, None), call, Context(),
-                                          *target))
+                caller = _Caller(scope, env or {}, roles or _guessed_roles, [before], before, None)
+                targets.append(self._walk(caller, call, Context(), *target))
         result = None
         if targets:
             result = [(event.expr, one, event.order + 1) for one in targets for event in self._root_of[id(one)].events
@@ -896,6 +978,29 @@ class Inliner:
         if origin is None:
             return None
         return next((d for d in cat.DRIVERS if _DRIVER_MODULES.get(d.source) is origin[0]), None)
+
+
+class _ReturnsOnly:
+    """The part of an Inliner that reads what called functions return, for walks that bind names
+    only (a class's attribute bindings): nothing is walked in place of a call."""
+
+    def __init__(self, inliner: Inliner) -> None:
+        self.inliner = inliner
+
+    def inline(self, walker: ScopeWalker, call: cst.Call, ctx: Context) -> bool:
+        return False
+
+    def returned_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
+        return self.inliner.returned_roles(walker, call)
+
+    def forwarded_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
+        return NO_ROLES
+
+    def runs_project_function(self, walker: ScopeWalker, call: cst.Call) -> bool:
+        return self.inliner.runs_project_function(walker, call)
+
+    def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context) -> None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -1129,18 +1234,22 @@ def _bound_parameter(function: cst.FunctionDef, attribute: str) -> str | None:
 
 
 def _attribute_bindings(method: cst.FunctionDef) -> list[cst.SimpleStatementLine]:
-    """The statements of a method, at any depth, that bind an attribute of `self`."""
-    out = []
+    """The assignments of a method, at any depth, in order, when some of them bind an attribute of
+    `self` (the others bind what those read: `prepared = accelerator.prepare(*parts)`, then
+    `self.model = prepared[0]`); none for a method that binds no attribute."""
+    out, binds = [], False
     stack: list[cst.CSTNode] = list(reversed(method.body.body))
     while stack:
         statement = stack.pop()
         if isinstance(statement, cst.SimpleStatementLine):
-            if any(isinstance(small, (cst.Assign, cst.AnnAssign)) and _binds_self(small) for small in statement.body):
+            assignments = [small for small in statement.body if isinstance(small, (cst.Assign, cst.AnnAssign))]
+            if assignments:
                 out.append(statement)
+                binds = binds or any(_binds_self(small) for small in assignments)
         elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             for block in _blocks(statement):
                 stack.extend(reversed(block))
-    return out
+    return out if binds else []
 
 
 def _binds_self(small: cst.Assign | cst.AnnAssign) -> bool:

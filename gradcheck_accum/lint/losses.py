@@ -17,8 +17,8 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size_name, no_roles
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (ImportMap, call_receiver, code, dotted, full_names, item_name, keyword,
-                                        positional)
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, dotted, full_names, item_name,
+                                        iter_names, keyword, positional)
 from gradcheck_accum.lint.predicates import is_accumulation_count
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Def, DefOp, Guard, Role, Scope
 
@@ -202,6 +202,12 @@ class LossTracer:
             self._trace_element(d.value, d.index, where, d.order, facts, depth + 1)
         elif d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)) and d.index is not None:
             self._trace(d.value.elements[d.index].value, where, d.order, facts, depth + 1)
+        elif d.op in (DefOp.ADD, DefOp.SUBTRACT):
+            # `loss += w * aux`: one more term of a sum, whose weight scales that term only
+            term = LossFacts()
+            self._trace(d.value, where, d.order, term, depth + 1)
+            term.scalings = [s for s in term.scalings if s.divides]
+            facts.absorb(term)
         else:
             self._trace(d.value, where, d.order, facts, depth + 1)
 
@@ -232,6 +238,23 @@ class LossTracer:
             facts.known &= term.known
             facts.sum_reduced |= term.sum_reduced
             facts.detached |= term.detached
+
+    def _trace_sum(self, iterable: cst.BaseExpression, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
+        """`sum(loss_dict.values())`, `sum(losses[k] * weights[k] for k in losses)`: a sum of loss terms.
+        A factor that changes with the term (it reads the comprehension's variable) weighs the terms
+        against each other; it normalises nothing."""
+        if not isinstance(iterable, (cst.GeneratorExp, cst.ListComp)):
+            self._trace(iterable, scope, before, facts, depth)
+            return
+        variables = set()
+        clause = iterable.for_in
+        while clause is not None:
+            variables.update(full_names(clause.target))
+            clause = clause.inner_for_in
+        terms = LossFacts()
+        self._trace(iterable.elt, scope, before, terms, depth)
+        terms.scalings = [s for s in terms.scalings if s.divides or not variables & set(iter_names(s.factor))]
+        facts.absorb(terms)
 
     def _trace_element(self, call: cst.Call, index: int, scope: Scope, before: int, facts: LossFacts,
                        depth: int) -> None:
@@ -267,6 +290,10 @@ class LossTracer:
 
     def _trace_call(self, node: cst.Call, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
         receiver, method = call_receiver(node)
+        if receiver is None and method == cat.SUM_FUNCTION and node.args and not scope.defs_of(method) \
+                and (scope.imports or self.imports).qualify(node.func) is None:
+            self._trace_sum(node.args[0].value, scope, before, facts, depth)
+            return
         if receiver is not None and self.imports.qualify(node.func):
             # `torch.sum(x)`, `torch.mean(x, dim=1)`: a module's function; its first argument is the operand
             receiver = positional(node, 0)
@@ -304,8 +331,8 @@ class LossTracer:
         roles = constructor_roles(node, imports, no_roles) | self._roles_of(callee, scope)
         if Role.SUM_LOSS in roles:
             facts.sum_reduced = True
-        if Role.TOKEN_LOSS in roles:
-            facts.token_level = True
+        if Role.TOKEN_LOSS in roles and Role.SUM_LOSS not in roles:
+            facts.token_level = True  # a mean over the valid items (a sum over them is no mean)
         # Only producers whose reduction we know count: torch losses and criteria, and model
         # forwards (HF-style `.loss`). Anything else (`compute_loss(...)`) may sum or scale inside.
         if not (Role.CRITERION in roles or (imports.qualify(node.func) or "").startswith("torch")
@@ -313,15 +340,72 @@ class LossTracer:
             facts.known = False
 
     def _masked_labels(self, outputs: cst.BaseExpression, scope: Scope, before: int) -> bool:
-        """`outputs = model(..., labels=y)` where `y[...] = -100` masks items out in this scope."""
+        """`outputs = model(..., labels=y)` where `y[...] = -100` masks items out in this scope, or
+        `model(**batch)` / `labels=batch["labels"]` with batches from a loader whose collator masks
+        labels (catalogue.LABEL_MASKING_COLLATORS)."""
         calls = [d.value for d in scope.defs_of(dotted(outputs) or "", before) if isinstance(d.value, cst.Call)]
         if isinstance(outputs, cst.Call):
             calls.append(outputs)
         for call in calls:
-            labels = dotted(keyword(call, "labels"))
-            if labels and any(d.op is DefOp.ITEM and _is_ignored_label(d.value) for d in scope.defs_of(labels)):
+            labels = keyword(call, "labels")
+            name = dotted(labels)
+            if name and any(d.op is DefOp.ITEM and _is_ignored_label(d.value) for d in scope.defs_of(name)):
+                return True
+            given = [a.value for a in call.args if a.star == "**"]
+            if labels is not None:
+                given.append(_container(labels))  # `batch["labels"].to(device)`: what `batch` is
+            if any(self._collated_with_masking(batch, scope, 0) for batch in given):
                 return True
         return False
+
+    def _collated_with_masking(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+        """Does this batch (or loader) come from a DataLoader whose collate_fn masks labels: a loop
+        over it (`for step, batch in enumerate(loader)`), `accelerator.prepare` of it, a name for it?"""
+        if depth > 8:
+            return False
+        if isinstance(node, cst.Call):
+            receiver, method = call_receiver(node)
+            if method == cat.DATA_LOADER:
+                collator = keyword(node, cat.COLLATE_KEYWORD)
+                return collator is not None and self._masking_collator(collator, scope, 0)
+            returned = self.returns(node, scope, _END) if self.returns is not None else None
+            if returned:  # `loader = build_dataloader(...)`: what the project function returns
+                return any(self._collated_with_masking(value, where, depth + 1) for value, where, _ in returned)
+            first = positional(node, 0)  # enumerate(loader), tqdm(loader), iter(loader)
+            return receiver is None and first is not None and self._collated_with_masking(first, scope, depth + 1)
+        name = dotted(node)
+        if name is None:
+            return False
+        for d in scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else []):
+            value = d.value
+            if d.op is DefOp.UNPACK:
+                if not (isinstance(value, cst.Call) and call_receiver(value)[1] in cat.PREPARE_METHODS
+                        and d.index is not None):
+                    continue
+                value = positional(value, d.index)  # `model, loader = accelerator.prepare(model, loader)`
+            if value is not None and d.op in (DefOp.ASSIGN, DefOp.UNPACK, DefOp.LOOP_TARGET) \
+                    and self._collated_with_masking(value, d.scope or scope, depth + 1):
+                return True
+        return False
+
+    def _masking_collator(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+        """A collator of the catalogue that masks labels, or a function of this file that writes the
+        ignored label (`pad_sequence(labels, padding_value=-100)`, `labels[...] = -100`)."""
+        if not isinstance(node, cst.Call):
+            name = dotted(node)
+            if not name or depth > 4:
+                return False
+            defs = scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else [])
+            values = [d for d in defs if d.op is DefOp.ASSIGN and d.value is not None]
+            if not values:  # a function of this file (`def collate_fn(batch): ...`)
+                return any(s.name == name and s.frame is None and _writes_ignored_label(s.node) for s in self.scopes)
+            return any(self._masking_collator(d.value, d.scope or scope, depth + 1) for d in values)
+        _, method = call_receiver(node)
+        if method not in cat.LABEL_MASKING_COLLATORS:
+            return False
+        switch = cat.LABEL_MASKING_COLLATORS[method]
+        value = keyword(node, switch) if switch else None
+        return value is None or isinstance(value, cst.Name) and value.value == "True"
 
     def _is_torch_module(self, name: str | None, scope: Scope) -> bool:
         """A name bound in this scope to one of torch's modules (`cos = torch.nn.CosineSimilarity()`):
@@ -379,6 +463,35 @@ def _is_number(node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
         node = node.expression
     return isinstance(node, (cst.Integer, cst.Float))
+
+
+_END = 1 << 62  # a program point after every other: a call's arguments read as they are at the end
+
+
+def _container(node: cst.BaseExpression) -> cst.BaseExpression:
+    """The object an expression reads from: `batch` of `batch["labels"].to(device)`."""
+    for _ in range(8):
+        if isinstance(node, cst.Subscript) or isinstance(node, cst.Attribute) and not isinstance(node.value, cst.Name):
+            node = node.value
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            node = node.func.value
+        else:
+            break
+    return node
+
+
+def _writes_ignored_label(function: cst.CSTNode) -> bool:
+    """Does a function's body write the ignored label into tensors: pass it to a call
+    (`pad_sequence(labels, padding_value=-100)`, `labels.masked_fill(mask, -100)`) or assign it?"""
+    stack = [function]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Arg) and _is_ignored_label(node.value):
+            return True
+        if isinstance(node, cst.Assign) and _is_ignored_label(node.value):
+            return True
+        stack.extend(children(node))
+    return False
 
 
 def _weight_like(node: cst.BaseExpression, scope: Scope, depth: int) -> bool:

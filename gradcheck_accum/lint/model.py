@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from collections import ChainMap
 from typing import TYPE_CHECKING, Iterator
 
 from gradcheck_accum.lint import catalogue as cat
@@ -19,9 +20,9 @@ from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, per_micro_batch_count, returned_loss,
                                          summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
-                                        keyword, last_part, positional)
+                                        keyword, last_part, positional, source)
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count, resolve_n
-from gradcheck_accum.lint.trainer_hooks import items_counted
+from gradcheck_accum.lint.trainer_hooks import trainer_divides
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, exclusive, increment,
@@ -66,8 +67,9 @@ class FileModel:
         counter = [0]
         module_scope = Scope(self.module, "<module>")
         self.inliner.register(module_scope)
-        ScopeWalker(module_scope, self.imports, {}, local_names, counter, inliner=self.inliner).walk_block(
-            self.module.body, Context())
+        constants = self.context.this.constants
+        ScopeWalker(module_scope, self.imports, {}, local_names, counter, inliner=self.inliner,
+                    constants=constants).walk_block(self.module.body, Context())
         self.scopes.append(module_scope)
         globals_env = dict(module_scope.env)
         class_env: dict[int, dict[str, frozenset[Role]]] = {}
@@ -81,9 +83,12 @@ class FileModel:
             attrs = class_env.setdefault(id(cls), {}) if cls is not None else {}
             scope = Scope(fn, fn.name.value, _bases(cls), owner=cls)
             self.inliner.register(scope)
-            seed = {**globals_env, **attrs, **self.inliner.parameter_roles(fn, scope)}
-            ScopeWalker(scope, self.imports, seed, local_names, counter, inliner=self.inliner).walk_block(
-                fn.body.body, Context())
+            # The function's bindings go in front of its parameters', its class's attributes and the
+            # module's globals, which are read through, not copied: a copy of every global for every
+            # function costs a file with a loop per function the square of its size.
+            scope.env = ChainMap({}, self.inliner.parameter_roles(fn, scope), attrs, globals_env)
+            ScopeWalker(scope, self.imports, {}, local_names, counter, inliner=self.inliner,
+                        constants=constants).walk_block(fn.body.body, Context())
             if cls is not None:
                 for name, roles in scope.env.items():
                     if name.startswith("self.") and roles:
@@ -299,33 +304,31 @@ class FileModel:
                     return True
         return False
 
-    def hook_losses(self, hook: cat.Hook = cat.LIGHTNING_TRAINING_STEP) -> Iterator[tuple[Scope, LossFacts]]:
-        """The losses a framework hook returns to the framework's own loop, when that loop optimises
-        (Lightning's training_step of a LightningModule, without `automatic_optimization = False`)."""
-        manual = any(isinstance(d.value, cst.Name) and d.value.value == "False"
-                     for scope in self.scopes for d in scope.defs.get(f"self.{hook.switch}", []))
-        if manual:
-            return
-        for scope in self.functions.get(hook.name, []):
-            if not any(last_part(base) == hook.base for base in scope.class_bases):
-                continue
-            for event in scope.events:
-                if event.kind is EventKind.RETURN:
-                    yield scope, self._losses.facts(returned_loss(event.expr), scope, event.order)
-
-    def undivided_hook_losses(self) -> Iterator[tuple[Scope, cat.Hook, LossFacts]]:
-        """The losses overridden framework hooks return to a loop that leaves them undivided by N
-        and counts the window's items for them instead (trainer_hooks.py): each `return` of
-        transformers' `compute_loss` in a Trainer subclass whose model counts the batches' labels."""
+    def hook_losses(self) -> Iterator[tuple[Scope, cat.Hook, LossFacts, bool]]:
+        """The losses framework hooks return to the framework's own loop, with whether that loop
+        divides them by N (catalogue.HOOKS): Lightning's training_step of a LightningModule under
+        automatic optimisation does; transformers' Trainer does for an overridden compute_loss
+        unless the window's items are counted for it (trainer_hooks.py). Hooks whose loop does
+        something the code does not say are left out."""
         for hook in cat.HOOKS:
-            if hook.divides_loss is not LossScaling.UNLESS_ITEMS_COUNTED:
+            if hook.divides_loss is LossScaling.UNLESS_ITEMS_COUNTED:
+                for scope in self.functions.get(hook.name, []):
+                    divides = trainer_divides(self.context, scope, hook)
+                    if divides is not None:
+                        yield from ((scope, hook, facts, divides) for facts in self._returned_losses(scope))
+                continue
+            manual = any(isinstance(d.value, cst.Name) and d.value.value == "False"
+                         for scope in self.scopes for d in scope.defs.get(f"self.{hook.switch}", []))
+            if manual:
                 continue
             for scope in self.functions.get(hook.name, []):
-                if not items_counted(self.context, scope, hook):
-                    continue
-                for event in scope.events:
-                    if event.kind is EventKind.RETURN and event.scope in (None, scope):
-                        yield scope, hook, self._losses.facts(returned_loss(event.expr), scope, event.order)
+                if any(last_part(base) == hook.base for base in scope.class_bases):
+                    yield from ((scope, hook, facts, True) for facts in self._returned_losses(scope))
+
+    def _returned_losses(self, scope: Scope) -> Iterator[LossFacts]:
+        for event in scope.events:
+            if event.kind is EventKind.RETURN and event.scope in (None, scope):
+                yield self._losses.facts(returned_loss(event.expr), scope, event.order)
 
     # -- schedulers ---------------------------------------------------------------------------------
     def constructed_unprepared(self, scope: Scope, name: str | None) -> bool:
@@ -393,6 +396,15 @@ class FileModel:
         return resolve_n(length, scope) == resolve_n(bound, window.scope)
 
     # -- compile and checkpoints --------------------------------------------------------------------
+    @staticmethod
+    def receiver_text(event: Event) -> str | None:
+        """The object a method call event acts on, as written: its name, or the expression
+        (`unwrap(model)` in `unwrap(model).state_dict()`)."""
+        call = event.node
+        if event.target or not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
+            return event.target
+        return source(call.func.value)
+
     def is_saved(self, scope: Scope, state_dict: Event) -> bool:
         """Is this `x.state_dict()` written to disk: inside a save call's arguments, or in a
         container (`ckpt = {...}`, `ckpt["model"] = ...`) that is passed to one?"""
@@ -456,11 +468,19 @@ class FileModel:
 
     # -- distributed ----------------------------------------------------------------------------
     def ddp_no_sync_contexts(self) -> Iterator[tuple[Scope, Event, list[Event]]]:
-        """Each `with model.no_sync():` of a DDP model, with the events inside its block."""
+        """Each `with model.no_sync():` of a DDP model, with the events inside its block; also
+        `stack.enter_context(model.no_sync())`, with the events after it in the `with ExitStack() as
+        stack:` block (where the context stays entered)."""
         for scope, sync in self.events(EventKind.SYNC_CONTROL):
             if sync.api is not DDP_NO_SYNC or sync.target is None:
                 continue
-            yield scope, sync, [e for e in scope.events if any(call is sync.node for call in e.ctx.withs)]
+            inside = [e for e in scope.events if any(call is sync.node for call in e.ctx.withs)]
+            stack = _entered_on(sync) if not inside else None
+            if stack is not None:
+                blocks = [d.node for d in scope.defs_of(stack, sync.order) if isinstance(d.node, cst.With)]
+                calls = {id(call) for block in blocks[-1:] for item in block.items for call in iter_calls(item.item)}
+                inside = [e for e in scope.events if e.order > sync.order and any(id(c) in calls for c in e.ctx.withs)]
+            yield scope, sync, inside
 
     def ddp_sync_flags(self) -> Iterator[tuple[Scope, Event]]:
         """Each `model.require_backward_grad_sync = ...` of the file."""
@@ -476,6 +496,18 @@ class FileModel:
             return []
         loops = event.ctx.loops
         return [e for e in loop_events(scope, loops[-1]) if e.ctx.loops[:len(loops)] == loops]
+
+
+def _entered_on(sync: Event) -> str | None:
+    """`stack` in `stack.enter_context(model.no_sync())`: the exit stack the context is entered on."""
+    for call in iter_calls(sync.stmt) if sync.stmt is not None and not isinstance(sync.stmt, cst.With) else ():
+        receiver, method = call_receiver(call)
+        if method == _ENTER_CONTEXT and any(a.value is sync.node for a in call.args):
+            return dotted(receiver)
+    return None
+
+
+_ENTER_CONTEXT = "enter_context"  # contextlib.ExitStack: the context stays entered until the `with` ends
 
 
 def _parts(node: cst.BaseExpression) -> list[cst.BaseExpression]:

@@ -29,11 +29,23 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     out: list[cst.CSTNode] = []
     for name in fields:
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        if _is_node(value):
             out.append(value)
         elif isinstance(value, (list, tuple)):
-            out.extend(item for item in value if isinstance(item, cst.CSTNode))
+            out.extend(item for item in value if _is_node(item))
     return out
+
+
+_NODE_TYPES: dict[type, bool] = {}
+
+
+def _is_node(value: object) -> bool:
+    """isinstance(value, cst.CSTNode), answered once per type: CSTNode is an abstract class, whose
+    isinstance checks cost several times a dictionary lookup, and `children` makes one per field."""
+    known = _NODE_TYPES.get(type(value))
+    if known is None:
+        known = _NODE_TYPES[type(value)] = isinstance(value, cst.CSTNode)
+    return known
 
 
 def dotted(node: cst.CSTNode | None) -> str | None:

@@ -76,16 +76,19 @@ def _state(module: cst.Module) -> PositionProvidingCodegenState:
 def ancestor_paths(module: cst.Module, wanted: set[cst.CSTNode]) -> dict[cst.CSTNode, tuple[cst.CSTNode, ...]]:
     """The chain of ancestors (module first, the node itself last) of each wanted node that `children`
     reaches, from one depth-first walk."""
+    # Looked up by id: a libcst node's own __hash__ is Python code, and this asks of every node.
+    wanted_ids = {id(node) for node in wanted}
     paths: dict[cst.CSTNode, tuple[cst.CSTNode, ...]] = {}
     path: list[cst.CSTNode] = []
     stack: list[tuple[cst.CSTNode, int]] = [(module, 0)]
-    while stack and len(paths) < len(wanted):
+    while stack and len(paths) < len(wanted_ids):
         node, depth = stack.pop()
         del path[depth:]
         path.append(node)
-        if node in wanted:
+        if id(node) in wanted_ids:
             paths[node] = tuple(path)
-        stack.extend((child, depth + 1) for child in reversed(children(node)))
+        below = depth + 1
+        stack.extend([(child, below) for child in reversed(children(node))])
     return paths
 
 

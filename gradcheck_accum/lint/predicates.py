@@ -322,10 +322,21 @@ def is_accumulation_count(node: cst.BaseExpression, n: cst.BaseExpression | None
     if is_accumulation_name(node):
         return True
     name = dotted(node)
-    if name is not None:
-        for d in scope.defs_of(name):
-            if d.op is DefOp.ASSIGN and d.value is not None and is_accumulation_name(d.value):
-                return True
+    if name is not None and _aliases_accumulation(name, scope):
+        return True
     if n is not None:
         return resolve_n(node, scope) == resolve_n(n, scope)
     return False
+
+
+def _aliases_accumulation(name: str, scope: Scope) -> bool:
+    """Is `name` assigned a name that says accumulation somewhere in the scope? Answered once per name
+    (again only after the scope binds it anew): a name bound by every loop of a file (`batch`) would
+    otherwise cost each question a scan of all its bindings, the square of the loops in all."""
+    count = len(scope.defs.get(name, ()))
+    known = scope.accumulation_aliases.get(name)
+    if known is None or known[0] != count:
+        known = scope.accumulation_aliases[name] = (count, any(
+            d.op is DefOp.ASSIGN and d.value is not None and is_accumulation_name(d.value)
+            for d in scope.defs.get(name, ())))
+    return known[1]

@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from gradcheck_accum.lint.evidence import Need, any_present, backward_call_pattern, calls_only, effect_call_names
+from gradcheck_accum.lint.evidence import (Need, any_present, backward_call_pattern, calls_only, checkpoint_call_names,
+                                           effect_call_names)
 from gradcheck_accum.lint.hollow import hollow
 from gradcheck_accum.lint.outline import Outline, blank_strings_and_comments, one_newline
 from gradcheck_accum.lint.rule import Rule
@@ -85,8 +86,10 @@ def _loops_reach_backward(text: str, code: str) -> tuple[bool, Outline | None]:
 
 # A call of a backward (`loss.backward(`, `self.manual_backward(`) in blanked code, from the catalogue
 _BACKWARD_CALL = backward_call_pattern()
-# A call of anything that has an effect on an accumulation window (backward, step, zero_grad, clip...):
-# only a file with one can take part in a window spread over several files.
-_EFFECT_CALL = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, effect_call_names()))) + r")\s*\(")
+# A call of anything that has an effect on an accumulation window (backward, step, zero_grad, clip...),
+# or that takes a model's weights: only a file with one can take part in a window spread over several
+# files, or save a model compiled in another.
+_EFFECT_CALL = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, effect_call_names() | checkpoint_call_names())))
+                          + r")\s*\(")
 # ... or a write to a gradient (`p.grad = None`, `p.grad.data.mul_(coef)`: a clear or a clip by hand)
 _ON_GRAD = re.compile(r"\.grad\b")

@@ -87,6 +87,7 @@ ALL = "*"
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
 _IGNORE = re.compile(r"#\s*accumcheck:\s*ignore(?:\[(?P<codes>[^\]]*)\])?")
 _SKIP_FILE = re.compile(r"#\s*accumcheck:\s*skip-file\b")
+_MAY_SUPPRESS = re.compile(r"noqa|accumcheck", re.IGNORECASE)  # in the text of every comment above
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,8 @@ class Suppressions:
 
 def parse(source: str) -> Suppressions:
     result = Suppressions({})
-    if "#" not in source:
-        return result
+    if "#" not in source or not _MAY_SUPPRESS.search(source):
+        return result  # no comment can name a suppression: the file is not tokenized
     result.layout = layout_of(source)
     lines = split_lines(source)
     for comment in result.layout.comments.values():

@@ -24,29 +24,34 @@ from gradcheck_accum.lint.vocabulary import Scope
 _SELF = ("self", "cls")
 
 
-def items_counted(context: ProjectContext, scope: Scope, hook: cat.Hook) -> bool:
-    """Does the framework's loop leave the loss this override of `hook` returns undivided by N,
-    counting the window's items for it instead (so the loss must be normalised by that count)?"""
+def trainer_divides(context: ProjectContext, scope: Scope, hook: cat.Hook) -> bool | None:
+    """Does the framework's loop divide the loss this override of `hook` returns by N (True), or
+    leave it undivided and count the window's items for it instead (False: the loss must be
+    normalised by that count)? None when the code does not say."""
     function = scope.node
     if scope.owner is None or not isinstance(function, cst.FunctionDef) or scope.frame is not None:
-        return False
+        return None
     qualname = context.this.qualnames_of_classes.get(id(scope.owner))
-    if qualname is None or not _accepts(function, hook.count_parameter):
-        return False
+    if qualname is None:
+        return None
     project, cls = context.project, ClassRef(context.this.path, qualname)
     mro = project.mro(cls)
     if not any(isinstance(base, str) and base in hook.qualified_bases for base in mro):
-        return False
+        return None
     for method in hook.takes_over:
-        found = project.lookup_method(cls, method)
-        if found is not None:
-            return False  # the project's own step decides what happens to the loss
+        if project.lookup_method(cls, method) is not None:
+            return None  # the project's own step decides what happens to the loss
+    if not _accepts(function, hook.count_parameter):
+        return True  # written for the versions before the count, which always divide
     settings = [value for base in mro if isinstance(base, ClassRef) for value in _settings(context, base, hook)]
     if settings:
-        # a subclass saying the loss is already scaled (or that the model takes the count) is believed;
-        # anything else it sets is left to it
-        return all(isinstance(value, cst.Name) and value.value == "True" for value in settings)
-    return _runs_framework_model_on_labels(function, hook)
+        # a subclass saying the loss is already scaled (or that the model takes the count) is believed,
+        # and so is one saying it is not; anything else it sets is left to it
+        literals = {value.value for value in settings if isinstance(value, cst.Name)}
+        if len(literals) == 1 and all(isinstance(value, cst.Name) for value in settings):
+            return {"True": False, "False": True}.get(literals.pop())
+        return None
+    return False if _runs_framework_model_on_labels(function, hook) else None
 
 
 def _accepts(function: cst.FunctionDef, parameter: str | None) -> bool:
@@ -55,16 +60,18 @@ def _accepts(function: cst.FunctionDef, parameter: str | None) -> bool:
     return parameter in names or isinstance(params.star_kwarg, cst.Param)
 
 
-def _settings(context: ProjectContext, cls: ClassRef, hook: cat.Hook) -> list[cst.BaseExpression]:
-    """The values a project class assigns to the hook's settings: `self.x = v` in a method, `x = v` in its body."""
+def _settings(context: ProjectContext, cls: ClassRef, hook: cat.Hook) -> list[cst.BaseExpression | None]:
+    """The values a project class assigns to the hook's settings: `self.x = v` in a method, `x = v` in
+    its body; None for one assigned only under a condition (`if ...: self.x = False`), which leaves
+    the framework's behaviour to that condition."""
     loaded = context.load(cls.path)
     node = loaded.classes.get(cls.qualname) if loaded is not None else None
     if node is None:
         return []
-    found = []
-    stack: list[cst.CSTNode] = [node.body]
+    found: list[cst.BaseExpression | None] = []
+    stack: list[tuple[cst.CSTNode, bool]] = [(node.body, False)]
     while stack:
-        current = stack.pop()
+        current, conditional = stack.pop()
         if isinstance(current, cst.ClassDef):
             continue  # a nested class has settings of its own
         if isinstance(current, (cst.Assign, cst.AnnAssign)) and current.value is not None:
@@ -72,8 +79,9 @@ def _settings(context: ProjectContext, cls: ClassRef, hook: cat.Hook) -> list[cs
             for target in targets:
                 name = dotted(target) or ""
                 if name.split(".")[-1] in hook.settings and (name.count(".") == 0 or name.startswith("self.")):
-                    found.append(current.value)
-        stack.extend(children(current))
+                    found.append(None if conditional else current.value)
+        inner = conditional or isinstance(current, (cst.If, cst.For, cst.While, cst.Try, cst.With, cst.Match))
+        stack.extend((child, inner) for child in children(current))
     return found
 
 

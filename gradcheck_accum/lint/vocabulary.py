@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, MutableMapping
 
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import ImportMap, dotted
@@ -71,6 +71,7 @@ class Role(Tag):
     ACCELERATOR = "accelerator"
     ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)
     FABRIC = "fabric"
+    BOOSTER = "booster"  # a ColossalAI Booster
     DEEPSPEED = "deepspeed"  # an engine (or its optimizer/scheduler) from deepspeed.initialize
     PREPARED = "prepared"  # returned by accelerator.prepare: steps and zero_grads skip non-sync steps
     SUM_LOSS = "sum-loss"  # a criterion with reduction="sum"
@@ -90,6 +91,7 @@ class Framework(Tag):
     ACCELERATE = "accelerate"
     FABRIC = "fabric"
     DEEPSPEED = "deepspeed"
+    COLOSSALAI = "colossalai"
     LIGHTNING = "lightning"
     TRANSFORMERS = "transformers"  # Hugging Face's Trainer
     APEX = "apex"  # and other FP16 optimizers whose `optimizer.backward(loss)` applies the loss scale
@@ -275,11 +277,15 @@ class Scope:
     loops: list[Loop] = field(default_factory=list)
     loop_end: dict[int, int] = field(default_factory=dict)  # id(loop) -> last order inside it
     loop_start: dict[int, int] = field(default_factory=dict)
-    env: dict[str, frozenset[Role]] = field(default_factory=dict)  # name -> roles, while walking
+    # name -> roles, while walking (a function's reads through to its module's globals: model._build)
+    env: MutableMapping[str, frozenset[Role]] = field(default_factory=dict)
     # id(loop) -> the names bound inside it, indexed on first use once the walk is done (windows.assigned_in)
     assigned_by_loop: dict[int, frozenset[str]] | None = None
     event_orders: list[int] | None = None  # the order of each event, indexed once the walk is done (windows)
     called_frames: list[Scope] | None = None  # the scopes its events were walked in, listed once (windows.assigned_in)
+    # name -> (how many bindings it had, whether one of them aliases an accumulation count), for
+    # predicates.is_accumulation_count, asked of every name read in a loss or a boundary
+    accumulation_aliases: dict[str, tuple[int, bool]] = field(default_factory=dict)
 
     def defs_of(self, name: str, before: int | None = None) -> list[Def]:
         """The bindings of `name` here (those before program point `before`). The walk appends them in

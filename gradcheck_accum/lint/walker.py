@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.bindings import constructor_roles, roles_from_name, unpacked_roles
+from gradcheck_accum.lint.bindings import constructor_roles, prepared_roles, roles_from_name, unpacked_roles
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, item_name, iter_calls, iter_names, keyword,
-                                        positional)
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, item_name, iter_calls, iter_names,
+                                        keyword, last_part, positional)
 from gradcheck_accum.lint.predicates import caller_name
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
         def returned_roles(self, walker: "ScopeWalker", call: cst.Call) -> frozenset[Role]:
             """Roles of what the project function `call` runs returns (a model it wraps in DDP)."""
 
+        def forwarded_roles(self, walker: "ScopeWalker", call: cst.Call) -> frozenset[Role]:
+            """Roles of the distributed models the project function `call` runs calls itself."""
+
         def runs_project_function(self, walker: "ScopeWalker", call: cst.Call) -> bool:
             """Does `call` run a function of the project (its own `clip_grad_norm_`, not torch's)?"""
 
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
 
 _AUGMENTED = {"AddAssign": DefOp.ADD, "DivideAssign": DefOp.DIVIDE, "MultiplyAssign": DefOp.MULTIPLY,
               "SubtractAssign": DefOp.SUBTRACT, "FloorDivideAssign": DefOp.FLOOR_DIVIDE}
-_ORIG_MOD = "_orig_mod"  # the module a torch.compile wrapper wraps
+_ORIG_MOD = cat.COMPILED_INNER  # the module a torch.compile wrapper wraps
 _SELF = ("self", "cls")
 
 
@@ -46,7 +49,7 @@ class ScopeWalker:
 
     def __init__(self, scope: Scope, imports: ImportMap, seed: dict[str, frozenset[Role]],
                  local_functions: set[str], counter: list[int], root: Scope | None = None,
-                 inliner: Inliner | None = None) -> None:
+                 inliner: Inliner | None = None, constants: dict[str, bool] | None = None) -> None:
         self.scope = scope
         # Where events and loops go: the scope itself, or for a called function walked in place of
         # its call (inlined), the scope of the loop that calls it, where its window is.
@@ -57,6 +60,7 @@ class ScopeWalker:
         self.local_functions = local_functions
         self.counter = counter  # shared across scopes so orders are file-wide
         self.inliner = inliner
+        self.constants = constants or {}  # module flags bound once to a literal (bindings.module_constants)
         self.statement: cst.CSTNode | None = None
         # id(test) -> what the project predicate it calls returns, and where (None: it calls none)
         self.predicates: dict[int, tuple[cst.BaseExpression, Scope] | None] = {}
@@ -86,13 +90,18 @@ class ScopeWalker:
             return self.roles(node.left) | self.roles(node.right)
         if isinstance(node, cst.Attribute) and node.attr.value == _ORIG_MOD:
             return NO_ROLES
+        if isinstance(node, cst.Subscript):  # `prepared[0]`: an element of a sequence bound element by element
+            key = _element_key(node)
+            return self.env.get(key, NO_ROLES) if key else NO_ROLES
         if isinstance(node, cst.Attribute) and node.attr.value == "module":
             # ddp_model.module is what DDP wrapped: compiled if it wrapped a compiled module.
             if Role.WRAPS_COMPILED in self.roles(node.value):
                 return frozenset({Role.COMPILED})
         name = dotted(node)
-        if name is None:
-            return NO_ROLES
+        return self.name_roles(name) if name is not None else NO_ROLES
+
+    def name_roles(self, name: str) -> frozenset[Role]:
+        """Roles of a dotted name (`model`, `self.model`) at the current point of the walk."""
         if name in self.env:
             return self.env[name] | (roles_from_name(name) if not self.env[name] else NO_ROLES)
         return roles_from_name(name)
@@ -134,12 +143,13 @@ class ScopeWalker:
     def decided(self, test: cst.BaseExpression) -> bool | None:
         """The value of a test in a function walked in place of a call, when the call fixes it: a
         parameter given a literal (`clip_grad=False`) or left to its literal default, under `not`,
-        `is None` or `is not None`. None when it is not fixed (always outside a call walked in place)."""
-        if self.scope.frame is None:
-            return None
+        `is None` or `is not None`; anywhere, a module flag bound once to a literal (`use_compile =
+        False`: bindings.module_constants). None when it is not fixed."""
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             inner = self.decided(test.expression)
             return None if inner is None else not inner
+        if self.scope.frame is None:
+            return self._constant(test)
         if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
                 and isinstance(test.comparisons[0].operator, (cst.Is, cst.IsNot)) \
                 and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None":
@@ -148,7 +158,9 @@ class ScopeWalker:
                 return None
             return (value == "None") == isinstance(test.comparisons[0].operator, cst.Is)
         value = self._literal_parameter(test)
-        return {"True": True, "False": False, "None": False}.get(value) if value is not None else None
+        if value is None:
+            return self._constant(test)
+        return {"True": True, "False": False, "None": False}.get(value)
 
     def _literal_parameter(self, node: cst.BaseExpression) -> str | None:
         """`True`, `False` or `None`: what the call gives a parameter of the function walked in place."""
@@ -236,6 +248,19 @@ class ScopeWalker:
         elif isinstance(orelse, cst.Else):
             self.walk_block(orelse.body.body, negated)
 
+    def _constant(self, test: cst.BaseExpression) -> bool | None:
+        """The value of a module constant tested by name, when no parameter or local here hides it."""
+        if not isinstance(test, cst.Name) or test.value not in self.constants:
+            return None
+        node = self.scope.node
+        if isinstance(node, cst.FunctionDef):  # a parameter or a local (of a call walked in place) of that name
+            params = node.params
+            every = [*params.posonly_params, *params.params, *params.kwonly_params,
+                     *(p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param))]
+            if test.value in self.scope.defs or any(p.name.value == test.value for p in every):
+                return None
+        return self.constants[test.value]
+
     def walk_loop(self, loop: Loop, ctx: Context) -> None:
         self.root.loops.append(loop)
         inner = ctx.push_loop(loop)
@@ -322,9 +347,37 @@ class ScopeWalker:
             api = cat.ATTRIBUTES_SET.get(target.attr.value)
             if api is not None:
                 self._attribute_set(api, target, value, node, ctx)
+        if ctx.guards and _unwraps_compiled(name, value, ctx.guards[-1].test):
+            # `if hasattr(m, "_orig_mod"): m = m._orig_mod`: compiled, it is unwrapped here; not, it was not
+            self.env[name] = self.env.get(name, NO_ROLES) - {Role.COMPILED}
+            return
         self.bind(name, roles, ctx)
+        for i, element in enumerate(self._element_roles(value)):
+            self.bind(f"{name}[{i}]", element, ctx)
         if isinstance(value, cst.Call) and Role.SCHEDULER in roles:
             self.emit(EventKind.SCHEDULER_BUILT, value, ctx, target=name)
+
+    def _element_roles(self, value: cst.BaseExpression) -> list[frozenset[Role]]:
+        """The roles of each element of a sequence value: a list or tuple written out (`[model,
+        optimizer]`), or what `accelerator.prepare(*components)` returns for a sequence known so."""
+        if isinstance(value, (cst.List, cst.Tuple)):
+            elements = []
+            for element in value.elements:
+                if isinstance(element, cst.StarredElement):
+                    break
+                elements.append(self.roles(element.value))
+            return elements
+        if not isinstance(value, cst.Call) or len(value.args) != 1 or value.args[0].star != "*":
+            return []
+        receiver, method = call_receiver(value)
+        sequence = dotted(value.args[0].value)
+        owner = self.roles(receiver) if receiver is not None and method in cat.PREPARE_METHODS else NO_ROLES
+        if not sequence or not owner & {Role.ACCELERATOR, Role.FABRIC}:
+            return []
+        elements = []
+        while f"{sequence}[{len(elements)}]" in self.env:
+            elements.append(prepared_roles(self.env[f"{sequence}[{len(elements)}]"], owner))
+        return elements
 
     def _wrapped_in_place(self, value: cst.BaseExpression, ctx: Context) -> None:
         """`fully_shard(model)`: the module itself becomes the wrapper (catalogue.IN_PLACE_WRAPPERS)."""
@@ -373,18 +426,24 @@ class ScopeWalker:
         if self.inliner is not None and self.inliner.inline(self, call, ctx):
             return  # a function with effects: walked in place of the call
         callee = dotted(call.func)
+        # the models a project function called in a loop calls itself (`self.compute_loss(batch)`
+        # calling `self.model(x)`): that call is their forward
+        forwarded = self.inliner.forwarded_roles(self, call) if ctx.loops and self.inliner is not None else NO_ROLES
         if callee and (callee in self.local_functions or (callee.startswith("self.") and
                                                           callee[5:] in self.local_functions)):
-            self.emit(EventKind.HELPER_CALL, call, ctx, target=callee.removeprefix("self."))
+            # roles: what `self.model` holds when `model` is a property (a DDP wrapper it builds)
+            self.emit(EventKind.HELPER_CALL, call, ctx, target=callee.removeprefix("self."), argument_roles=forwarded,
+                      roles=self.env.get(callee, NO_ROLES))
             return
         if callee and not resolved:
             # Any other call on a local object: forward passes (`model(x)`, `self.net(x)`) are among them.
             forward = method == "forward"
+            handed = forwarded.union(*(self.roles(a.value) for a in call.args
+                                       if not a.star and dotted(a.value) is not None))
             self.emit(EventKind.MODEL_CALL, call, ctx, target=target if forward else callee,
                       roles=self.roles(receiver if forward else call.func),
                       argument_names=frozenset(name for a in call.args for name in iter_names(a.value)),
-                      argument_roles=frozenset().union(*(self.roles(a.value) for a in call.args
-                                                         if not a.star and dotted(a.value) is not None)))
+                      argument_roles=handed)
 
     def _matches(self, api: Api, call: cst.Call, receiver, target: str | None, owner: frozenset[Role],
                  qual: str) -> bool:
@@ -448,6 +507,15 @@ class ScopeWalker:
                   model_wide=api.model_wide, **fields)
 
 
+def _element_key(node: cst.Subscript) -> str | None:
+    """`x[0]` for a subscript of a name by a non-negative integer literal."""
+    name = dotted(node.value)
+    if name is None or len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    index = node.slice[0].slice.value
+    return f"{name}[{index.value}]" if isinstance(index, cst.Integer) else None
+
+
 def _bound_method_read(value: cst.BaseExpression) -> Api | None:
     """The catalogue's attribute read in a value (`model.no_sync`), not called there: a call
     (`model.no_sync()`) is an event of its own."""
@@ -500,12 +568,24 @@ def _clipping_factor(node: cst.BaseExpression | None, scope: Scope, depth: int =
     return False
 
 
-def _tests_orig_mod(test: cst.BaseExpression) -> bool:
-    """`hasattr(m, "_orig_mod")`: the attribute name is part of the code, not prose."""
-    if isinstance(test, cst.Call) and call_receiver(test)[1] == "hasattr" and len(test.args) == 2:
-        name = test.args[1].value
-        return isinstance(name, cst.SimpleString) and name.evaluated_value == _ORIG_MOD
-    return False
+def _tests_orig_mod(test: cst.BaseExpression, name: str | None = None) -> bool:
+    """`hasattr(m, "_orig_mod")` (the attribute name is part of the code, not prose), `isinstance(m,
+    OptimizedModule)`: a test of whether `m` (`name`, when given) is a torch.compile wrapper."""
+    if not isinstance(test, cst.Call) or len(test.args) != 2:
+        return False
+    function = call_receiver(test)[1]
+    if name is not None and dotted(test.args[0].value) != name:
+        return False
+    tested = test.args[1].value
+    if function == "hasattr":
+        return isinstance(tested, cst.SimpleString) and tested.evaluated_value == _ORIG_MOD
+    return function == "isinstance" and last_part(dotted(tested)) == cat.COMPILED_CLASS
+
+
+def _unwraps_compiled(name: str, value: cst.BaseExpression, test: cst.BaseExpression) -> bool:
+    """`m = m._orig_mod` under a test of whether `m` is compiled."""
+    return isinstance(value, cst.Attribute) and value.attr.value == _ORIG_MOD and dotted(value.value) == name \
+        and _tests_orig_mod(test, name)
 
 
 def _exit(block: cst.BaseSuite) -> Exit | None:

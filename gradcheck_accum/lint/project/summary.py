@@ -24,7 +24,7 @@ from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
 # The summary's shape: caches written for another shape are not read (store.py keys them by it).
-FORMAT = 2
+FORMAT = 3
 # A watched constructor's keyword standing for settings the call does not spell out: `Trainer(**cfg)`,
 # `Trainer.from_argparse_args(args)` (each of them may set any keyword).
 UNSPELLED = "**"
@@ -40,6 +40,9 @@ class FunctionSummary:
     decorators: tuple[str, ...] = ()  # dotted names of its decorators (`staticmethod`, `torch.no_grad`)
     locals: dict[str, str] = field(default_factory=dict)  # `name = Ctor(...)` in its body -> "Ctor"
     end: int = 0  # last line
+    # returns a parameter or an attribute of one (`model.module if hasattr(model, "module") else model`,
+    # `self.model`): what it returns has the roles of what the caller passes
+    passes_through: bool = False
 
 
 @dataclass
@@ -83,7 +86,7 @@ class ModuleSummary:
         return {
             "imports": {k: [v.module, v.name, v.level] for k, v in self.imports.items()},
             "functions": {k: [f.line, list(f.params), f.calls, sorted(f.effects), f.returns, list(f.decorators),
-                              f.locals, f.end] for k, f in self.functions.items()},
+                              f.locals, f.end, f.passes_through] for k, f in self.functions.items()},
             "classes": {k: [c.line, list(c.bases), list(c.methods), c.attributes, c.literals]
                         for k, c in self.classes.items()},
             "bindings": self.bindings,
@@ -95,7 +98,7 @@ class ModuleSummary:
     def from_json(cls, data: dict) -> "ModuleSummary":
         return cls(
             {k: Import(*v) for k, v in data["imports"].items()},
-            {k: FunctionSummary(v[0], tuple(v[1]), v[2], frozenset(v[3]), v[4], tuple(v[5]), v[6], v[7])
+            {k: FunctionSummary(v[0], tuple(v[1]), v[2], frozenset(v[3]), v[4], tuple(v[5]), v[6], v[7], v[8])
              for k, v in data["functions"].items()},
             {k: ClassSummary(v[0], tuple(v[1]), tuple(v[2]), v[3], v[4]) for k, v in data["classes"].items()},
             data["bindings"],
@@ -190,6 +193,7 @@ class _Summarizer:
             self._assignment(stmt, prefix, cls, function)
         if isinstance(stmt, ast.Return) and stmt.value is not None:
             function.returns = True
+            function.passes_through = function.passes_through or _passes_parameter(stmt.value, function.params)
         compound = any(_bodies(stmt))
         if compound:
             # the header's calls (an `if` test, a `with` item, a `for` iterable) belong here; the bodies
@@ -354,6 +358,16 @@ def _dotted(node: ast.AST | None) -> str | None:
         base = _dotted(node.value)
         return f"{base}.{node.attr}" if base else None
     return None
+
+
+def _passes_parameter(value: ast.expr, params: tuple[str, ...]) -> bool:
+    """Is the value a parameter, an attribute of one, or a choice between such (`m.module if ... else m`)?"""
+    if isinstance(value, ast.IfExp):
+        return _passes_parameter(value.body, params) or _passes_parameter(value.orelse, params)
+    if isinstance(value, ast.BoolOp):
+        return any(_passes_parameter(v, params) for v in value.values)
+    name = _dotted(value)
+    return name is not None and name.split(".")[0] in params
 
 
 def _keywords(call: ast.Call) -> dict[str, str]:

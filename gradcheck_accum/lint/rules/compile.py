@@ -35,7 +35,7 @@ class CompiledStateDictSaved(Rule):
         for scope, state_dict in model.events(EventKind.STATE_DICT):
             if Role.COMPILED not in state_dict.roles or not model.is_saved(scope, state_dict):
                 continue
-            owner = state_dict.target
+            owner = model.receiver_text(state_dict)
             yield Report(state_dict.node, f"`{owner}` may be a torch.compile wrapper, so the saved keys carry "
                                           "the `_orig_mod.` prefix and will not load into an eager model; save "
                                           f"`getattr({owner}, \"_orig_mod\", {owner}).state_dict()` instead",

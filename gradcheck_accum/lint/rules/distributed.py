@@ -28,7 +28,7 @@ class DdpSyncEveryMicroBatch(Rule):
             in_nest = window.nest_events
             # a DDP wrapper: built here, or handed back by accelerator.prepare (DDP under a multi-process
             # launch), called or handed whole to what calls it (`self.imagen(x, unet=self.unet)`)
-            forwards = [e for e in in_nest if e.kind is EventKind.MODEL_CALL and window.inside(e)
+            forwards = [e for e in in_nest if e.kind in _CALLS and window.inside(e)
                         and (_is_ddp_model(e.roles) or not e.roles and _is_ddp_model(e.argument_roles))]
             if not forwards or any(e.kind is EventKind.SYNC_CONTROL for e in in_nest):
                 continue
@@ -37,11 +37,10 @@ class DdpSyncEveryMicroBatch(Rule):
                 continue
             roles = frozenset().union(*(e.roles | e.argument_roles for e in forwards))
             if Role.SHARDED in roles:
-                yield Report(backwards[0].node, "the FSDP model reduce-scatters gradients on every micro-batch; turn "
-                                                "syncing off for the micro-batches before the boundary "
-                                                "(`model.set_requires_gradient_sync(False)` for fully_shard, "
-                                                "`with model.no_sync():` for FullyShardedDataParallel)")
-            elif Role.PREPARED not in roles:
+                # FSDP reduce-scatters shards every micro-batch by design: skipping it would keep whole
+                # unsharded gradients on every rank until the boundary, the memory FSDP exists to save
+                continue
+            if Role.PREPARED not in roles:
                 name = forwards[0].target if forwards[0].roles else "model"
                 yield Report(backwards[0].node, "the DDP model all-reduces gradients on every micro-batch; wrap the "
                                                 "forward and backward of non-boundary micro-batches in "
@@ -88,8 +87,11 @@ class NoSyncMissesForward(Rule):
                                         "without being all-reduced; set it before the forward")
 
 
+_CALLS = (EventKind.MODEL_CALL, EventKind.HELPER_CALL)
+
+
 def _calls_model(event: Event, model_name: str) -> bool:
-    return event.kind is EventKind.MODEL_CALL and (event.target == model_name or model_name in event.argument_names)
+    return event.kind in _CALLS and (event.target == model_name or model_name in event.argument_names)
 
 
 def _set_between_forward_and_backward(model: FileModel, scope, flag: Event) -> bool:

@@ -255,10 +255,10 @@ def _sync_off_boundary(window: Window, boundary: Boundary) -> Iterator[Report]:
         if not sync.same_count(boundary) or sync.offset is None:
             continue
         if sync.positive and sync.offset != boundary.offset:
-            yield Report(sync.comparison, "this test lifts no_sync() on a different micro-batch than the one the "
-                                          "optimizer steps on, so the window's last gradients are stepped without "
-                                          "being all-reduced across ranks; select no_sync() with the step's own "
-                                          "boundary test")
+            yield Report(sync.comparison, "this test lets the model sync gradients on a different micro-batch than "
+                                          "the one the optimizer steps on, so the window's last gradients are "
+                                          "stepped without being synchronised across ranks; choose the sync switch "
+                                          "(no_sync(), the sync flag) with the step's own boundary test")
         elif not sync.positive and sync.offset == boundary.offset:
             # synced everywhere but on the boundary: the switch is read backwards
             yield Report(switch.node, "gradient syncing is turned off on the very micro-batch the optimizer steps "

@@ -46,8 +46,8 @@ class UnscaledAccumulatedLoss(Rule):
                             divide_loss(backward, window.n, "Divide the loss by the accumulation steps"), backward.scope)
         yield from (report for _, report in nearest.values())
         reported = set()
-        for scope, hook, facts in model.undivided_hook_losses():
-            if id(scope) in reported or not _unnormalised(model, facts, None, None):
+        for scope, hook, facts, divided in model.hook_losses():
+            if divided or id(scope) in reported or not _unnormalised(model, facts, None, None):
                 continue
             reported.add(id(scope))
             yield Report(scope.node.name, f"{hook.framework.display} leaves the loss `{hook.name}` returns undivided "
@@ -80,9 +80,9 @@ class DoubleScaledLoss(Rule):
                     continue
                 for node in model.divisions_by_n(model.backward_facts(window, backward), window.scope):
                     yield Report(node, _double_message(backward.framework))
-        for scope, facts in model.hook_losses():
-            for node in model.divisions_by_n(facts, scope):
-                yield Report(node, _double_message(Framework.LIGHTNING))
+        for scope, hook, facts, divided in model.hook_losses():
+            for node in model.divisions_by_n(facts, scope) if divided else ():
+                yield Report(node, _double_message(hook.framework))
 
 
 def _double_message(framework: Framework) -> str:
@@ -94,7 +94,7 @@ class MeanOfMeansTokenLoss(Rule):
     code = "ACC203"
     name = "mean-of-means-token-loss"
     summary = "A per-micro-batch mean over a variable number of valid tokens is divided by the accumulation steps."
-    requires = (Fact.TRAINING_LOOP, Fact.LOSS_DIVIDED)
+    requires = (Fact.TRAINING_LOOP, (Fact.LOSS_DIVIDED, Fact.FRAMEWORK_DIVIDES_LOSS))  # by hand, or by a framework
     reads_outside_windows = ()
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -111,6 +111,12 @@ class MeanOfMeansTokenLoss(Rule):
                     yield Report(node, "a per-micro-batch mean over a varying number of valid tokens divided by "
                                        "N over-weights micro-batches with few tokens; sum the loss and divide "
                                        "by the valid-token count of the whole window")
+                if model.framework_divides_loss(window, backward) and not model.normalised(facts, window, backward):
+                    yield Report(backward.node, f"{backward.framework.display} divides this per-micro-batch mean "
+                                                f"over a varying number of valid tokens by N, which over-weights "
+                                                f"micro-batches with few tokens; sum the loss and divide it by the "
+                                                f"window's valid-token count over N, since the framework divides by N "
+                                                f"too", scope=backward.scope)
 
 
 class LossGraphKeptAlive(Rule):
