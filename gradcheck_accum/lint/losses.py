@@ -201,7 +201,10 @@ class LossTracer:
         if d.op is DefOp.UNPACK and isinstance(d.value, cst.Call) and d.index is not None:
             self._trace_element(d.value, d.index, where, d.order, facts, depth + 1)
         elif d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)) and d.index is not None:
-            self._trace(d.value.elements[d.index].value, where, d.order, facts, depth + 1)
+            # a value of another length, or with a starred part, fails at run time or moves the elements
+            elements = d.value.elements
+            if d.index < len(elements) and not any(isinstance(el, cst.StarredElement) for el in elements[:d.index + 1]):
+                self._trace(elements[d.index].value, where, d.order, facts, depth + 1)
         elif d.op in (DefOp.ADD, DefOp.SUBTRACT):
             # `loss += w * aux`: one more term of a sum, whose weight scales that term only
             term = LossFacts()

@@ -316,6 +316,10 @@ class ScopeWalker:
         if isinstance(target, (cst.Tuple, cst.List)):
             names = [dotted(el.value) for el in target.elements]
             unpacked = None
+            # `first, *rest, last = ...`: from the starred name on, which element a name gets depends
+            # on the value's length
+            starred = next((i for i, el in enumerate(target.elements) if isinstance(el, cst.StarredElement)),
+                           len(names))
             if isinstance(value, cst.Call):
                 unpacked = unpacked_roles(value, self.imports, self.roles, len(names))
             elif isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(names):
@@ -323,7 +327,8 @@ class ScopeWalker:
             for i, name in enumerate(names):
                 if not name:
                     continue
-                self.add_def(Def(name, value, self.tick(), ctx, op=DefOp.UNPACK, index=i, node=node))
+                self.add_def(Def(name, value, self.tick(), ctx, op=DefOp.UNPACK, index=i if i < starred else None,
+                                 node=node))
                 self.bind(name, unpacked[i] if unpacked else NO_ROLES, ctx)
             return
         if isinstance(target, cst.Subscript):

@@ -81,3 +81,37 @@ def test_prepare_and_initialize_results():
     steps = roles_at(source, EventKind.STEP)
     assert Role.PREPARED in steps[0] and Role.OPTIMIZER in steps[0]
     assert Role.DEEPSPEED in steps[1]
+
+
+UNPACKING_LOOP = """import torch.nn.functional as F
+
+def train(model, loader, optimizer, accum, parts):
+    for i, (x, y) in enumerate(loader):
+        {unpack}
+        loss.backward()
+        if (i + 1) % accum == 0 or i + 1 == len(loader):
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("unpack, found", [
+    ("loss, extra = F.mse_loss(model(x), y), 0", ["ACC201"]),
+    ("loss, extra = F.mse_loss(model(x), y) / accum, 0", []),
+    ("loss, *logs = F.mse_loss(model(x), y) / accum, 0, 1", []),  # before the star: still positional
+    # values CPython compiles but that fail or move elements at run time (found by the nightly fuzz)
+    ("extra, loss = (F.mse_loss(model(x), y) / accum,)", None),
+    ("extra, loss = (*parts, F.mse_loss(model(x), y) / accum)", None),
+    ("first, *rest, loss = F.mse_loss(model(x), y) / accum, 0, 1", None),
+    ("loss, i, extra = a, b, loss = [F.mse_loss(model(x), y) / accum]", None),
+])
+def test_unpacking_reads_only_the_element_a_name_gets(unpack, found):
+    from gradcheck_accum.lint import registry
+    from gradcheck_accum.lint.engine import analyze
+    from gradcheck_accum.lint.prefilter import screen
+
+    source = UNPACKING_LOOP.format(unpack=unpack)
+    rules, _ = screen(source, list(registry.rules()))
+    codes = [f.code for f in analyze(source, "t.py", rules).findings]
+    if found is not None:
+        assert codes == found
