@@ -5,6 +5,7 @@ rule needs is re-exported below, so what a rule can know is what this module ans
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from collections import ChainMap
@@ -418,6 +419,15 @@ class FileModel:
         return False
 
     @cached_property
+    def handles_compiled_prefix(self) -> bool:
+        """Does the file rewrite state-dict keys by the compile wrapper's key prefix: a string that is
+        that prefix (`"_orig_mod."`, `"module._orig_mod."`) given to a call or bound to a name
+        (`k.replace("_orig_mod.", "")`, `unwanted = "_orig_mod."` then `k[len(unwanted):]`,
+        `consume_prefix_in_state_dict_if_present(sd, "_orig_mod.")`)? Then the checkpoints it writes
+        are read back, or written, with the prefix taken care of: the key itself is the code's data."""
+        return any(_is_compiled_key_prefix(node) for node in _key_literals(self.module))
+
+    @cached_property
     def _saves(self) -> tuple[dict[tuple[int, int], list[Event]], dict[int, set[str]]]:
         """The save calls by scope and statement, and the names each scope passes whole to one."""
         by_statement: dict[tuple[int, int], list[Event]] = {}
@@ -618,3 +628,22 @@ def _bases(cls: cst.ClassDef | None) -> tuple[str, ...]:
     if cls is None:
         return ()
     return tuple(dotted(base.value) or "" for base in cls.bases)
+
+
+_COMPILED_KEY_PREFIX = re.compile(rf"(?:[A-Za-z_]\w*\.)*{cat.COMPILED_INNER}\.")
+
+
+def _key_literals(module: cst.Module) -> Iterator[cst.SimpleString]:
+    """The plain strings handed to a call or bound to a name (or to an element of a bound list):
+    the places a key prefix is used as data; a docstring or a message inside an f-string is not."""
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.Arg, cst.Assign, cst.Element)) and isinstance(node.value, cst.SimpleString):
+            yield node.value
+        stack.extend(children(node))
+
+
+def _is_compiled_key_prefix(literal: cst.SimpleString) -> bool:
+    value = literal.evaluated_value
+    return isinstance(value, str) and _COMPILED_KEY_PREFIX.fullmatch(value) is not None
