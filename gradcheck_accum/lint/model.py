@@ -440,14 +440,21 @@ class FileModel:
     @staticmethod
     def compiles_fresh_model(scope: Scope, compile_: Event, loop: Loop) -> bool:
         """`torch.compile(build_model())`, or of a model built in this iteration: a sweep over trials
-        compiles each new model once, which is not recompiling the same one."""
+        compiles each new model once, which is not recompiling the same one. Reached through a call
+        (the loop runs `main()`, which builds and compiles), a model the called function builds
+        itself before compiling it is new on every call."""
         call = compile_.node
         target = call.args[0].value if isinstance(call, cst.Call) and call.args else None
         if isinstance(target, cst.Call):
             return True
         name = dotted(target)
-        return bool(name) and any(loop in d.ctx.loops and d.order < compile_.order and d.value is not compile_.node
-                                  for d in scope.defs_of(name))
+        if not name:
+            return False
+        if compile_.frame is not None and compile_.scope is not scope and not name.startswith("self."):
+            return any(d.order < compile_.order and isinstance(d.value, cst.Call) and d.value is not compile_.node
+                       and d.scope is None and d.op.rebinds for d in compile_.scope.defs_of(name))
+        return any(loop in d.ctx.loops and d.order < compile_.order and d.value is not compile_.node
+                   for d in scope.defs_of(name))
 
     def loads_after_compile(self, scope: Scope, load: Event) -> bool:
         """Does this load run on a name that a torch.compile binding made a wrapper before it, with
