@@ -24,7 +24,7 @@ from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, cont
                                         keyword, last_part, positional, source)
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count, resolve_n
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
-from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
+from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, Def, DefOp, Event, EventKind, Fact, Framework, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, exclusive, increment,
                                           inner_count, is_micro_batch_loop, loop_events, same_target,
@@ -184,6 +184,48 @@ class FileModel:
     # -- losses -------------------------------------------------------------------------------------
     def loss_facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
         return self._losses.facts(expr, scope, before)
+
+    def graph_freed_each_window(self, window: Window, total: Event, name: str) -> bool:
+        """Is every value of `name` this iteration makes backpropagated in the same iteration (before
+        or after `total` adds it up: the total holds the same tensor), and does the total start afresh
+        with each window (`losses = []` before the micro-step loop)?
+        A backward without retain_graph frees the saved tensors of the graph it walks, so such a total
+        keeps no micro-batch activations, only bare graph nodes, and those of one window at most. A
+        value made on a branch that no backward here can follow (the pipeline-parallel branch whose
+        schedule runs the backward) is not this loop's loss."""
+        if not self._restarts_each_window(window, total):
+            return False
+        made = [d for d in window.scope.defs_of(name, total.order) if window.loop in d.ctx.loops and d.op.rebinds]
+        backwards = [b for b in window.backwards if not b.via_helper and b.expr_name == name and window.inside(b)]
+        if not made or not backwards:
+            return False
+
+        def freed(d: Def) -> bool:
+            made_under = {(id(g.owner), g.positive) for g in d.ctx.guards}
+            following = [b for b in backwards if d.order < b.order and not any(
+                (id(g.owner), not g.positive) in made_under for g in b.ctx.guards)]
+            return not following or any(keyword(b.node, "retain_graph") is None and {
+                (id(g.owner), g.positive) for g in b.ctx.guards} <= made_under for b in following)
+        return all(freed(d) for d in made)
+
+    @staticmethod
+    def _restarts_each_window(window: Window, total: Event) -> bool:
+        """Is the total bound anew around a nested micro-step loop, in the loop that runs one window
+        per iteration, or on the boundary of a guarded window?"""
+        if not total.target:
+            return False
+        boundary = {(id(g.owner), g.positive) for step in window.boundary_steps for g in step.ctx.guards}
+        around = {(id(g.owner), g.positive) for g in total.ctx.guards}  # what the total runs under
+        for d in window.scope.defs_of(total.target, total.order):
+            if not d.op.rebinds:
+                continue
+            if window.shape is WindowShape.NESTED and window.outer and window.outer[-1] in d.ctx.loops \
+                    and window.loop not in d.ctx.loops and {(id(g.owner), g.positive) for g in d.ctx.guards} <= around:
+                return True
+            if window.shape is WindowShape.GUARDED and window.loop in d.ctx.loops and any(
+                    (id(g.owner), g.positive) in boundary for g in d.ctx.guards):
+                return True
+        return False
 
     def straight_line_clears(self) -> Iterator[tuple[Scope, Event, Event]]:
         """Outside loops: a clear between a backward and the step of the same optimizer (windows.py)."""
