@@ -340,6 +340,7 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
 # (`y.view(-1).long().to(device)`): token ids stay token ids, never the ignored label.
 LABEL_KEEPING_METHODS = frozenset({"view", "reshape", "contiguous", "flatten", "squeeze", "unsqueeze", "long", "int",
                                    "to", "cuda", "clone", "detach", "pin_memory"})
+SCALER_SWITCH = "enabled"  # GradScaler(enabled=use_amp): with it false, scale() and unscale_() do nothing
 # What hands an optimizer a model's parameters: `Adam(model.parameters())`.
 PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
 DETACHING_FUNCTIONS = frozenset({"float"})  # float(loss): a Python number

@@ -20,11 +20,12 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, per_micro_batch_count, returned_loss,
                                          summed_loss_name, varies_per_micro_batch)
-from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
-                                        keyword, last_part, positional, source)
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
+                                        iter_calls, keyword, last_part, positional, source)
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count, resolve_n
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
-from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, Def, DefOp, Event, EventKind, Fact, Framework, Role, Scope
+from gradcheck_accum.lint.vocabulary import (HELPER_EFFECTS, Context, Def, DefOp, Event, EventKind, Fact, Framework,
+                                             Guard, Role, Scope)
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, exclusive, increment,
                                           inner_count, is_micro_batch_loop, loop_events, same_target,
@@ -226,6 +227,24 @@ class FileModel:
                     (id(g.owner), g.positive) in boundary for g in d.ctx.guards):
                 return True
         return False
+
+    def scaler_off(self, scope: Scope, backward: Event, event: Event) -> bool:
+        """Is every binding of the backward's scaler a GradScaler built with `enabled=E`, and does
+        `event` run only where E is false (`if not use_amp:`, the `else` of `if use_amp:`)? A disabled
+        scaler scales nothing, so the gradients on that path are plain ones. Names are read as
+        written, in the function's own scope (a method walked from a caller reads them there too)."""
+        scope = next((s for s in self.scopes if s.node is scope.node and s.frame is None), scope)
+        scaler = _scaler_as_written(backward)
+        if scaler is None:
+            return False
+        scopes = [scope] + ([s for s in self.scopes if s.owner is scope.owner and s is not scope]
+                            if scaler.startswith("self.") and scope.owner is not None else [])
+        defs = [d for s in scopes for d in s.defs_of(scaler) if d.op.rebinds]
+        switches = [keyword(d.value, cat.SCALER_SWITCH) if isinstance(d.value, cst.Call) and Role.SCALER in
+                    constructor_roles(d.value, self.imports, no_roles) else None for d in defs]
+        if not switches or None in switches:
+            return False
+        return all(any(_decides_false(g, switch) for g in event.ctx.guards) for switch in switches)
 
     def straight_line_clears(self) -> Iterator[tuple[Scope, Event, Event]]:
         """Outside loops: a clear between a backward and the step of the same optimizer (windows.py)."""
@@ -696,3 +715,22 @@ def _key_literals(module: cst.Module) -> Iterator[cst.SimpleString]:
 def _is_compiled_key_prefix(literal: cst.SimpleString) -> bool:
     value = literal.evaluated_value
     return isinstance(value, str) and _COMPILED_KEY_PREFIX.fullmatch(value) is not None
+
+
+def _scaler_as_written(backward: Event) -> str | None:
+    """`self.scaler` of `self.scaler.scale(loss).backward()`, whoever's frame it was walked in."""
+    func = backward.node.func if isinstance(backward.node, cst.Call) else None
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
+        receiver, method = call_receiver(func.value)
+        if method == "scale" and receiver is not None:
+            return dotted(receiver)
+    return None
+
+
+def _decides_false(guard: Guard, switch: cst.BaseExpression) -> bool:
+    """Does the code under this guard run only when `switch` is false: `if not switch:`, or the
+    `else` of `if switch:`?"""
+    test = guard.test
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return guard.positive and code(test.expression) == code(switch)
+    return not guard.positive and code(test) == code(switch)
