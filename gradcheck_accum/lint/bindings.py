@@ -88,9 +88,11 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
     if last in cat.LOSSES.names or last.endswith(cat.LOSSES.suffix):
         reduction = keyword(call, cat.REDUCTION_KEYWORD)
         roles = {Role.CRITERION}
-        if isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "sum":
+        reduced = reduction.evaluated_value if isinstance(reduction, cst.SimpleString) else "mean"
+        if reduced == "sum":
             roles.add(Role.SUM_LOSS)
-        if keyword(call, cat.IGNORE_INDEX_KEYWORD) is not None:
+        if keyword(call, cat.IGNORE_INDEX_KEYWORD) is not None and reduced != "none":
+            # reduction="none": per-item losses, whose mean is what the code around divides them by
             roles.add(Role.TOKEN_LOSS)
         return frozenset(roles)
     return NO_ROLES

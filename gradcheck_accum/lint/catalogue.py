@@ -336,6 +336,13 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
     **{name: LossOp.KEEPS for name in ("gather", "unsqueeze", "flatten", "masked_fill", "exp", "log", "neg", "abs",
                                        "log_softmax", "softmax", "sigmoid", "index_select", "transpose", "permute")},
 }
+# Tensor methods that move, cast or reshape labels without changing which values they hold
+# (`y.view(-1).long().to(device)`): token ids stay token ids, never the ignored label.
+LABEL_KEEPING_METHODS = frozenset({"view", "reshape", "contiguous", "flatten", "squeeze", "unsqueeze", "long", "int",
+                                   "to", "cuda", "clone", "detach", "pin_memory"})
+SCALER_SWITCH = "enabled"  # GradScaler(enabled=use_amp): with it false, scale() and unscale_() do nothing
+# What hands an optimizer a model's parameters: `Adam(model.parameters())`.
+PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
 DETACHING_FUNCTIONS = frozenset({"float"})  # float(loss): a Python number
 ITEM_COUNTS = frozenset({"sum", "count_nonzero"})  # `mask.sum()`: a per-micro-batch count of valid items
 # How many rows or elements a tensor has: `x.size(0)`, `x.numel()`, `len(x)`, `x.shape[0]`.

@@ -335,7 +335,9 @@ class LossTracer:
         if Role.SUM_LOSS in roles:
             facts.sum_reduced = True
         if Role.TOKEN_LOSS in roles and Role.SUM_LOSS not in roles:
-            facts.token_level = True  # a mean over the valid items (a sum over them is no mean)
+            # a mean over the valid items (a sum over them is no mean), unless no label can be invalid
+            target = positional(node, 1) or keyword(node, "target")
+            facts.token_level |= target is None or not _next_tokens(target, scope, before, 0)
         # Only producers whose reduction we know count: torch losses and criteria, and model
         # forwards (HF-style `.loss`). Anything else (`compute_loss(...)`) may sum or scale inside.
         if not (Role.CRITERION in roles or (imports.qualify(node.func) or "").startswith("torch")
@@ -518,6 +520,44 @@ def _is_ignored_label(value: cst.BaseExpression | None) -> bool:
     """The literal -100, the ignore_index of torch's and Hugging Face's cross-entropy."""
     return isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) and \
         isinstance(value.expression, cst.Integer) and value.expression.value == str(-cat.IGNORED_LABEL)
+
+
+def _next_tokens(labels: cst.BaseExpression, scope: Scope, before: int, depth: int) -> bool:
+    """Are the labels the next tokens of the stream the inputs are cut from: a slice of a tensor that
+    another slice of which is bound here too (`x = data[:, :-1]`, `y = data[:, 1:]`), cast or reshaped
+    at most, never written into, followed through parameters to the caller? Token ids index an
+    embedding, so none is the ignored label: the criterion's mean is over a fixed number of items."""
+    if depth > 6:
+        return False
+    labels = _values_kept(labels)
+    if isinstance(labels, cst.Subscript):
+        stream = dotted(labels.value)
+        return stream is not None and _is_slice(labels) and any(
+            isinstance(other, cst.Subscript) and _is_slice(other) and dotted(other.value) == stream
+            and _cut(other) != _cut(labels)
+            for defs in scope.defs.values() for other in (_values_kept(d.value) for d in defs if d.value is not None))
+    name = dotted(labels)
+    defs = scope.defs_of(name, before) if name else []
+    return bool(defs) and all(d.op.rebinds and d.value is not None and _next_tokens(
+        d.value, d.scope or scope, _END if d.scope is not None else d.order, depth + 1) for d in defs)
+
+
+def _values_kept(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`y` of `y.view(-1).long().to(device)`."""
+    while isinstance(node, cst.Call):
+        receiver, method = call_receiver(node)
+        if receiver is None or method not in cat.LABEL_KEEPING_METHODS:
+            break
+        node = receiver
+    return node
+
+
+def _is_slice(node: cst.Subscript) -> bool:
+    return any(isinstance(element.slice, cst.Slice) for element in node.slice)
+
+
+def _cut(node: cst.Subscript) -> tuple[str, ...]:
+    return tuple(code(element.slice) for element in node.slice)
 
 
 def _is_count_of_items(node: cst.BaseExpression) -> bool:

@@ -5,6 +5,7 @@ rule needs is re-exported below, so what a rule can know is what this module ans
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from collections import ChainMap
@@ -19,11 +20,12 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, per_micro_batch_count, returned_loss,
                                          summed_loss_name, varies_per_micro_batch)
-from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, contains, dotted, full_names, iter_calls,
-                                        keyword, last_part, positional, source)
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
+                                        iter_calls, keyword, last_part, positional, source)
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count, resolve_n
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
-from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS, Context, DefOp, Event, EventKind, Fact, Framework, Role, Scope
+from gradcheck_accum.lint.vocabulary import (HELPER_EFFECTS, Context, Def, DefOp, Event, EventKind, Fact, Framework,
+                                             Guard, Role, Scope)
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, exclusive, increment,
                                           inner_count, is_micro_batch_loop, loop_events, same_target,
@@ -183,6 +185,66 @@ class FileModel:
     # -- losses -------------------------------------------------------------------------------------
     def loss_facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
         return self._losses.facts(expr, scope, before)
+
+    def graph_freed_each_window(self, window: Window, total: Event, name: str) -> bool:
+        """Is every value of `name` this iteration makes backpropagated in the same iteration (before
+        or after `total` adds it up: the total holds the same tensor), and does the total start afresh
+        with each window (`losses = []` before the micro-step loop)?
+        A backward without retain_graph frees the saved tensors of the graph it walks, so such a total
+        keeps no micro-batch activations, only bare graph nodes, and those of one window at most. A
+        value made on a branch that no backward here can follow (the pipeline-parallel branch whose
+        schedule runs the backward) is not this loop's loss."""
+        if not self._restarts_each_window(window, total):
+            return False
+        made = [d for d in window.scope.defs_of(name, total.order) if window.loop in d.ctx.loops and d.op.rebinds]
+        backwards = [b for b in window.backwards if not b.via_helper and b.expr_name == name and window.inside(b)]
+        if not made or not backwards:
+            return False
+
+        def freed(d: Def) -> bool:
+            made_under = {(id(g.owner), g.positive) for g in d.ctx.guards}
+            following = [b for b in backwards if d.order < b.order and not any(
+                (id(g.owner), not g.positive) in made_under for g in b.ctx.guards)]
+            return not following or any(keyword(b.node, "retain_graph") is None and {
+                (id(g.owner), g.positive) for g in b.ctx.guards} <= made_under for b in following)
+        return all(freed(d) for d in made)
+
+    @staticmethod
+    def _restarts_each_window(window: Window, total: Event) -> bool:
+        """Is the total bound anew around a nested micro-step loop, in the loop that runs one window
+        per iteration, or on the boundary of a guarded window?"""
+        if not total.target:
+            return False
+        boundary = {(id(g.owner), g.positive) for step in window.boundary_steps for g in step.ctx.guards}
+        around = {(id(g.owner), g.positive) for g in total.ctx.guards}  # what the total runs under
+        for d in window.scope.defs_of(total.target, total.order):
+            if not d.op.rebinds:
+                continue
+            if window.shape is WindowShape.NESTED and window.outer and window.outer[-1] in d.ctx.loops \
+                    and window.loop not in d.ctx.loops and {(id(g.owner), g.positive) for g in d.ctx.guards} <= around:
+                return True
+            if window.shape is WindowShape.GUARDED and window.loop in d.ctx.loops and any(
+                    (id(g.owner), g.positive) in boundary for g in d.ctx.guards):
+                return True
+        return False
+
+    def scaler_off(self, scope: Scope, backward: Event, event: Event) -> bool:
+        """Is every binding of the backward's scaler a GradScaler built with `enabled=E`, and does
+        `event` run only where E is false (`if not use_amp:`, the `else` of `if use_amp:`)? A disabled
+        scaler scales nothing, so the gradients on that path are plain ones. Names are read as
+        written, in the function's own scope (a method walked from a caller reads them there too)."""
+        scope = next((s for s in self.scopes if s.node is scope.node and s.frame is None), scope)
+        scaler = _scaler_as_written(backward)
+        if scaler is None:
+            return False
+        scopes = [scope] + ([s for s in self.scopes if s.owner is scope.owner and s is not scope]
+                            if scaler.startswith("self.") and scope.owner is not None else [])
+        defs = [d for s in scopes for d in s.defs_of(scaler) if d.op.rebinds]
+        switches = [keyword(d.value, cat.SCALER_SWITCH) if isinstance(d.value, cst.Call) and Role.SCALER in
+                    constructor_roles(d.value, self.imports, no_roles) else None for d in defs]
+        if not switches or None in switches:
+            return False
+        return all(any(_decides_false(g, switch) for g in event.ctx.guards) for switch in switches)
 
     def straight_line_clears(self) -> Iterator[tuple[Scope, Event, Event]]:
         """Outside loops: a clear between a backward and the step of the same optimizer (windows.py)."""
@@ -418,6 +480,15 @@ class FileModel:
         return False
 
     @cached_property
+    def handles_compiled_prefix(self) -> bool:
+        """Does the file rewrite state-dict keys by the compile wrapper's key prefix: a string that is
+        that prefix (`"_orig_mod."`, `"module._orig_mod."`) given to a call or bound to a name
+        (`k.replace("_orig_mod.", "")`, `unwanted = "_orig_mod."` then `k[len(unwanted):]`,
+        `consume_prefix_in_state_dict_if_present(sd, "_orig_mod.")`)? Then the checkpoints it writes
+        are read back, or written, with the prefix taken care of: the key itself is the code's data."""
+        return any(_is_compiled_key_prefix(node) for node in _key_literals(self.module))
+
+    @cached_property
     def _saves(self) -> tuple[dict[tuple[int, int], list[Event]], dict[int, set[str]]]:
         """The save calls by scope and statement, and the names each scope passes whole to one."""
         by_statement: dict[tuple[int, int], list[Event]] = {}
@@ -430,14 +501,21 @@ class FileModel:
     @staticmethod
     def compiles_fresh_model(scope: Scope, compile_: Event, loop: Loop) -> bool:
         """`torch.compile(build_model())`, or of a model built in this iteration: a sweep over trials
-        compiles each new model once, which is not recompiling the same one."""
+        compiles each new model once, which is not recompiling the same one. Reached through a call
+        (the loop runs `main()`, which builds and compiles), a model the called function builds
+        itself before compiling it is new on every call."""
         call = compile_.node
         target = call.args[0].value if isinstance(call, cst.Call) and call.args else None
         if isinstance(target, cst.Call):
             return True
         name = dotted(target)
-        return bool(name) and any(loop in d.ctx.loops and d.order < compile_.order and d.value is not compile_.node
-                                  for d in scope.defs_of(name))
+        if not name:
+            return False
+        if compile_.frame is not None and compile_.scope is not scope and not name.startswith("self."):
+            return any(d.order < compile_.order and isinstance(d.value, cst.Call) and d.value is not compile_.node
+                       and d.scope is None and d.op.rebinds for d in compile_.scope.defs_of(name))
+        return any(loop in d.ctx.loops and d.order < compile_.order and d.value is not compile_.node
+                   for d in scope.defs_of(name))
 
     def loads_after_compile(self, scope: Scope, load: Event) -> bool:
         """Does this load run on a name that a torch.compile binding made a wrapper before it, with
@@ -618,3 +696,41 @@ def _bases(cls: cst.ClassDef | None) -> tuple[str, ...]:
     if cls is None:
         return ()
     return tuple(dotted(base.value) or "" for base in cls.bases)
+
+
+_COMPILED_KEY_PREFIX = re.compile(rf"(?:[A-Za-z_]\w*\.)*{cat.COMPILED_INNER}\.")
+
+
+def _key_literals(module: cst.Module) -> Iterator[cst.SimpleString]:
+    """The plain strings handed to a call or bound to a name (or to an element of a bound list):
+    the places a key prefix is used as data; a docstring or a message inside an f-string is not."""
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.Arg, cst.Assign, cst.Element)) and isinstance(node.value, cst.SimpleString):
+            yield node.value
+        stack.extend(children(node))
+
+
+def _is_compiled_key_prefix(literal: cst.SimpleString) -> bool:
+    value = literal.evaluated_value
+    return isinstance(value, str) and _COMPILED_KEY_PREFIX.fullmatch(value) is not None
+
+
+def _scaler_as_written(backward: Event) -> str | None:
+    """`self.scaler` of `self.scaler.scale(loss).backward()`, whoever's frame it was walked in."""
+    func = backward.node.func if isinstance(backward.node, cst.Call) else None
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
+        receiver, method = call_receiver(func.value)
+        if method == "scale" and receiver is not None:
+            return dotted(receiver)
+    return None
+
+
+def _decides_false(guard: Guard, switch: cst.BaseExpression) -> bool:
+    """Does the code under this guard run only when `switch` is false: `if not switch:`, or the
+    `else` of `if switch:`?"""
+    test = guard.test
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return guard.positive and code(test.expression) == code(switch)
+    return not guard.positive and code(test) == code(switch)

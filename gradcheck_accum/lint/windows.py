@@ -379,6 +379,10 @@ def exclusive(a: Event, b: Event) -> bool:
 def same_target(zero: Event, step: Event, scope: Scope | None = None) -> bool:
     """Does clearing `zero` affect the gradients `step` uses? Unknown or model-wide clears do; with
     the scope, two names bound once to the same value do too (`opt_a = optimizers[0]`, `opt_b = optimizers[0]`)."""
+    if zero.target is not None and step.target is not None and scope is not None and zero.model_wide:
+        # `gpu_model.zero_grad()` while the optimizer steps another model's parameters
+        # (`Adam(cpu_model.parameters())`, gradients copied over before the clear)
+        return not _separate_models(zero.target, _stepped_model(step.target, scope), scope)
     if zero.model_wide or zero.target is None or step.target is None:
         return True
     if zero.target == step.target:
@@ -387,6 +391,34 @@ def same_target(zero: Event, step: Event, scope: Scope | None = None) -> bool:
         return False
     root = _alias_root(zero.target, scope, 0)
     return root is not None and root == _alias_root(step.target, scope, 0)
+
+
+def _stepped_model(optimizer: str, scope: Scope) -> str | None:
+    """The model whose parameters an optimizer bound once here was built on: `cpu_model` of
+    `opt = Adam(cpu_model.parameters(), lr=...)`."""
+    defs = scope.defs_of(optimizer)
+    if len(defs) != 1 or defs[0].op is not DefOp.ASSIGN or not isinstance(defs[0].value, cst.Call):
+        return None
+    params = positional(defs[0].value, 0) or keyword(defs[0].value, "params")
+    if not isinstance(params, cst.Call):
+        return None
+    receiver, method = call_receiver(params)
+    return dotted(receiver) if receiver is not None and method in cat.PARAMETER_METHODS else None
+
+
+def _separate_models(one: str, other: str | None, scope: Scope) -> bool:
+    """Two models each bound once here, neither built from the other (`gpu = cpu.half().cuda()` is
+    the same module, moved in place)."""
+    if other is None or other == one:
+        return False
+    defs = {name: scope.defs_of(name) for name in (one, other)}
+    if any(len(d) != 1 or d[0].op is not DefOp.ASSIGN or d[0].value is None for d in defs.values()):
+        return False
+    return not _reads(defs[one][0].value, other) and not _reads(defs[other][0].value, one)
+
+
+def _reads(value: cst.BaseExpression, name: str) -> bool:
+    return any(read == name or read.startswith(name + ".") for read in iter_names(value))
 
 
 def _alias_root(name: str, scope: Scope, depth: int) -> str | None:

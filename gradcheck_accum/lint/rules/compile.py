@@ -29,12 +29,14 @@ class CompiledStateDictSaved(Rule):
     name = "compiled-state-dict-saved"
     summary = "The state_dict of a torch.compile wrapper is saved, so its keys carry the _orig_mod. prefix."
     requires = (EventKind.COMPILE, EventKind.STATE_DICT)
-    reads_outside_windows = (EventKind.STATE_DICT,)  # every state_dict in the file
+    reads_outside_windows = (EventKind.STATE_DICT,)  # every state_dict in the file, and its key rewrites
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for scope, state_dict in model.events(EventKind.STATE_DICT):
             if Role.COMPILED not in state_dict.roles or not model.is_saved(scope, state_dict):
                 continue
+            if model.handles_compiled_prefix:  # its checkpoints are read (or written) without the prefix
+                return
             owner = model.receiver_text(state_dict)
             yield Report(state_dict.node, f"`{owner}` may be a torch.compile wrapper, so the saved keys carry "
                                           "the `_orig_mod.` prefix and will not load into an eager model; save "

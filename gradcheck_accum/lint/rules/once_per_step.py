@@ -180,8 +180,11 @@ class ClipBeforeUnscale(Rule):
             for clip in window.of(EventKind.CLIP, direct=True):
                 if clip.api.unscales_first or window.placement(clip) is _AFTER:
                     continue
-                if all(exclusive(b, clip) for b in window.backwards if b.scaler):
-                    continue  # the GradScaler's backward is another branch's (`if use_apex: ... else: ...`)
+                if all(exclusive(b, clip) or model.scaler_off(b.scope or window.scope, b, clip)
+                       for b in window.backwards if b.scaler):
+                    # the GradScaler's backward is another branch's (`if use_apex: ... else: ...`), or the
+                    # clip runs where the scaler is built disabled (`enabled=use_amp`, under `if not use_amp:`)
+                    continue
                 if not any(u.order < clip.order and window.placement(u) in (window.placement(clip), _EVERY)
                            for u in unscales):
                     yield Report(clip.node, "gradients are clipped while still multiplied by the GradScaler's scale, "

@@ -140,7 +140,8 @@ class LossGraphKeptAlive(Rule):
             for total in window.of(EventKind.LOSS_TOTAL):
                 if not window.inside(total) or total.target in fed_backward:
                     continue
-                if model.summed_loss_name(total) not in losses:
+                summed = model.summed_loss_name(total)
+                if summed not in losses or model.graph_freed_each_window(window, total, summed):
                     continue
                 facts = model.loss_facts(total.expr, window.scope, total.order)
                 if facts.known and not facts.detached:
