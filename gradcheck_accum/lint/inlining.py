@@ -40,6 +40,7 @@ _PROPERTIES = frozenset({cat.PROPERTY, "cached_property", "functools.cached_prop
 _DISTRIBUTED_MODEL = frozenset({Role.DDP, Role.SHARDED, Role.PREPARED})
 _NOT_MODELS = frozenset({Role.OPTIMIZER, Role.SCHEDULER, Role.SCALER, Role.CRITERION, Role.DEEPSPEED, Role.ACCELERATOR,
                          Role.FABRIC})
+_MAX_PROGRAM_FILES = 40  # ProjectContext.program: the file and the project modules it imports, at most
 _STATE_DICT_TOKENS = frozenset(api.token for api in cat.APIS if api.event is EventKind.STATE_DICT)
 
 
@@ -186,6 +187,31 @@ class ProjectContext:
             module = self.parse(text) if text is not None else None
             self._modules[path] = LoadedModule.build(path, module, text) if module is not None else None
         return self._modules[path]
+
+    def program(self, token: str) -> list[cst.Module]:
+        """The syntax of this file and of the project modules it imports (and those their package
+        `__init__` files import), keeping only files whose text holds `token`: a cheap screen before
+        parsing, for questions about what the training program does to its data."""
+        paths, frontier = [self.path], [self.path]
+        for _ in range(2):
+            found = []
+            for importer in frontier:
+                for imported in self.project.summary(importer).imports.values():
+                    dotted_name = ".".join(filter(None, (imported.module, imported.name)))
+                    target = self.project.module_path(importer, dotted_name, imported.level) \
+                        or self.project.module_path(importer, imported.module, imported.level)
+                    if target is not None and target not in paths and len(paths) < _MAX_PROGRAM_FILES:
+                        paths.append(target)
+                        found.append(target)
+            frontier = [path for path in found if path.name == "__init__.py"]
+        out = []
+        for path in paths:
+            text = self.this.text if path == self.path else (
+                self.project.summaries.text(path) if isinstance(self.project.summaries, SummaryStore) else None)
+            loaded = self.load(path) if text is not None and token in text else None
+            if loaded is not None:
+                out.append(loaded.module)
+        return out
 
     def display(self, path: Path) -> str:
         try:
