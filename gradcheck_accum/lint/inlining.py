@@ -171,12 +171,14 @@ class ProjectContext:
         self.this = LoadedModule.build(path, module, text)
         self._modules: dict[Path, LoadedModule | None] = {path: self.this}
         self.alone = False  # a file standing alone: nothing else to resolve into
+        self._whole: cst.Module | None = None  # this file parsed whole (program)
 
     @classmethod
-    def alone(cls, module: cst.Module, text: str, path: str = "<file>") -> "ProjectContext":
-        """A project of one file (a snippet, standard input): calls resolve inside it only."""
+    def alone(cls, module: cst.Module, text: str, path: str = "<file>", source: str | None = None) -> "ProjectContext":
+        """A project of one file (a snippet, standard input): calls resolve inside it only. `source`:
+        the whole file when `module` and `text` are its hollowed form (as a project's store holds it)."""
         file = Path(path).absolute()
-        store = SummaryStore(file.parent, effect_names(), texts={file: text}, words=watched_words())
+        store = SummaryStore(file.parent, effect_names(), texts={file: source or text}, words=watched_words())
         context = cls(Project(file.parent, store, files=[file]), file, module, text)
         context.alone = True
         return context
@@ -206,9 +208,16 @@ class ProjectContext:
             frontier = [path for path in found if path.name == "__init__.py"]
         out = []
         for path in paths:
-            text = self.this.text if path == self.path else (
-                self.project.summaries.text(path) if isinstance(self.project.summaries, SummaryStore) else None)
-            loaded = self.load(path) if text is not None and token in text else None
+            text = self.project.summaries.text(path) if isinstance(self.project.summaries, SummaryStore) else None
+            if text is None or token not in text:
+                continue
+            if path == self.path:
+                # the file being linted is parsed hollow (definitions no rule needs left out): read it whole
+                if self._whole is None:
+                    self._whole = self.parse(text) or self.this.module
+                out.append(self._whole)
+                continue
+            loaded = self.load(path)
             if loaded is not None:
                 out.append(loaded.module)
         return out

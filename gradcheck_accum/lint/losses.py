@@ -47,8 +47,8 @@ class LossFacts:
     sum_reduced: bool = False
     detached: bool = False
     names: set[str] = field(default_factory=set)  # every name the expression was traced through
-    # literal ignore_index values of the criteria read inside called project functions (`-1`): a mean
-    # over the valid tokens only when the program writes that value into its labels
+    # literal ignore_index values other than -100 of the criteria read (`-1`): a mean over the valid
+    # tokens only when the program writes that value into its labels
     ignoring: set[str] = field(default_factory=set)
 
     def absorb(self, other: "LossFacts") -> None:
@@ -97,6 +97,7 @@ class LossTracer:
             facts.known = False
             return facts
         self._trace(expr, scope, before, facts, 0)
+        self._settle_ignored(facts)
         return facts
 
     def _trace(self, node: cst.BaseExpression, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
@@ -245,6 +246,7 @@ class LossTracer:
             facts.names |= term.names
             facts.scalings.extend(s for s in term.scalings if s.divides or code(s.factor) in common)
             facts.token_level |= term.token_level
+            facts.ignoring |= term.ignoring
         if plain and not divided:
             return
         for _, term in terms:
@@ -310,12 +312,8 @@ class LossTracer:
             self._trace_returned_values(returned, inner, depth, unpacked)
         finally:
             self._returning -= 1
-        if not self._returning and inner.ignoring:
-            # a criterion with ignore_index in the project's forward or loss function averages over a
-            # varying number of items only when this program writes the ignored value into its
-            # labels (a pretraining batch sliced from a token stream has none: a mean over a fixed count)
-            inner.token_level |= any(self._writes_label(value) for value in inner.ignoring)
-            inner.ignoring = set()
+        if not self._returning:
+            self._settle_ignored(inner)
         if not returned or not inner.known:
             # a value divided by a count of valid items on its way out (`masked_mean(...)`) is a
             # per-item mean whatever else it reads
@@ -333,6 +331,14 @@ class LossTracer:
             returned = single or returned
         for value, where, at in returned:
             self._trace(value, where, at, inner, depth + 1)
+
+    def _settle_ignored(self, facts: LossFacts) -> None:
+        """A criterion with a sentinel ignore_index (here or in the project's forward or loss function)
+        averages over a varying number of items only when this program writes the ignored value into
+        its labels: a pretraining batch sliced from a token stream has none, a mean over a fixed count."""
+        if facts.ignoring:
+            facts.token_level |= any(self._writes_label(value) for value in facts.ignoring)
+            facts.ignoring = set()
 
     def _writes_label(self, value: str) -> bool:
         """Does the training program write the label `value` (`-100`) into its data?"""
@@ -385,11 +391,11 @@ class LossTracer:
             facts.sum_reduced = True
         if Role.TOKEN_LOSS in roles and Role.SUM_LOSS not in roles:
             # a mean over the valid items (a sum over them is no mean). A sentinel of the project's
-            # own (`ignore_index=-1`) in a called project function counts only if the program writes
-            # it (_trace_returned); a pad id (`ignore_index=self.pad_id`) is in every padded batch, and
-            # -100 is what label collators outside the project write.
+            # own (`ignore_index=-1`) counts only if the program writes it (_settle_ignored); a pad id
+            # (`ignore_index=self.pad_id`) is in every padded batch, and -100 is what label collators
+            # outside the project write.
             ignored = keyword(node, cat.IGNORE_INDEX_KEYWORD)
-            if self._returning and _is_number(ignored) and not _is_ignored_label(ignored):
+            if _is_number(ignored) and not _is_ignored_label(ignored):
                 facts.ignoring.add(code(ignored))
             else:
                 facts.token_level = True
