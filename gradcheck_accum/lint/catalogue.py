@@ -356,6 +356,9 @@ SUM_FUNCTION = "sum"  # the builtin: `sum(loss_dict.values())` adds loss terms
 NEXT_BATCH_FUNCTION = "next"  # `batch = next(it)`: a new micro-batch each time it runs
 # The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value.
 IGNORED_LABEL = -100
+# How code writes a value into tensor items: the keyword naming it, or a call whose arguments hold it.
+FILL_KEYWORDS = frozenset({"padding_value", "value", "fill_value", "pad_value"})
+FILL_METHODS = frozenset({"masked_fill", "masked_fill_", "fill_", "full", "full_like", "new_full", "where"})
 # Collators (transformers, trl) that write IGNORED_LABEL into the labels of what they pad or hide, so
 # the number of labels a model's loss averages over changes from batch to batch; with a keyword that
 # must not be switched off (DataCollatorForLanguageModeling masks tokens only for masked LM, mlm=True,

@@ -131,7 +131,7 @@ def analyze(source: str, path: str, rules: Rules | None = None, enabled: set[str
     parsed = source if hollowed is None else hollowed
     module = parse(parsed)
     context = ProjectContext(project, Path(path).absolute(), module, parsed, _parse_or_none) \
-        if project is not None else None
+        if project is not None else ProjectContext.alone(module, parsed, source=source)
     reported = _run_rules(rules, FileModel(module, context, text=parsed), module, parsed, path)
     kept = suppressions.apply(source, path, reported, enabled, set(registry.codes()))
     findings = sorted(kept)

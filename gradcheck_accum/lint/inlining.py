@@ -40,6 +40,7 @@ _PROPERTIES = frozenset({cat.PROPERTY, "cached_property", "functools.cached_prop
 _DISTRIBUTED_MODEL = frozenset({Role.DDP, Role.SHARDED, Role.PREPARED})
 _NOT_MODELS = frozenset({Role.OPTIMIZER, Role.SCHEDULER, Role.SCALER, Role.CRITERION, Role.DEEPSPEED, Role.ACCELERATOR,
                          Role.FABRIC})
+_MAX_PROGRAM_FILES = 40  # ProjectContext.program: the file and the project modules it imports, at most
 _STATE_DICT_TOKENS = frozenset(api.token for api in cat.APIS if api.event is EventKind.STATE_DICT)
 
 
@@ -170,12 +171,14 @@ class ProjectContext:
         self.this = LoadedModule.build(path, module, text)
         self._modules: dict[Path, LoadedModule | None] = {path: self.this}
         self.alone = False  # a file standing alone: nothing else to resolve into
+        self._whole: cst.Module | None = None  # this file parsed whole (program)
 
     @classmethod
-    def alone(cls, module: cst.Module, text: str, path: str = "<file>") -> "ProjectContext":
-        """A project of one file (a snippet, standard input): calls resolve inside it only."""
+    def alone(cls, module: cst.Module, text: str, path: str = "<file>", source: str | None = None) -> "ProjectContext":
+        """A project of one file (a snippet, standard input): calls resolve inside it only. `source`:
+        the whole file when `module` and `text` are its hollowed form (as a project's store holds it)."""
         file = Path(path).absolute()
-        store = SummaryStore(file.parent, effect_names(), texts={file: text}, words=watched_words())
+        store = SummaryStore(file.parent, effect_names(), texts={file: source or text}, words=watched_words())
         context = cls(Project(file.parent, store, files=[file]), file, module, text)
         context.alone = True
         return context
@@ -186,6 +189,38 @@ class ProjectContext:
             module = self.parse(text) if text is not None else None
             self._modules[path] = LoadedModule.build(path, module, text) if module is not None else None
         return self._modules[path]
+
+    def program(self, token: str) -> list[cst.Module]:
+        """The syntax of this file and of the project modules it imports (and those their package
+        `__init__` files import), keeping only files whose text holds `token`: a cheap screen before
+        parsing, for questions about what the training program does to its data."""
+        paths, frontier = [self.path], [self.path]
+        for _ in range(2):
+            found = []
+            for importer in frontier:
+                for imported in self.project.summary(importer).imports.values():
+                    dotted_name = ".".join(filter(None, (imported.module, imported.name)))
+                    target = self.project.module_path(importer, dotted_name, imported.level) \
+                        or self.project.module_path(importer, imported.module, imported.level)
+                    if target is not None and target not in paths and len(paths) < _MAX_PROGRAM_FILES:
+                        paths.append(target)
+                        found.append(target)
+            frontier = [path for path in found if path.name == "__init__.py"]
+        out = []
+        for path in paths:
+            text = self.project.summaries.text(path) if isinstance(self.project.summaries, SummaryStore) else None
+            if text is None or token not in text:
+                continue
+            if path == self.path:
+                # the file being linted is parsed hollow (definitions no rule needs left out): read it whole
+                if self._whole is None:
+                    self._whole = self.parse(text) or self.this.module
+                out.append(self._whole)
+                continue
+            loaded = self.load(path)
+            if loaded is not None:
+                out.append(loaded.module)
+        return out
 
     def display(self, path: Path) -> str:
         try:

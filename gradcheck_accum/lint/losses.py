@@ -47,6 +47,9 @@ class LossFacts:
     sum_reduced: bool = False
     detached: bool = False
     names: set[str] = field(default_factory=set)  # every name the expression was traced through
+    # literal ignore_index values other than -100 of the criteria read (`-1`): a mean over the valid
+    # tokens only when the program writes that value into its labels
+    ignoring: set[str] = field(default_factory=set)
 
     def absorb(self, other: "LossFacts") -> None:
         """Take in the facts of an operand that is the loss (`loss` of `loss * w`)."""
@@ -56,6 +59,7 @@ class LossFacts:
         self.sum_reduced |= other.sum_reduced
         self.detached |= other.detached
         self.names |= other.names
+        self.ignoring |= other.ignoring
 
     @property
     def scaled(self) -> bool:
@@ -70,14 +74,20 @@ class LossFacts:
 # What a call to a function of the project returns: (expression, the scope it is read in, the point
 # it is read at) for each `return`, or None when the call is not one the project model can read.
 Returns = Callable[["cst.Call", Scope, int], "list[tuple[cst.BaseExpression, Scope, int]] | None"]
+# The syntax of the training program's files (this one and the project modules it imports) whose
+# text holds a token: where labels get their ignored value written.
+Program = Callable[[str], "list[cst.Module]"]
 
 
 class LossTracer:
     def __init__(self, module: cst.Module, imports: ImportMap, scopes: list[Scope],
-                 returns: Returns | None = None) -> None:
+                 returns: Returns | None = None, program: Program | None = None) -> None:
         self.module, self.imports, self.scopes = module, imports, scopes
         self.module_scopes = [s for s in scopes if s.node is module]
         self.returns = returns
+        self.program = program or (lambda token: [module] if token in module.code else [])
+        self._returning = 0  # how many project functions' returns are being read
+        self._writes: dict[str, bool] = {}
         self._guards: tuple[Guard, ...] = ()  # the conditions of the definition being read
 
     def facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
@@ -87,6 +97,7 @@ class LossTracer:
             facts.known = False
             return facts
         self._trace(expr, scope, before, facts, 0)
+        self._settle_ignored(facts)
         return facts
 
     def _trace(self, node: cst.BaseExpression, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
@@ -157,6 +168,9 @@ class LossTracer:
         if name is None:
             return
         facts.names.add(name)
+        if isinstance(node, cst.Attribute) and not scope.defs_of(name, before) \
+                and self._trace_field(node, scope, before, facts, depth):
+            return  # `res.loss` where the project's forward returns `Output(loss=loss, ...)`
         if isinstance(node, cst.Attribute) and node.attr.value == "loss" and not scope.defs_of(name, before):
             # `outputs.loss`: a model's mean loss, over valid tokens only when labels carry -100
             if self._masked_labels(node.value, scope, before):
@@ -235,6 +249,7 @@ class LossTracer:
             facts.names |= term.names
             facts.scalings.extend(s for s in term.scalings if s.divides or code(s.factor) in common)
             facts.token_level |= term.token_level
+            facts.ignoring |= term.ignoring
         if plain and not divided:
             return
         for _, term in terms:
@@ -259,6 +274,25 @@ class LossTracer:
         terms.scalings = [s for s in terms.scalings if s.divides or not variables & set(iter_names(s.factor))]
         facts.absorb(terms)
 
+    def _trace_field(self, node: cst.Attribute, scope: Scope, before: int, facts: LossFacts, depth: int) -> bool:
+        """`res.loss` where `res = model(...)` and the project function that call runs returns an
+        output object built in place with that field as a keyword (`return Output(loss=loss, ...)`):
+        the keyword's value, read in the function. False when that is not what every return does."""
+        owner = dotted(node.value)
+        if owner is None or self.returns is None:
+            return False
+        defs = scope.defs_of(owner, before)
+        if len(defs) != 1 or defs[0].op is not DefOp.ASSIGN or not isinstance(defs[0].value, cst.Call):
+            return False
+        returned = self.returns(defs[0].value, defs[0].scope or scope, defs[0].order)
+        if not returned:
+            return False
+        fields = [(keyword(value, node.attr.value), where, at) for value, where, at in returned
+                  if isinstance(value, cst.Call)]
+        if len(fields) != len(returned) or any(value is None for value, _, _ in fields):
+            return False
+        return self._trace_returned(fields, facts, depth)
+
     def _trace_element(self, call: cst.Call, index: int, scope: Scope, before: int, facts: LossFacts,
                        depth: int) -> None:
         """`loss, extra = f(...)`: element `index` of what a project function returns."""
@@ -276,13 +310,13 @@ class LossTracer:
         cannot be followed, so the call is read as its caller sees it (a model's forward returning
         its output through layers the tracer does not know is still a forward)."""
         inner = LossFacts()
-        if unpacked is None:
-            # a value that is backpropagated is a tensor: a `return loss, logits` path is not the one
-            # that reaches here (`_get_loss(x, y, return_logits=True)` elsewhere)
-            single = [item for item in returned if not isinstance(item[0], (cst.Tuple, cst.List))]
-            returned = single or returned
-        for value, where, at in returned:
-            self._trace(value, where, at, inner, depth + 1)
+        self._returning += 1
+        try:
+            self._trace_returned_values(returned, inner, depth, unpacked)
+        finally:
+            self._returning -= 1
+        if not self._returning:
+            self._settle_ignored(inner)
         if not returned or not inner.known:
             # a value divided by a count of valid items on its way out (`masked_mean(...)`) is a
             # per-item mean whatever else it reads
@@ -290,6 +324,30 @@ class LossTracer:
             return False
         facts.absorb(inner)
         return True
+
+    def _trace_returned_values(self, returned: list[tuple[cst.BaseExpression, Scope, int]], inner: LossFacts,
+                               depth: int, unpacked: int | None) -> None:
+        if unpacked is None:
+            # a value that is backpropagated is a tensor: a `return loss, logits` path is not the one
+            # that reaches here (`_get_loss(x, y, return_logits=True)` elsewhere)
+            single = [item for item in returned if not isinstance(item[0], (cst.Tuple, cst.List))]
+            returned = single or returned
+        for value, where, at in returned:
+            self._trace(value, where, at, inner, depth + 1)
+
+    def _settle_ignored(self, facts: LossFacts) -> None:
+        """A criterion with a sentinel ignore_index (here or in the project's forward or loss function)
+        averages over a varying number of items only when this program writes the ignored value into
+        its labels: a pretraining batch sliced from a token stream has none, a mean over a fixed count."""
+        if facts.ignoring:
+            facts.token_level |= any(self._writes_label(value) for value in facts.ignoring)
+            facts.ignoring = set()
+
+    def _writes_label(self, value: str) -> bool:
+        """Does the training program write the label `value` (`-100`) into its data?"""
+        if value not in self._writes:
+            self._writes[value] = any(_writes_label(module, value) for module in self.program(value))
+        return self._writes[value]
 
     def _trace_call(self, node: cst.Call, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
         receiver, method = call_receiver(node)
@@ -336,8 +394,17 @@ class LossTracer:
             facts.sum_reduced = True
         if Role.TOKEN_LOSS in roles and Role.SUM_LOSS not in roles:
             # a mean over the valid items (a sum over them is no mean), unless no label can be invalid
+            # (next-token labels cut from the inputs' own rows). A sentinel of the project's own
+            # (`ignore_index=-1`) counts only if the program writes it (_settle_ignored); a pad id
+            # (`ignore_index=self.pad_id`) is in every padded batch, and -100 is what label collators
+            # outside the project write.
             target = positional(node, 1) or keyword(node, "target")
-            facts.token_level |= target is None or not _next_tokens(target, scope, before, 0)
+            ignored = keyword(node, cat.IGNORE_INDEX_KEYWORD)
+            if target is None or not _next_tokens(target, scope, before, 0):
+                if _is_number(ignored) and not _is_ignored_label(ignored):
+                    facts.ignoring.add(code(ignored))
+                else:
+                    facts.token_level = True
         # Only producers whose reduction we know count: torch losses and criteria, and model
         # forwards (HF-style `.loss`). Anything else (`compute_loss(...)`) may sum or scale inside.
         if not (Role.CRITERION in roles or (imports.qualify(node.func) or "").startswith("torch")
@@ -488,15 +555,41 @@ def _container(node: cst.BaseExpression) -> cst.BaseExpression:
 def _writes_ignored_label(function: cst.CSTNode) -> bool:
     """Does a function's body write the ignored label into tensors: pass it to a call
     (`pad_sequence(labels, padding_value=-100)`, `labels.masked_fill(mask, -100)`) or assign it?"""
-    stack = [function]
+    return _writes_label(function, str(cat.IGNORED_LABEL), loosely=True)
+
+
+def _writes_label(node: cst.CSTNode, value: str, loosely: bool = False) -> bool:
+    """Does the code write the literal `value` into tensors or label lists: as a fill value
+    (`padding_value=-1`, `masked_fill(mask, -1)`, `torch.full_like(y, -1)`), into items
+    (`y[mask == 0] = -1`), or repeated in a list (`[-100] * len(prompt)`)? `loosely`: any argument
+    or assignment of it counts (-100 has no other use; -1 is also a dimension and an index)."""
+    stack = [node]
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Arg) and _is_ignored_label(node.value):
+        if isinstance(node, cst.Call) and any(_is_literal(a.value, value) and (loosely or _fills(node, a))
+                                              for a in node.args):
             return True
-        if isinstance(node, cst.Assign) and _is_ignored_label(node.value):
+        if isinstance(node, cst.Assign) and _is_literal(node.value, value) and (
+                loosely or any(isinstance(t.target, cst.Subscript) for t in node.targets)):
+            return True
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply) and any(
+                isinstance(side, cst.List) and any(_is_literal(e.value, value) for e in side.elements)
+                for side in (node.left, node.right)):
             return True
         stack.extend(children(node))
     return False
+
+
+def _fills(call: cst.Call, arg: cst.Arg) -> bool:
+    """Is `arg` the value a call fills tensor items with (`padding_value=`, `value=`, `fill_value=`,
+    the value of `masked_fill`/`fill_`/`full`/`full_like`/`where`)?"""
+    if arg.keyword is not None:
+        return arg.keyword.value in cat.FILL_KEYWORDS
+    return call_receiver(call)[1] in cat.FILL_METHODS
+
+
+def _is_literal(node: cst.BaseExpression, value: str) -> bool:
+    return _is_number(node) and code(node).replace(" ", "") == value
 
 
 def _weight_like(node: cst.BaseExpression, scope: Scope, depth: int) -> bool:

@@ -60,7 +60,7 @@ class FileModel:
         self.scopes: list[Scope] = []
         self.functions: dict[str, list[Scope]] = {}
         self._build()
-        self._losses = LossTracer(module, self.imports, self.scopes, self.inliner.returns)
+        self._losses = LossTracer(module, self.imports, self.scopes, self.inliner.returns, self.context.program)
 
     # -- construction -----------------------------------------------------------------------------
     def _build(self) -> None:

@@ -29,6 +29,7 @@ _SKIPPED = {".git", ".hg", ".svn", ".venv", "venv", ".env", "__pycache__", "buil
             ".ipynb_checkpoints", "site-packages"}
 _CALLABLE_METHODS = ("__call__", "forward")  # what calling an instance runs (nn.Module.__call__ runs forward)
 _MAX_DEPTH = 8  # re-exports, attribute chains and base classes followed at most this deep
+_ELEMENT = re.compile(r"(.+)\[(\d+)\]")  # "f[0]": element 0 of what f returns (summary.py)
 
 
 def find_root(path: Path, fallback: Path | None = None) -> Path:
@@ -302,9 +303,31 @@ class Project:
 
     def resolve_class(self, path: Path, written: str, depth: int = 0) -> ClassRef | str | None:
         """The class a name written in `path` refers to: a project class, the qualified name of a
-        class from outside the project (`torch.nn.Module`), or None."""
+        class from outside the project (`torch.nn.Module`), or None. A project function's name
+        (`build_model`, or `load_model[0]` for element 0 of what it returns) refers to the project
+        class of the object it returns (FunctionSummary.produces)."""
         if depth > _MAX_DEPTH:
             return None
+        element = _ELEMENT.fullmatch(written)
+        if element is None:
+            found = self._named_class(path, written, depth)
+            if found is not None:
+                return found
+        name, index = (element.group(1), int(element.group(2))) if element else (written, None)
+        ref = self._resolve_global(path, name.split("."), depth + 1)
+        function = self.function(ref) if ref is not None else None
+        produced = function.produces if function is not None else None
+        if isinstance(produced, list):
+            produced = produced[index] if index is not None and index < len(produced) else None
+        elif produced and index is not None:
+            # `return load(...)`: element `index` of what that function returns
+            produced = None if _ELEMENT.fullmatch(produced) else f"{produced}[{index}]"
+        if not produced:
+            return None
+        found = self.resolve_class(ref.path, produced, depth + 1)
+        return found if isinstance(found, ClassRef) else None
+
+    def _named_class(self, path: Path, written: str, depth: int) -> ClassRef | str | None:
         summary = self.summary(path)
         parts = written.split(".")
         if written in summary.classes:

@@ -24,7 +24,7 @@ from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
 # The summary's shape: caches written for another shape are not read (store.py keys them by it).
-FORMAT = 3
+FORMAT = 4
 # A watched constructor's keyword standing for settings the call does not spell out: `Trainer(**cfg)`,
 # `Trainer.from_argparse_args(args)` (each of them may set any keyword).
 UNSPELLED = "**"
@@ -43,6 +43,10 @@ class FunctionSummary:
     # returns a parameter or an attribute of one (`model.module if hasattr(model, "module") else model`,
     # `self.model`): what it returns has the roles of what the caller passes
     passes_through: bool = False
+    # What it returns, as written where that is a construction: "Ctor" (`return Ctor(...)`, a local
+    # bound to one, `model.to(device)`), "f[0]" (element 0 of what project function f returns), a
+    # list of such for a tuple ("" where unknown); None when unknown or when its returns disagree.
+    produces: str | list[str] | None = None
 
 
 @dataclass
@@ -86,7 +90,7 @@ class ModuleSummary:
         return {
             "imports": {k: [v.module, v.name, v.level] for k, v in self.imports.items()},
             "functions": {k: [f.line, list(f.params), f.calls, sorted(f.effects), f.returns, list(f.decorators),
-                              f.locals, f.end, f.passes_through] for k, f in self.functions.items()},
+                              f.locals, f.end, f.passes_through, f.produces] for k, f in self.functions.items()},
             "classes": {k: [c.line, list(c.bases), list(c.methods), c.attributes, c.literals]
                         for k, c in self.classes.items()},
             "bindings": self.bindings,
@@ -98,7 +102,7 @@ class ModuleSummary:
     def from_json(cls, data: dict) -> "ModuleSummary":
         return cls(
             {k: Import(*v) for k, v in data["imports"].items()},
-            {k: FunctionSummary(v[0], tuple(v[1]), v[2], frozenset(v[3]), v[4], tuple(v[5]), v[6], v[7], v[8])
+            {k: FunctionSummary(v[0], tuple(v[1]), v[2], frozenset(v[3]), v[4], tuple(v[5]), v[6], v[7], v[8], v[9])
              for k, v in data["functions"].items()},
             {k: ClassSummary(v[0], tuple(v[1]), tuple(v[2]), v[3], v[4]) for k, v in data["classes"].items()},
             data["bindings"],
@@ -192,6 +196,8 @@ class _Summarizer:
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             self._assignment(stmt, prefix, cls, function)
         if isinstance(stmt, ast.Return) and stmt.value is not None:
+            produced = _produced_value(stmt.value, function.locals)
+            function.produces = produced if not function.returns or function.produces == produced else None
             function.returns = True
             function.passes_through = function.passes_through or _passes_parameter(stmt.value, function.params)
         compound = any(_bodies(stmt))
@@ -274,12 +280,18 @@ class _Summarizer:
             elif len(parts) > 1 and parts[-2] in self.watched and parts[-1].startswith("from_"):
                 # `Trainer.from_argparse_args(args)`: a constructor taking its settings from elsewhere
                 self.summary.constructions.append((callee, {**_keywords(value), UNSPELLED: "?"}))
+        made = _produced(value, function.locals if prefix else self.summary.bindings)
         for target in targets:
-            if isinstance(target, ast.Name) and callee:
+            if isinstance(target, ast.Name) and made:
                 if prefix:
-                    function.locals.setdefault(target.id, callee)
-                else:
-                    self.summary.bindings[target.id] = callee
+                    function.locals.setdefault(target.id, made)
+                elif not _rewraps(value, target.id):
+                    self.summary.bindings[target.id] = made
+            elif isinstance(target, (ast.Tuple, ast.List)) and callee:
+                # `model, tokenizer = load(...)`: element i of what a project function returns
+                for i, element in enumerate(target.elts):
+                    if isinstance(element, ast.Name):
+                        (function.locals if prefix else self.summary.bindings).setdefault(element.id, f"{callee}[{i}]")
             elif cls is not None and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
                     and target.value.id == "self":
                 if callee:
@@ -358,6 +370,39 @@ def _dotted(node: ast.AST | None) -> str | None:
         base = _dotted(node.value)
         return f"{base}.{node.attr}" if base else None
     return None
+
+
+# Module methods that return the module itself: `Ctor(...).to(device)` is still a `Ctor`
+_RETURNS_SELF = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "double", "train", "eval", "to_empty",
+                           "requires_grad_", "share_memory"})
+
+
+def _produced(value: ast.expr, bound: dict[str, str]) -> str | None:
+    """What a value is, as written where it was made: a call's callee (`Ctor(...)` -> "Ctor"), what a
+    name was bound to, the receiver of a module method that returns it (`Ctor(...).to(device)`)."""
+    if isinstance(value, ast.Name):
+        return bound.get(value.id)
+    if not isinstance(value, ast.Call):
+        return None
+    func = value.func
+    if isinstance(func, ast.Attribute) and func.attr in _RETURNS_SELF and (
+            isinstance(func.value, ast.Call) or (isinstance(func.value, ast.Name) and func.value.id in bound)):
+        return _produced(func.value, bound)
+    return _dotted(func)
+
+
+def _produced_value(value: ast.expr, bound: dict[str, str]) -> str | list[str] | None:
+    """`_produced` of a returned value; a tuple gives one entry per element ("" where unknown)."""
+    if isinstance(value, ast.Tuple):
+        return [_produced(element, bound) or "" for element in value.elts]
+    return _produced(value, bound)
+
+
+def _rewraps(value: ast.expr, name: str) -> bool:
+    """`model = torch.compile(model)`, `model = DDP(model, ...)`: the name keeps standing for the object
+    it wraps, whose forward the wrapper runs."""
+    return isinstance(value, ast.Call) and bool(value.args) and isinstance(value.args[0], ast.Name) \
+        and value.args[0].id == name
 
 
 def _passes_parameter(value: ast.expr, params: tuple[str, ...]) -> bool:
