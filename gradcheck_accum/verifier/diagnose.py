@@ -70,28 +70,46 @@ class Gram:
 
     @classmethod
     def of(cls, accumulated: Grads, contributions: Sequence[Grads], reference: Grads) -> "Gram":
-        rows = [*contributions, reference, accumulated]
-        products = torch.zeros(len(rows), len(rows), dtype=torch.float64)
-        squared_error = 0.0
-        # One float64 block of _CHUNK columns, reused: stacking a whole parameter's N + 2 gradients
-        # in float64 would allocate (and fault in) 8 * (N + 2) bytes per gradient entry.
+        n = len(contributions)
+        products = torch.zeros(n + 2, n + 2, dtype=torch.float64)
+        cc = torch.zeros(n, n + 1, dtype=torch.float64)     # <c_i, c_j>, <c_i, a>
+        with_ref = torch.zeros(n + 1, dtype=torch.float64)   # <c_i, r>, <a, r>
+        rr = aa = squared_error = 0.0
+        # One float64 block of _CHUNK columns, reused, holding c_1..c_N and a converted: stacking a
+        # whole parameter's gradients in float64 would allocate (and fault in) 8 * (N + 2) bytes per
+        # gradient entry. The reference is float64 already and read in place (no copy of it), and
+        # each product is taken once: <c_i, .> by one (N, N + 1) product, <., r> by one
+        # matrix-vector product, |a| and |r| by dot products (a full (N + 2)^2 block product would
+        # take every off-diagonal product twice).
         block = None
         for name, ref in reference.items():
             if ref is None:
                 continue
-            flat = [_flat(grads.get(name), ref.numel()) for grads in rows]
+            flat = [_flat(grads.get(name), ref.numel()) for grads in (*contributions, accumulated)]
+            truth = _flat(ref, ref.numel())
+            if truth.dtype != torch.float64:
+                truth = truth.double()
             for start in range(0, ref.numel(), _CHUNK):
                 width = min(_CHUNK, ref.numel() - start)
                 if block is None:
-                    block = torch.empty(len(rows), _CHUNK, dtype=torch.float64)
+                    block = torch.empty(n + 2, _CHUNK, dtype=torch.float64)
                 view = block[:, :width]
                 for row, g in zip(view, flat):
                     if g is None:
                         row.zero_()
                     else:
                         row.copy_(g[start:start + width])  # converted on the way
-                products += view @ view.T
-                squared_error += float(torch.linalg.vector_norm(view[-1] - view[-2])) ** 2
+                rows, r, a, scratch = view[:n + 1], truth[start:start + width], view[n], view[n + 1]
+                cc += rows[:n] @ rows.T
+                with_ref += rows @ r
+                rr += float(torch.dot(r, r))
+                aa += float(torch.dot(a, a))
+                torch.sub(a, r, out=scratch)
+                squared_error += float(torch.dot(scratch, scratch))
+        products[:n, :n], products[:n, n + 1] = cc[:, :n], cc[:, n]
+        products[:n, n], products[n, n + 1] = with_ref[:n], with_ref[n]
+        products[n, n], products[n + 1, n + 1] = rr, aa
+        products = torch.triu(products) + torch.triu(products, 1).T
         return cls(products, squared_error)
 
     @property
