@@ -71,17 +71,25 @@ _BLOCK = 1 << 16
 def norms64(x: torch.Tensor, other: Optional[torch.Tensor] = None) -> tuple[float, float]:
     """|x| and |x - other| (0.0 without other) in float64, on the CPU tensors given: x is converted a
     block at a time into one reused float64 buffer, so neither a float64 copy of x nor a difference
-    tensor is ever allocated (each would be as large as the parameter, in float64)."""
+    tensor is ever allocated (each would be as large as the parameter, in float64). A float64 x is
+    read in place (its differences are written into the buffer by type promotion)."""
     x = x.detach().reshape(-1)
     y = None if other is None else other.detach().reshape(-1)
-    block = torch.empty(min(_BLOCK, x.numel()), dtype=torch.float64)
+    exact = x.dtype == torch.float64
+    block = torch.empty(min(_BLOCK, x.numel()), dtype=torch.float64) if y is not None or not exact else None
     xx = dd = 0.0
     for start in range(0, x.numel(), _BLOCK):
-        view = block[:min(_BLOCK, x.numel() - start)]
-        view.copy_(x[start:start + len(view)])
-        xx += float(torch.dot(view, view))
+        part = x[start:start + _BLOCK]
+        view = None if block is None else block[:len(part)]
+        if not exact:
+            part = view.copy_(part)
+        xx += float(torch.dot(part, part))
         if y is not None:
-            view.sub_(y[start:start + len(view)])
+            rest = y[start:start + len(part)]
+            if exact:
+                torch.sub(part, rest, out=view)
+            else:
+                view.sub_(rest)
             dd += float(torch.dot(view, view))
     return math.sqrt(xx), math.sqrt(dd)
 
