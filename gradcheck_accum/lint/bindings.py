@@ -133,7 +133,7 @@ def prepared_roles(roles: frozenset[Role], owner: frozenset[Role]) -> frozenset[
 # Code that may rebind a module's names behind the analysis's back (nanoGPT's
 # `exec(open("configurator.py").read())` overrides its flags from the command line).
 _REBINDS_GLOBALS = ("exec(", "globals()", "vars()", "setattr(", "__dict__", ":=")
-_LITERALS = {"True": True, "False": False, "None": False}
+LITERAL_TRUTH = {"True": True, "False": False, "None": False}  # what a literal is worth as a test
 
 
 def module_constants(module: cst.Module, text: str) -> dict[str, bool]:
@@ -147,8 +147,8 @@ def module_constants(module: cst.Module, text: str) -> dict[str, bool]:
         for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
             if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
                 value = small.value
-                if isinstance(value, cst.Name) and value.value in _LITERALS:
-                    values[small.targets[0].target.value] = _LITERALS[value.value]
+                if isinstance(value, cst.Name) and value.value in LITERAL_TRUTH:
+                    values[small.targets[0].target.value] = LITERAL_TRUTH[value.value]
                 elif isinstance(value, cst.Integer):
                     values[small.targets[0].target.value] = value.evaluated_value != 0
     count: dict[str, int] = {}

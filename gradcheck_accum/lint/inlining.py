@@ -19,7 +19,7 @@ from typing import Callable
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import module_constants, roles_from_name
-from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted
+from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted, parameter_names
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
 from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED, FunctionSummary
 from gradcheck_accum.lint.predicates import bound_argument
@@ -1133,8 +1133,7 @@ def _hook_names(function: cst.FunctionDef) -> list[str]:
 
 def _hook_keys(function: cst.FunctionDef) -> list[str]:
     """The parameters a function runs a hook by (`getattr(cb, event)(self)`): its caller says which."""
-    params = {p.name.value for p in [*function.params.posonly_params, *function.params.params,
-                                     *function.params.kwonly_params]}
+    params = parameter_names(function)
     keys = [call.func.args[1].value for call in _hook_calls(function) if isinstance(call.func, cst.Call)]
     return [key.value for key in keys if isinstance(key, cst.Name) and key.value in params]
 
@@ -1253,8 +1252,7 @@ def _is_stub(function: cst.FunctionDef) -> bool:
 def _bound_parameter(function: cst.FunctionDef, attribute: str) -> str | None:
     """The parameter `__init__` binds `self.attribute` to (`self.criterion = criterion`), when that
     is the attribute's only binding there."""
-    parameters = {p.name.value for p in (*function.params.posonly_params, *function.params.params,
-                                          *function.params.kwonly_params)}
+    parameters = parameter_names(function)
     found = []
     for statement in _attribute_bindings(function):
         for small in statement.body:

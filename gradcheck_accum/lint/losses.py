@@ -18,7 +18,7 @@ from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, dotted, full_names, item_name,
-                                        iter_names, keyword, positional)
+                                        iter_names, keyword, parameter_names, positional)
 from gradcheck_accum.lint.predicates import is_accumulation_count
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Def, DefOp, Guard, Role, Scope
 
@@ -724,7 +724,7 @@ def _parameters(scope: Scope) -> set[str]:
     node = scope.node
     if not isinstance(node, cst.FunctionDef):
         return set()
-    return {p.name.value for p in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params)}
+    return parameter_names(node)
 
 
 def _data_parameters(scope: Scope) -> set[str]:

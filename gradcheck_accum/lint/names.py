@@ -100,6 +100,15 @@ def positional(call: cst.Call, index: int) -> cst.BaseExpression | None:
     return args[index].value if index < len(args) else None
 
 
+def parameter_names(function: cst.FunctionDef, starred: bool = False) -> set[str]:
+    """The names a function's parameters bind; with `starred`, `*args` and `**kwargs` too."""
+    params = function.params
+    every = [*params.posonly_params, *params.params, *params.kwonly_params]
+    if starred:
+        every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+    return {p.name.value for p in every}
+
+
 def source(node: cst.CSTNode) -> str:
     """The node's source text as written."""
     return cst.Module(body=[]).code_for_node(node)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.inlining import ProjectContext
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import call_receiver, children, dotted, iter_names
+from gradcheck_accum.lint.names import call_receiver, children, dotted, iter_names, parameter_names
 from gradcheck_accum.lint.project import ClassRef
 from gradcheck_accum.lint.vocabulary import Scope
 
@@ -55,9 +55,7 @@ def trainer_divides(context: ProjectContext, scope: Scope, hook: cat.Hook) -> bo
 
 
 def _accepts(function: cst.FunctionDef, parameter: str | None) -> bool:
-    params = function.params
-    names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
-    return parameter in names or isinstance(params.star_kwarg, cst.Param)
+    return parameter in parameter_names(function) or isinstance(function.params.star_kwarg, cst.Param)
 
 
 def _settings(context: ProjectContext, cls: ClassRef, hook: cat.Hook) -> list[cst.BaseExpression | None]:

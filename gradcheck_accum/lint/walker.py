@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.bindings import constructor_roles, prepared_roles, roles_from_name, unpacked_roles
+from gradcheck_accum.lint.bindings import (LITERAL_TRUTH, constructor_roles, prepared_roles, roles_from_name,
+                                           unpacked_roles)
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, item_name, iter_calls, iter_names,
-                                        keyword, last_part, positional)
+                                        keyword, last_part, parameter_names, positional)
 from gradcheck_accum.lint.predicates import caller_name
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
@@ -160,7 +161,7 @@ class ScopeWalker:
         value = self._literal_parameter(test)
         if value is None:
             return self._constant(test)
-        return {"True": True, "False": False, "None": False}.get(value)
+        return LITERAL_TRUTH.get(value)
 
     def _literal_parameter(self, node: cst.BaseExpression) -> str | None:
         """`True`, `False` or `None`: what the call gives a parameter of the function walked in place."""
@@ -254,10 +255,7 @@ class ScopeWalker:
             return None
         node = self.scope.node
         if isinstance(node, cst.FunctionDef):  # a parameter or a local (of a call walked in place) of that name
-            params = node.params
-            every = [*params.posonly_params, *params.params, *params.kwonly_params,
-                     *(p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param))]
-            if test.value in self.scope.defs or any(p.name.value == test.value for p in every):
+            if test.value in self.scope.defs or test.value in parameter_names(node, starred=True):
                 return None
         return self.constants[test.value]
 
