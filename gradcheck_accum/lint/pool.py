@@ -12,6 +12,7 @@ nothing else would stop them.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
@@ -83,18 +84,36 @@ class Pool:
 
 
 def _alone(function, item, crashed):
-    executor = _start(1)
-    future = executor.submit(function, item)
-    processes = list(getattr(executor, "_processes", {}).values())
+    """function(item) in a process of its own, started and reaped here rather than by an executor:
+    the executor's manager thread may reap a dead worker first, and its exit status is then lost."""
+    receiving, sending = multiprocessing.Pipe(duplex=False)
+    process = multiprocessing.Process(target=_send_result, args=(function, item, sending, os.getpid()), daemon=True)
+    process.start()
+    sending.close()
     try:
-        return future.result()
-    except BrokenProcessPool:
-        for process in processes:
-            process.join(timeout=5)
-        codes = [process.exitcode for process in processes if process.exitcode]
-        return crashed(item, _how(codes[0]) if codes else "its process died")
+        try:
+            succeeded, value = receiving.recv()
+        except EOFError:  # it died before it could answer
+            process.join()
+            return crashed(item, _how(process.exitcode))
+        if not succeeded:
+            raise value
+        return value
     finally:
-        stop(executor)
+        receiving.close()
+        if process.is_alive():
+            process.kill()
+        process.join()
+
+
+def _send_result(function, item, sending, parent: int) -> None:
+    _watch_parent(parent)
+    try:
+        answer = (True, function(item))
+    except BaseException as error:  # raised again in the main process, as an executor would
+        answer = (False, error)
+    sending.send(answer)
+    sending.close()
 
 
 def _how(exitcode: int) -> str:
