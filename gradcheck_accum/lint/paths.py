@@ -64,11 +64,32 @@ NO_PATH = Path()
 
 
 def decision(guard: Guard) -> Decision:
-    """The test a guard decides, canonically (`not x` is `x` decided False), and the value it takes."""
+    """The test a guard decides, canonically, and the value it takes: `not x` is `x` decided False, and
+    `x is not None` is `x` decided True (`if scaler is not None:` and a later `if scaler:` are one
+    configuration; an object that is None on one run is None on every micro-batch of it)."""
     test, value = guard.test, guard.positive
-    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        test, value = test.expression, not value
-    return Decision(code(test), value, test)
+    while True:
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, value = test.expression, not value
+        elif (compared := _compared_with_none(test)) is not None:
+            test, value = compared[0], value is compared[1]
+        else:
+            return Decision(code(test), value, test)
+
+
+def _compared_with_none(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | None:
+    """`x is not None` -> (x, True), `x is None` -> (x, False), for a name or attribute x."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.left, (cst.Name, cst.Attribute))):
+        return None
+    target = test.comparisons[0]
+    if not (isinstance(target.comparator, cst.Name) and target.comparator.value == "None"):
+        return None
+    if isinstance(target.operator, cst.IsNot):
+        return test.left, True
+    if isinstance(target.operator, cst.Is):
+        return test.left, False
+    return None
 
 
 def invariant(test: cst.BaseExpression, variant: set[str]) -> bool:
