@@ -201,16 +201,10 @@ class RemainderDropped(Rule):
     reads_outside_windows = (Fact.CALLERS,)
 
     def check(self, model: FileModel) -> Iterator[Report]:
-        reported: set[int] = set()  # boundary tests: the paths of one loop (AMP or not) share the tail
         for window in model.windows:
             tail = model.unstepped_tail(window)
             if tail is None:
                 continue
-            test = window.boundary.comparison
-            if test is not None and id(test) in reported:
-                continue
-            if test is not None:
-                reported.add(id(test))
             if tail.fate is TailFate.DISCARDED:
                 message = (f"the micro-batches after the last full window of each epoch are backpropagated but never "
                            f"stepped, and `{tail.clear_text}` between epochs throws them away; also "
