@@ -64,7 +64,7 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
     if last in cat.WRAPPERS.names:
         inner = lookup(positional(call, 0) or keyword(call, "module"))
         return frozenset({Role.DDP} | ({Role.WRAPS_COMPILED} if Role.COMPILED in inner else set())
-                         | ({Role.SHARDED} if last in cat.SHARDED_WRAPPERS else set()))
+                         | ({Role.SHARDED} if last in cat.SHARDED_WRAPPERS else {Role.REPLICATED}))
     if last in cat.SCALERS.names:
         return _ONE[Role.SCALER]
     schedulers = cat.SCHEDULERS
@@ -199,4 +199,4 @@ def no_roles(_: cst.BaseExpression | None) -> frozenset[Role]:
 
 
 _ONE = {role: frozenset({role}) for role in Role}
-_DISTRIBUTED = frozenset({Role.DDP, Role.SHARDED, Role.PREPARED})  # what a wrapper around the model keeps
+_DISTRIBUTED = frozenset({Role.DDP, Role.SHARDED, Role.REPLICATED, Role.PREPARED})  # what a wrapper around the model keeps

@@ -344,6 +344,7 @@ SCALER_SWITCH = "enabled"  # GradScaler(enabled=use_amp): with it false, scale()
 # What hands an optimizer a model's parameters: `Adam(model.parameters())`.
 PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
 DETACHING_FUNCTIONS = frozenset({"float"})  # float(loss): a Python number
+MEAN_METHOD = "mean"  # `x.mean()`: over every element of x, however many the micro-batch has
 ITEM_COUNTS = frozenset({"sum", "count_nonzero"})  # `mask.sum()`: a per-micro-batch count of valid items
 # How many rows or elements a tensor has: `x.size(0)`, `x.numel()`, `len(x)`, `x.shape[0]`.
 SIZE_METHODS = frozenset({"size", "numel", "nelement"})

@@ -37,7 +37,7 @@ _ROLE_MAKERS = frozenset().union(*(c.names | {c.qualname.rsplit(".", 1)[-1]} if 
 _BACKWARDS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 _STEPS = frozenset(api.name for api in cat.APIS if api.event is EventKind.STEP)
 _PROPERTIES = frozenset({cat.PROPERTY, "cached_property", "functools.cached_property"})  # read as attributes
-_DISTRIBUTED_MODEL = frozenset({Role.DDP, Role.SHARDED, Role.PREPARED})
+_DISTRIBUTED_MODEL = frozenset({Role.DDP, Role.SHARDED, Role.REPLICATED, Role.PREPARED})
 _NOT_MODELS = frozenset({Role.OPTIMIZER, Role.SCHEDULER, Role.SCALER, Role.CRITERION, Role.DEEPSPEED, Role.ACCELERATOR,
                          Role.FABRIC})
 _MAX_PROGRAM_FILES = 40  # ProjectContext.program: the file and the project modules it imports, at most

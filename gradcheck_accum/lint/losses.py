@@ -120,8 +120,9 @@ class LossTracer:
                 return
             if isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
                 facts.scalings.append(Scaling(node, node.right, True, scope, self._guards))
-                if isinstance(node.operator, cst.Divide) and _is_count_of_items(node.right):
-                    facts.token_level = True
+                if isinstance(node.operator, cst.Divide) and _is_count_of_items(
+                        _bound_value(_count_kept(node.right), scope, before)[0]):
+                    facts.token_level = True  # `/ mask.sum()`, or `/ num_pos` after `num_pos = pos.sum()`
                 self._trace(node.left, scope, before, facts, depth)
                 return
             if isinstance(node.operator, (cst.Add, cst.Subtract)):
@@ -198,7 +199,8 @@ class LossTracer:
             if d.op.scales:
                 if d.value is not None:
                     facts.scalings.append(Scaling(d.node, d.value, d.op is not DefOp.MULTIPLY, scope, d.ctx.guards))
-                if d.op is DefOp.DIVIDE and d.value is not None and _is_count_of_items(d.value):
+                if d.op is DefOp.DIVIDE and d.value is not None \
+                        and _is_count_of_items(_bound_value(_count_kept(d.value), scope, d.order)[0]):
                     facts.token_level = True  # `loss /= mask.sum()`, as `loss = loss / mask.sum()`
             elif d.op is DefOp.LOOP_TARGET:
                 facts.known = False
@@ -375,6 +377,9 @@ class LossTracer:
             facts.detached = True
             return
         if operation is LossOp.KEEPS and receiver is not None:
+            if method == cat.MEAN_METHOD and not node.args and _masked_items(receiver, scope, before):
+                # `per_item[mask].mean()`: a mean over the items the mask keeps, a count each micro-batch sets
+                facts.token_level = True
             self._trace(receiver, scope, before, facts, depth)
             return
         if (scope.imports or self.imports).qualify(node.func) == "typing.cast" and len(node.args) == 2:
@@ -633,6 +638,35 @@ def _next_tokens(labels: cst.BaseExpression, scope: Scope, before: int, depth: i
     defs = scope.defs_of(name, before) if name else []
     return bool(defs) and all(d.op.rebinds and d.value is not None and _next_tokens(
         d.value, d.scope or scope, _END if d.scope is not None else d.order, depth + 1) for d in defs)
+
+
+def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
+    """`losses[mask]` (or a name bound to it) where `losses` is a criterion's per-item output
+    (`reduction="none"`) and the index is a tensor, not a slice or a literal: the items a mask or
+    an index set selects, as many as this micro-batch's data keeps."""
+    node, before = _bound_value(node, scope, before)
+    if not isinstance(node, cst.Subscript) or len(node.slice) != 1 or _is_slice(node):
+        return False
+    index = node.slice[0].slice
+    if not isinstance(index, cst.Index) or dotted(index.value) is None:
+        return False
+    produced, _ = _bound_value(node.value, scope, before)
+    while isinstance(produced, cst.Call) and cat.LOSS_OPERATIONS.get(call_receiver(produced)[1] or "") is LossOp.KEEPS:
+        produced = call_receiver(produced)[0]  # `F.mse_loss(..., reduction="none").mean(-1)`: per frame still
+    if not isinstance(produced, cst.Call):
+        return False
+    reduction = keyword(produced, cat.REDUCTION_KEYWORD)
+    return isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "none"
+
+
+def _bound_value(node: cst.BaseExpression, scope: Scope, before: int) -> tuple[cst.BaseExpression, int]:
+    """What a plain name was last bound to, unconditionally, before `before`, and the point that
+    value is read at (else the node itself and `before`)."""
+    name = dotted(node) if isinstance(node, cst.Name) else None
+    defs = scope.defs_of(name, before) if name else []
+    if defs and defs[-1].op is DefOp.ASSIGN and not defs[-1].ctx.guards and defs[-1].value is not None:
+        return defs[-1].value, defs[-1].order
+    return node, before
 
 
 def _values_kept(node: cst.BaseExpression) -> cst.BaseExpression:

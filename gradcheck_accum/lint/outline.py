@@ -26,7 +26,7 @@ class TopLevel:
 
     node: ast.stmt
     loop_calls: set[str] = field(default_factory=set)  # names called inside its loops
-    defines: set[str] = field(default_factory=set)  # names of the functions defined in it, at any depth
+    defines: set[str] = field(default_factory=set)  # names of the functions and classes defined in it, at any depth
     imports: bool = False
 
 
@@ -87,6 +87,8 @@ class Outline:
             elif isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 top.defines.add(current.name)
                 self.calls_of.setdefault(current.name, set()).update(self.called_in(current))
+            elif isinstance(current, ast.ClassDef):
+                top.defines.add(current.name)  # `Net(...)` builds an instance whose forward a later call runs
             elif isinstance(current, (ast.Import, ast.ImportFrom)):
                 top.imports = True
             for name in _BODIES:

@@ -67,6 +67,9 @@ class Role(Tag):
     COMPILED = "compiled"  # a torch.compile wrapper
     DDP = "ddp"  # DistributedDataParallel / FSDP wrapper
     SHARDED = "sharded"  # ... an FSDP one (FullyShardedDataParallel, fully_shard): syncs in the post-backward hook
+    # ... a replicating one (DistributedDataParallel): a name that holds an FSDP model on one path and a
+    # DDP model on another (`if fsdp: m = FSDP(m) elif ddp: m = DDP(m)`) has both SHARDED and this
+    REPLICATED = "replicated"
     WRAPS_COMPILED = "wraps-compiled"  # a DDP/FSDP wrapper around a compiled module: `.module` is compiled
     ACCELERATOR = "accelerator"
     ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)

@@ -24,7 +24,7 @@ from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
 # The summary's shape: caches written for another shape are not read (store.py keys them by it).
-FORMAT = 4
+FORMAT = 5
 # A watched constructor's keyword standing for settings the call does not spell out: `Trainer(**cfg)`,
 # `Trainer.from_argparse_args(args)` (each of them may set any keyword).
 UNSPELLED = "**"
@@ -150,6 +150,7 @@ class _Summarizer:
         code = blank_strings_and_comments(text)
         self.calls = _calls(code)
         self.offsets = [call.offset for call in self.calls]
+        self._annotated: dict[int, dict[str, str]] = {}  # id(function summary) -> parameter -> annotated class
         self.summary = ModuleSummary(names=frozenset(
             word for word in words if word in code and re.search(rf"\b{re.escape(word)}\b", code)))
         module = FunctionSummary(1, (), end=text.count("\n") + 1)
@@ -231,6 +232,12 @@ class _Summarizer:
         decorators = tuple(filter(None, (_dotted(d.func if isinstance(d, ast.Call) else d)
                                          for d in node.decorator_list)))
         summary = FunctionSummary(node.lineno, params, decorators=decorators, end=node.end_lineno or node.lineno)
+        # `model: MyModel`: what an attribute bound to the parameter is (`self.model = model`). Calls
+        # of the parameter itself are left to the inliner, which reads the annotated class's subclasses
+        # too (the annotation may name a Protocol or an abstract base)
+        self._annotated[id(summary)] = {
+            argument.arg: annotated for argument in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+            if (annotated := _annotated_class(argument.annotation))}
         qualname = prefix + node.name
         self.summary.functions[qualname] = summary
         # decorators and defaults run where the function is defined, not when it is called
@@ -296,6 +303,9 @@ class _Summarizer:
                     and target.value.id == "self":
                 if callee:
                     cls.attributes.setdefault(target.attr, callee)
+                elif isinstance(value, ast.Name) and value.id in self._annotated.get(id(function), {}):
+                    # `self.model = model` where the parameter is annotated `model: MyModel`
+                    cls.attributes.setdefault(target.attr, self._annotated[id(function)][value.id])
                 elif isinstance(value, ast.Constant) and isinstance(value.value, (bool, int, str)):
                     cls.literals.setdefault(target.attr, repr(value.value))
 
@@ -389,6 +399,15 @@ def _produced(value: ast.expr, bound: dict[str, str]) -> str | None:
             isinstance(func.value, ast.Call) or (isinstance(func.value, ast.Name) and func.value.id in bound)):
         return _produced(func.value, bound)
     return _dotted(func)
+
+
+def _annotated_class(annotation: ast.expr | None) -> str | None:
+    """The class an annotation names, as written: `MyModel`, `models.MyModel`, `"MyModel"` (a
+    forward reference). Unions, generics and `Optional[...]` name no one class: None."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        written = annotation.value.strip()
+        return written if re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", written) else None
+    return _dotted(annotation)
 
 
 def _produced_value(value: ast.expr, bound: dict[str, str]) -> str | list[str] | None:

@@ -36,9 +36,10 @@ class DdpSyncEveryMicroBatch(Rule):
             if not backwards:
                 continue
             roles = frozenset().union(*(e.roles | e.argument_roles for e in forwards))
-            if Role.SHARDED in roles:
+            if Role.SHARDED in roles and Role.REPLICATED not in roles:
                 # FSDP reduce-scatters shards every micro-batch by design: skipping it would keep whole
-                # unsharded gradients on every rank until the boundary, the memory FSDP exists to save
+                # unsharded gradients on every rank until the boundary, the memory FSDP exists to save.
+                # A model that is FSDP on one path and DDP on another all-reduces needlessly on the DDP one
                 continue
             if Role.PREPARED not in roles:
                 name = forwards[0].target if forwards[0].roles else "model"
