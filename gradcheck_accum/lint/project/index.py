@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from gradcheck_accum.lint.project.summary import MODULE_CODE, ClassSummary, FunctionSummary, ModuleSummary
+from gradcheck_accum.lint.project.summary import MODULE_CODE, STAR, ClassSummary, FunctionSummary, ModuleSummary
 
 ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
 # Directories never part of a project (environments, caches, build outputs): files.py skips the same.
@@ -262,7 +262,8 @@ class Project:
             return self.member_call(owner, parts[1:]) if isinstance(owner, ClassRef) else None
         imported = summary.imports.get(head)
         if imported is None:
-            return None
+            module = self._star_source(path, head)
+            return self._resolve_global(module, parts, depth + 1) if module is not None else None
         if imported.name is None:  # `import a.b as m`: m.f -> a.b.f; `import a`: a.b.f -> a.b.f
             module_parts = imported.module.split(".")
             return self._in_module(path, module_parts, parts[1:], imported.level, depth)
@@ -334,7 +335,8 @@ class Project:
             return ClassRef(path, written)
         imported = summary.imports.get(parts[0])
         if imported is None:
-            return None
+            module = self._star_source(path, parts[0])
+            return self.resolve_class(module, written, depth + 1) if module is not None else None
         if imported.name is None:
             qualified = ".".join([imported.module, *parts[1:]])
             for end in range(len(parts), 0, -1):
@@ -351,6 +353,20 @@ class Project:
                 return None
             return ".".join([imported.module, imported.name, *parts[1:]])
         return self.resolve_class(module, ".".join([imported.name, *parts[1:]]), depth + 1)
+
+    def _star_source(self, path: Path, name: str) -> Path | None:
+        """The project module a `from m import *` of `path` takes `name` from: the first that defines
+        or imports it by name; of several, the last one, as Python binds it."""
+        for key, imported in reversed(self.summary(path).imports.items()):
+            if not key.startswith(STAR):
+                continue
+            module = self.module_path(path, imported.module, imported.level)
+            if module is None or module == path:
+                continue
+            found = self.summary(module)
+            if name in found.functions or name in found.classes or name in found.bindings or name in found.imports:
+                return module
+        return None
 
     def attribute_class(self, owner: ClassRef, attribute: str) -> ClassRef | None:
         """The project class of `self.attribute` in `owner` (or a base), from the constructor call it

@@ -22,6 +22,7 @@ from functools import cached_property
 
 from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 
+STAR = "*"  # the key prefix of a star import in ModuleSummary.imports
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
 # The summary's shape: caches written for another shape are not read (store.py keys them by it).
 FORMAT = 5
@@ -266,9 +267,10 @@ class _Summarizer:
                     imports.setdefault(top, Import(top, None))
             return
         for alias in node.names:
-            if alias.name == "*":
-                continue
-            imports[alias.asname or alias.name] = Import(node.module or "", alias.name, node.level)
+            # `from models import *`: kept under a key no Python name can be (STAR + module), with the
+            # name "*"; a name the file neither defines nor imports by name is looked up there
+            key = STAR + "." * node.level + (node.module or "") if alias.name == "*" else alias.asname or alias.name
+            imports[key] = Import(node.module or "", alias.name, node.level)
 
     def _assignment(self, stmt: ast.Assign | ast.AnnAssign | ast.AugAssign, prefix: str, cls: ClassSummary | None,
                     function: FunctionSummary) -> None:
