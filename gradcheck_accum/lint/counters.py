@@ -248,13 +248,11 @@ def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int) ->
         if callee == "islice" and len(node.args) == 2 and _multiple_of_n(node.args[1].value, window, 0):
             return PassKind.MULTIPLE_OF_N  # `islice(loader, steps_per_epoch * N)`: the pass stops after whole windows
         if callee == "zip" and node.args and not any(a.star for a in node.args):
-            # a zip ends with its shortest source: an endless one (`cycle(range(N))`) never decides
-            kinds = {_source_kind(a.value, window, depth + 1) for a in node.args}
-            finite = kinds - {PassKind.ENDLESS}
+            # a zip ends with its shortest source: an endless one (`cycle(range(N))`) never decides.
+            # All of them read as endless (by their names) says nothing: one of them must end the epoch.
+            finite = {_source_kind(a.value, window, depth + 1) for a in node.args} - {PassKind.ENDLESS}
             if len(finite) == 1:
                 return finite.pop()
-            if not finite:
-                return PassKind.ENDLESS
         lowered = callee.lower()
         if any(word in lowered for word in _ENDLESS_WORDS):
             return PassKind.ENDLESS
