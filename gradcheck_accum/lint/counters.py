@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (call_receiver, children, dotted, iter_names, keyword, last_part, positional,
-                                        source)
+from gradcheck_accum.lint.names import (call_receiver, children, contains, dotted, iter_names, keyword, last_part,
+                                        positional, source)
 from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import BoundaryKind, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import DefOp, Event, EventKind, Scope, Tag
@@ -113,6 +113,8 @@ def unstepped_tail(window: Window, repetition: Repetition) -> Tail | None:
 
 def pass_kind(window: Window) -> PassKind:
     loop = window.loop
+    if _stops_after_whole_windows(window):
+        return PassKind.MULTIPLE_OF_N
     if isinstance(loop, cst.For):
         found = _source_kind(loop.iter, window, 0)
         # A loop that an enclosing loop runs again and again walks something finite each time: a
@@ -128,6 +130,33 @@ def pass_kind(window: Window) -> PassKind:
             return PassKind.MULTIPLE_OF_N
         return PassKind.COUNT
     return PassKind.UNKNOWN
+
+
+def _stops_after_whole_windows(window: Window) -> bool:
+    """`if i // N >= full_windows: break` ahead of every backward of the body, on the 0-based counter
+    whose `(i + 1) % N` closes the windows: the first micro-batch it stops at starts a window, so each
+    pass ends after whole windows."""
+    boundary, counter = window.boundary, dotted(window.counter) if window.counter is not None else None
+    if counter is None or boundary.kind is not BoundaryKind.MODULO or boundary.offset != 1 or window.counter_start != 0:
+        return False
+    body = list(window.loop.body.body)
+    backwards = [e for e in window.backwards if window.inside(e)]
+    for index, test in ((i, s.test) for i, s in enumerate(body) if isinstance(s, cst.If) and _breaks_out(s)):
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(
+                test.comparisons[0].operator, (cst.GreaterThan, cst.GreaterThanEqual))):
+            continue
+        left = test.left
+        if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.FloorDivide) \
+                and dotted(left.left) == counter and is_accumulation_count(left.right, window.n, window.scope) \
+                and not any(contains(statement, e.node) for statement in body[:index + 1] for e in backwards):
+            return True
+    return False
+
+
+def _breaks_out(statement: cst.If) -> bool:
+    """`if <test>: break` with no else."""
+    return statement.orelse is None and any(isinstance(small, cst.Break) for line in statement.body.body
+                                            if isinstance(line, cst.SimpleStatementLine) for small in line.body)
 
 
 def pass_length(window: Window) -> cst.BaseExpression | None:
@@ -157,9 +186,7 @@ def _breaking_tests(loop: Loop) -> list[cst.BaseExpression]:
     """The tests of `if <test>: break` statements directly in the loop's body."""
     found = []
     for statement in loop.body.body:
-        if isinstance(statement, cst.If) and statement.orelse is None and \
-                any(isinstance(small, cst.Break) for line in statement.body.body
-                    if isinstance(line, cst.SimpleStatementLine) for small in line.body):
+        if isinstance(statement, cst.If) and _breaks_out(statement):
             found.append(statement.test)
     return found
 
@@ -218,6 +245,14 @@ def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int) ->
             if stop is not None and _multiple_of_n(stop, window, 0):
                 return PassKind.MULTIPLE_OF_N
             return PassKind.COUNT
+        if callee == "islice" and len(node.args) == 2 and _multiple_of_n(node.args[1].value, window, 0):
+            return PassKind.MULTIPLE_OF_N  # `islice(loader, steps_per_epoch * N)`: the pass stops after whole windows
+        if callee == "zip" and node.args and not any(a.star for a in node.args):
+            # a zip ends with its shortest source: an endless one (`cycle(range(N))`) never decides.
+            # All of them read as endless (by their names) says nothing: one of them must end the epoch.
+            finite = {_source_kind(a.value, window, depth + 1) for a in node.args} - {PassKind.ENDLESS}
+            if len(finite) == 1:
+                return finite.pop()
         lowered = callee.lower()
         if any(word in lowered for word in _ENDLESS_WORDS):
             return PassKind.ENDLESS

@@ -524,6 +524,8 @@ class FileModel:
         runs before any method it does not reach; a method that calls the binding method before
         the load runs it first. Without such evidence the order is unknown."""
         name = load.target
+        if self._reloads_own_state(scope, load):
+            return False
         if not name or not name.startswith("self.") or scope.owner is None:
             return Role.COMPILED in load.roles  # the walk gave the name its roles in program order
         local = [d for d in scope.defs_of(name, load.order) if d.op.rebinds]
@@ -540,6 +542,24 @@ class FileModel:
                         if e.kind is EventKind.HELPER_CALL and e.order < load.order and e.target}
         runs_first = _reached(methods, called_first)
         return any(b.name in runs_first for b in binders)
+
+    @staticmethod
+    def _reloads_own_state(scope: Scope, load: Event) -> bool:
+        """Is the loaded state the wrapper's own, taken after it was compiled (`initial =
+        copy.deepcopy(model.state_dict())` after `model = torch.compile(model)`, then
+        `model.load_state_dict(initial)` to reset it)? Its keys carry the prefix too, so they match."""
+        if not isinstance(load.node, cst.Call) or not load.target:
+            return False
+        argument = positional(load.node, 0) or keyword(load.node, "state_dict")
+        if argument is None:
+            return False
+        sources = [argument]
+        root = dotted(argument.value if isinstance(argument, cst.Subscript) else argument)
+        if root:
+            sources += [d.value for d in scope.defs_of(root, load.order) if d.op.rebinds and d.value is not None]
+        taken = [e for e in scope.events if e.kind is EventKind.STATE_DICT and e.order < load.order
+                 and e.target == load.target and Role.COMPILED in e.roles]
+        return any(contains(source, e.node) for source in sources for e in taken)
 
     def _compiles(self, value: cst.BaseExpression | None) -> bool:
         return isinstance(value, cst.Call) and Role.COMPILED in constructor_roles(value, self.imports, no_roles)

@@ -614,8 +614,13 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
     for event in inside:
         window.placements[id(event)] = _place_inside(window, event, variant)
     if window.shape is NESTED:
+        # a loop after the inner one that makes no gradients (`for p in model.parameters(): p.grad = None`)
+        # runs once per window as a whole, like a statement of the enclosing body
+        producing = {id(l) for e in after if e.kind is EventKind.BACKWARD for l in e.ctx.loops[len(outer):]}
         for event in after:
-            if event.ctx.loops == outer and invariant_guards(event.ctx.guards, scope, outer):
+            deeper = event.ctx.loops[len(outer):]
+            if event.ctx.loops[: len(outer)] == outer and not any(id(l) in producing for l in deeper) \
+                    and invariant_guards(event.ctx.guards, scope, outer):
                 window.placements[id(event)] = BOUNDARY
         # events between the start of the enclosing loop body (or of the function) and the inner loop
         # run once per window too
