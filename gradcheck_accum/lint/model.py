@@ -22,10 +22,11 @@ from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, per_mic
                                          summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
                                         iter_calls, keyword, last_part, positional, source)
+from gradcheck_accum.lint.paths import decision
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count, resolve_n
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
 from gradcheck_accum.lint.vocabulary import (HELPER_EFFECTS, Context, Def, DefOp, Event, EventKind, Fact, Framework,
-                                             Guard, Role, Scope)
+                                             Role, Scope)
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, exclusive, increment,
                                           inner_count, is_micro_batch_loop, loop_events, same_target,
@@ -244,7 +245,8 @@ class FileModel:
                     constructor_roles(d.value, self.imports, no_roles) else None for d in defs]
         if not switches or None in switches:
             return False
-        return all(any(_decides_false(g, switch) for g in event.ctx.guards) for switch in switches)
+        # `if not use_amp:` or the `else` of `if use_amp:`, read as paths.py reads configuration tests
+        return all(any(decision(g)[:2] == (code(switch), False) for g in event.ctx.guards) for switch in switches)
 
     def straight_line_clears(self) -> Iterator[tuple[Scope, Event, Event]]:
         """Outside loops: a clear between a backward and the step of the same optimizer (windows.py)."""
@@ -745,12 +747,3 @@ def _scaler_as_written(backward: Event) -> str | None:
         if method == "scale" and receiver is not None:
             return dotted(receiver)
     return None
-
-
-def _decides_false(guard: Guard, switch: cst.BaseExpression) -> bool:
-    """Does the code under this guard run only when `switch` is false: `if not switch:`, or the
-    `else` of `if switch:`?"""
-    test = guard.test
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return guard.positive and code(test.expression) == code(switch)
-    return not guard.positive and code(test) == code(switch)
