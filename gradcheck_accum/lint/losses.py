@@ -120,8 +120,7 @@ class LossTracer:
                 return
             if isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
                 facts.scalings.append(Scaling(node, node.right, True, scope, self._guards))
-                if isinstance(node.operator, cst.Divide) and _is_count_of_items(
-                        _bound_value(_count_kept(node.right), scope, before)[0]):
+                if isinstance(node.operator, cst.Divide) and _counts_items(node.right, scope, before):
                     facts.token_level = True  # `/ mask.sum()`, or `/ num_pos` after `num_pos = pos.sum()`
                 self._trace(node.left, scope, before, facts, depth)
                 return
@@ -199,8 +198,7 @@ class LossTracer:
             if d.op.scales:
                 if d.value is not None:
                     facts.scalings.append(Scaling(d.node, d.value, d.op is not DefOp.MULTIPLY, scope, d.ctx.guards))
-                if d.op is DefOp.DIVIDE and d.value is not None \
-                        and _is_count_of_items(_bound_value(_count_kept(d.value), scope, d.order)[0]):
+                if d.op is DefOp.DIVIDE and d.value is not None and _counts_items(d.value, scope, d.order):
                     facts.token_level = True  # `loss /= mask.sum()`, as `loss = loss / mask.sum()`
             elif d.op is DefOp.LOOP_TARGET:
                 facts.known = False
@@ -694,6 +692,12 @@ def _is_count_of_items(node: cst.BaseExpression) -> bool:
         receiver, method = call_receiver(node)
         return method in cat.ITEM_COUNTS and receiver is not None
     return False
+
+
+def _counts_items(divisor: cst.BaseExpression, scope: Scope, before: int) -> bool:
+    """A divisor that is a count of valid items, written in place or bound to a name first
+    (`/ mask.sum()`, `/ num_pos` after `num_pos = pos.sum()`)."""
+    return _is_count_of_items(_bound_value(_count_kept(divisor), scope, before)[0])
 
 
 # -- what a scaling normalises ---------------------------------------------------------------------
