@@ -14,6 +14,7 @@ than CPython accepts (it says why).
 from __future__ import annotations
 
 import ast
+import sys
 
 from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 
@@ -23,11 +24,14 @@ MAX_BRACKETS = 200  # CPython's own limit on brackets open at once
 
 def too_deep(source: str) -> str | None:
     """Why libcst must not parse `source`, or None when it may."""
-    if not _may_be_too_deep(blank_strings_and_comments(one_newline(source))):
+    code = blank_strings_and_comments(one_newline(source))
+    if not _may_be_too_deep(code):
         return None
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
+        if _newer_f_string(exc) and not _may_be_too_deep(code, max_line=None):
+            return None  # libcst reads it, and says so if it is not Python after all
         return f"syntax error at line {exc.lineno}, column {exc.offset or 1}: {exc.msg}"
     except (RecursionError, MemoryError, ValueError):
         return f"nested too deeply to parse (accumcheck reads up to {MAX_DEPTH} levels)"
@@ -37,14 +41,22 @@ def too_deep(source: str) -> str | None:
     return f"nested more than {MAX_DEPTH} levels deep at line {line}; accumcheck does not analyse such files"
 
 
-def _may_be_too_deep(code: str) -> bool:
-    """Whether `code` (strings and comments blanked) has a logical line longer than MAX_DEPTH
+def _newer_f_string(exc: SyntaxError) -> bool:
+    """An f-string that CPython before 3.12 rejects and 3.12 accepts (PEP 701: the enclosing quote
+    reused inside a replacement field, backslashes and comments there). Code written for 3.12 is
+    linted the same whatever Python runs the linter: without CPython's tree its depth is unmeasured,
+    so such a file goes to libcst when its brackets are within CPython's limit."""
+    return sys.version_info < (3, 12) and (exc.msg or "").startswith("f-string")
+
+
+def _may_be_too_deep(code: str, max_line: int | None = MAX_DEPTH) -> bool:
+    """Whether `code` (strings and comments blanked) has a logical line longer than `max_line`
     characters, or more brackets open than CPython allows (MAX_BRACKETS)."""
     current = depth = 0
     for line in code.split("\n"):
         current += len(line) + 1
         opened = line.count("(") + line.count("[") + line.count("{")
-        if current > MAX_DEPTH or depth + opened > MAX_BRACKETS:
+        if (max_line is not None and current > max_line) or depth + opened > MAX_BRACKETS:
             return True
         depth += opened - line.count(")") - line.count("]") - line.count("}")
         if depth <= 0 and not line.endswith("\\"):

@@ -200,3 +200,19 @@ def test_project_summaries_written_by_an_edited_linter_are_not_restored(run, tmp
     run("lint", "good.py")
     summaries = list((tmp_path / ".accumcheck_cache").rglob("project/*.json"))
     assert summaries and all(p.parent.parent.name == cache.linter_key() for p in summaries)
+
+
+def test_python_3_12_f_strings_in_a_file_with_a_long_line_are_linted(run, tmp_path):
+    # A long logical line sends the file through CPython's parser to measure its depth; before 3.12
+    # that parser rejects an f-string reusing its quote inside a field (PEP 701), which is valid 3.12.
+    table = "SIZES = [" + ", ".join(str(i) for i in range(400)) + "]\n"
+    newer = 'print(f"lr {config["lr"]}")\n'
+    (tmp_path / "train.py").write_text(table + newer + BUGGY)
+    result = run("lint", "train.py")
+    assert "error" not in result.stderr, result.stderr
+    assert result.exit_code == 1 and "train.py:6:5: ACC101" in result.stdout
+
+
+def test_an_f_string_that_no_python_accepts_is_still_an_error(run, tmp_path):
+    table = "SIZES = [" + ", ".join(str(i) for i in range(400)) + "]\n"
+    check_one_bad_file(run, tmp_path, "broken_fstring.py", table + 'print(f"lr {config[}")\n' + LOOP, "syntax error")
