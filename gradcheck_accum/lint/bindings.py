@@ -82,7 +82,7 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
         accumulates = steps is not None and not (isinstance(steps, cst.Integer) and steps.value == "1")
         return frozenset({Role.ACCELERATOR} | ({Role.ACCELERATOR_ACCUMULATES} if accumulates else set()))
     if last in cat.FABRIC.names:
-        return _ONE[Role.FABRIC]
+        return frozenset({Role.FABRIC} | (set() if _fabric_may_use_ddp(call) else {Role.FABRIC_WITHOUT_DDP}))
     if last in cat.BOOSTER.names:
         return _ONE[Role.BOOSTER]
     if last in cat.LOSSES.names or last.endswith(cat.LOSSES.suffix):
@@ -96,6 +96,19 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
             roles.add(Role.TOKEN_LOSS)
         return frozenset(roles)
     return NO_ROLES
+
+
+def _fabric_may_use_ddp(call: cst.Call) -> bool:
+    devices = keyword(call, cat.FABRIC_DEVICES_KEYWORD)
+    if isinstance(devices, cst.Integer) and devices.value == "1":
+        return False
+    strategy = keyword(call, cat.FABRIC_STRATEGY_KEYWORD)
+    if strategy is None:
+        return True  # "auto": DDP on several devices
+    if isinstance(strategy, cst.SimpleString):
+        name = str(strategy.evaluated_value)
+        return name in cat.FABRIC_DDP_STRATEGIES or name.startswith("ddp")
+    return isinstance(strategy, cst.Call) and call_receiver(strategy)[1] == cat.FABRIC_DDP_STRATEGY_CLASS
 
 
 def unpacked_roles(call: cst.Call, imports: ImportMap, lookup: Lookup, count: int) -> list[frozenset[Role]] | None:
@@ -123,10 +136,14 @@ def unpacked_roles(call: cst.Call, imports: ImportMap, lookup: Lookup, count: in
 def prepared_roles(roles: frozenset[Role], owner: frozenset[Role]) -> frozenset[Role]:
     """What `accelerator.prepare(x)` / `fabric.setup(x)` returns for an `x` with these roles: an
     optimizer or scheduler that skips non-sync steps (accelerate), or a model that the framework wraps
-    in DistributedDataParallel when launched on several processes (catalogue.PREPARED_MODEL)."""
+    in DistributedDataParallel when launched on several processes (catalogue.PREPARED_MODEL; for
+    Fabric, unless its strategy or devices rule DDP out)."""
     extra = {Role.PREPARED} if Role.ACCELERATOR in owner else set()
     if not roles & {Role.OPTIMIZER, Role.SCHEDULER, Role.SCALER}:
-        extra |= cat.PREPARED_MODEL
+        if Role.FABRIC not in owner:
+            extra |= cat.PREPARED_MODEL
+        elif Role.FABRIC_WITHOUT_DDP not in owner:
+            extra |= cat.PREPARED_MODEL | {Role.FABRIC_MODULE}
     return frozenset(roles | extra)
 
 

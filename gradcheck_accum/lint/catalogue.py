@@ -267,6 +267,12 @@ SAME_TENSOR_METHODS = frozenset({"detach", "data"})
 # Keywords of constructors that change what the result does.
 ACCUMULATION_STEPS_KEYWORD = "gradient_accumulation_steps"  # Accelerator(gradient_accumulation_steps=N)
 # Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=N)): the same, as a plugin
+# Fabric(strategy=..., devices=...): setup() wraps the model in DDP under "auto" (several devices) and the
+# "ddp*" strategies or a DDPStrategy(...); not on one device, nor under fsdp/deepspeed/dp/xla/model_parallel
+# (lightning/fabric/connector.py), nor where the strategy is not spelled out here.
+FABRIC_STRATEGY_KEYWORD, FABRIC_DEVICES_KEYWORD = "strategy", "devices"
+FABRIC_DDP_STRATEGIES = ("auto", "ddp")  # the string is one of these or starts with "ddp"
+FABRIC_DDP_STRATEGY_CLASS = "DDPStrategy"
 ACCUMULATION_PLUGIN_KEYWORD = "gradient_accumulation_plugin"
 ACCUMULATION_PLUGIN_STEPS = "num_steps"
 REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
@@ -274,7 +280,8 @@ IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid it
 
 # Calls whose results are the prepared objects, element by element.
 DEEPSPEED_INITIALIZE = "deepspeed.initialize"  # -> engine, optimizer, dataloader, scheduler
-PREPARE_METHODS = frozenset({"prepare", "setup"})  # accelerator.prepare(...), fabric.setup(...)
+# accelerator.prepare(...) / prepare_model(model), fabric.setup(...) / setup_module(model)
+PREPARE_METHODS = frozenset({"prepare", "prepare_model", "setup", "setup_module"})
 # What they make of an optimizer: accelerate's AcceleratedOptimizer steps and clears only when
 # gradient_state.sync_gradients, which accumulate() sets on entering the window's last micro-batch
 # (accelerate/optimizer.py, accelerator.py `_do_sync`): a prepared optimizer's zero_grad inside

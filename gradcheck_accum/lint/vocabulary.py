@@ -74,9 +74,13 @@ class Role(Tag):
     ACCELERATOR = "accelerator"
     ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)
     FABRIC = "fabric"
+    FABRIC_WITHOUT_DDP = "fabric-without-ddp"  # a Fabric whose strategy or devices rule DDP out (or are not known)
     BOOSTER = "booster"  # a ColossalAI Booster
     DEEPSPEED = "deepspeed"  # an engine (or its optimizer/scheduler) from deepspeed.initialize
     PREPARED = "prepared"  # returned by accelerator.prepare: steps and zero_grads skip non-sync steps
+    # a model returned by fabric.setup: its DDP is Fabric's, switched off by fabric.no_backward_sync only
+    # (the wrapper has no no_sync of its own)
+    FABRIC_MODULE = "fabric-module"
     SUM_LOSS = "sum-loss"  # a criterion with reduction="sum"
     TOKEN_LOSS = "token-loss"  # a criterion with an explicit ignore_index
     CRITERION = "criterion"  # a loss function or its result

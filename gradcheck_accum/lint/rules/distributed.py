@@ -14,7 +14,7 @@ class DdpSyncEveryMicroBatch(Rule):
     name = "ddp-sync-every-micro-batch"
     summary = "A DistributedDataParallel model all-reduces gradients on every micro-batch of a window."
     severity = "warning"  # redundant all-reduces cost time; the gradients are right
-    requires = (Fact.TRAINING_LOOP, EventKind.STEP, (Role.DDP, Role.ACCELERATOR))
+    requires = (Fact.TRAINING_LOOP, EventKind.STEP, (Role.DDP, Role.ACCELERATOR, Role.FABRIC))
     reads_outside_windows = ()
 
     def check(self, model: FileModel) -> Iterator[Report]:
@@ -41,8 +41,14 @@ class DdpSyncEveryMicroBatch(Rule):
                 # unsharded gradients on every rank until the boundary, the memory FSDP exists to save.
                 # A model that is FSDP on one path and DDP on another all-reduces needlessly on the DDP one
                 continue
-            if Role.PREPARED not in roles:
-                name = forwards[0].target if forwards[0].roles else "model"
+            name = forwards[0].target if forwards[0].roles else "model"
+            if Role.FABRIC_MODULE in roles:
+                yield Report(backwards[0].node, "the model Fabric set up is wrapped in DDP under a multi-process "
+                                                "strategy and all-reduces gradients on every micro-batch; wrap the "
+                                                "forward and "
+                                                "backward of non-boundary micro-batches in `with "
+                                                f"fabric.no_backward_sync({name}, enabled=is_accumulating):`")
+            elif Role.PREPARED not in roles:
                 yield Report(backwards[0].node, "the DDP model all-reduces gradients on every micro-batch; wrap the "
                                                 "forward and backward of non-boundary micro-batches in "
                                                 f"`with {name}.no_sync():`")
