@@ -140,6 +140,23 @@ class Window:
         `ni = i + nb * epoch` in the first epoch)."""
         return self._first_value(self.counter, 0)
 
+    def steps_on_outer_counter(self) -> tuple[str | None, list[Event]]:
+        """The boundary steps inside the micro-batch loop whose test counts the index of an enclosing
+        loop (`for epoch in ...: for batch in loader: ... if (epoch + 1) % N == 0: step`) that nothing
+        in the micro-batch loop changes, with that index's name: the test is the same on every
+        micro-batch of an outer iteration. Only steps of one optimizer (not `optimizers[k]` picked by
+        the inner loop, one per head or model)."""
+        name = dotted(self.counter)
+        if name is None or self.shape is not GUARDED:
+            return None, []
+        variant = assigned_in(self.scope, self.loop)
+        if name in variant or not any(d.op is DefOp.LOOP_TARGET and d.node in self.outer
+                                      for d in self.scope.defs_of(name)):
+            return None, []
+        steps = [s for s in self.boundary_steps if self.inside(s) and not s.via_helper and s.target
+                 and "[" not in s.target and s.target.split(".")[0] not in variant]
+        return name, steps
+
     @property
     def counter(self) -> cst.BaseExpression | None:
         """The boundary test's counter as the window's own scope names it: a counter read in a function

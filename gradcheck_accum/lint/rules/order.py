@@ -114,6 +114,12 @@ class StepEveryMicroBatch(Rule):
                     yield Report(step.node, "the step runs when the boundary test is false, on N - 1 of every N "
                                             "micro-batches, so parameters change inside the window; the test is "
                                             "inverted: step when `(i + 1) % N == 0`")
+            counter, steps = window.steps_on_outer_counter()
+            for step in steps:
+                yield Report(step.node, f"the boundary test counts `{counter}`, the index of an enclosing loop, "
+                                        "which stays the same on every micro-batch of the loop inside: where it "
+                                        "holds the optimizer steps on every micro-batch, elsewhere gradients pile "
+                                        "up over whole passes; count the micro-batches instead")
             if window.shape is not WindowShape.UNGUARDED:
                 continue
             if any(model.micro_step_loss(window, b) for b in window.backwards):
