@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_names, keyword, last_part,
-                                        positional)
+from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_calls, iter_names, keyword,
+                                        last_part, positional)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
 from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, bound_argument, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Framework, Guard, Role, Scope, Tag
@@ -117,6 +117,40 @@ class Window:
         """N is assigned inside the window's loops (a warm-up ramp of the accumulation count)."""
         name = dotted(self.n) if self.n is not None else None
         return bool(name) and self.assigned_in_nest(name)
+
+    def n_shrunk_to_remainder(self) -> Def | None:
+        """N rebound inside the micro-batch loop to the remainder `len(data) % N` (directly or through a
+        name bound once to it), to size the epoch's last partial window, while the boundary counts the
+        loop's own index from the start of the epoch: the binding, if so."""
+        name, counter = dotted(self.n) if self.n is not None else None, dotted(self.counter)
+        if name is None or counter is None or not any(
+                d.op is DefOp.LOOP_TARGET and d.node is self.loop for d in self.scope.defs_of(counter)):
+            return None
+        for d in self.scope.defs_of(name):
+            if self.loop not in d.ctx.loops or d.op is not DefOp.ASSIGN:
+                continue
+            value = d.value
+            aliases = [a for a in self.scope.defs_of(dotted(value) or "") if a.op is DefOp.ASSIGN]
+            if len(aliases) == 1:
+                value = aliases[0].value
+            if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Modulo) \
+                    and code(value.right) == code(self.n) and any(
+                        isinstance(c, cst.Call) and call_receiver(c)[1] == cat.LENGTH_FUNCTION
+                        for c in iter_calls(value.left)) and not self._modulo_test_conditioned():
+                return d
+        return None
+
+    def _modulo_test_conditioned(self) -> bool:
+        """The boundary's `% N` clause sits under an `and` with another condition (`last or (not in_tail
+        and (i + 1) % n == 0)`), which may keep it off where N changed: the code may handle that."""
+        comparison = self.boundary.comparison if self.boundary is not None else None
+        if comparison is None:
+            return True
+        tests = [g.test for step in self.boundary_steps for g in step.ctx.guards]
+        tests += [d.value for test in list(tests) for name in iter_names(test)
+                  for d in self.scope.defs_of(name) if d.op is DefOp.ASSIGN and d.value is not None]
+        return any(isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And)
+                   and contains(node, comparison) for test in tests for node in _subtrees(test))
 
     def assigned_in_nest(self, name: str) -> bool:
         """Is `name` bound inside the window's loops (an optimizer built anew every iteration)?"""
@@ -554,6 +588,15 @@ def _loop_windows(scope: Scope, loop: Loop, outer: tuple[Loop, ...], neighbours:
         if count_on_path(window.path.decisions + tuple(enclosing), is_n) is Count.ONE:
             window.shape, window.boundary = PLAIN, None
     return windows
+
+
+def _subtrees(node: cst.CSTNode) -> list[cst.CSTNode]:
+    found, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        found.append(current)
+        stack.extend(children(current))
+    return found
 
 
 def _span(scope: Scope, first: int, last: int | None) -> list[Event]:

@@ -228,6 +228,16 @@ class BoundaryOffByOne(Rule):
             boundary = window.boundary
             if window.shape is not WindowShape.GUARDED or not boundary.positive or not window.steps_after_backward:
                 continue
+            shrunk = window.n_shrunk_to_remainder()
+            if shrunk is not None and boundary.kind is BoundaryKind.MODULO:
+                yield Report(boundary.comparison, f"`{shrunk.name}` is set to the epoch's remainder for its last "
+                                                  "partial window, but this test still counts the index from the "
+                                                  "start of the epoch: unless the remainder divides where the tail "
+                                                  "starts, the tail is cut wherever the index is a multiple of it, "
+                                                  "several updates instead of one (7 batches, N 4: [4, 5] and [6]); "
+                                                  "step on the last batch instead, or count from where the tail "
+                                                  "starts")
+                continue
             if window.n_varies:
                 continue  # N changes during the run (a warm-up ramp): a short first window may be meant
             yield from _sync_off_boundary(window, boundary)
