@@ -168,6 +168,7 @@ def _run_rules(rules: list[type[Rule]], model: FileModel, module: cst.Module, pa
     positions = node_positions(module, parsed, [report.node for _, report, *_ in placed] + here)
     lines = split_lines(parsed)
     reported: dict[Finding, Fix | None] = {}
+    first: dict[tuple[int, int, str], Finding] = {}
     for rule, report, note, places in placed:
         span, fix = positions[report.node], report.fix
         related = tuple(_related(place, module, path, positions, lines) for place in places)
@@ -178,6 +179,9 @@ def _run_rules(rules: list[type[Rule]], model: FileModel, module: cst.Module, pa
                           rule.code, rule.name, message,
                           snippet=lines[span.start.line - 1] if span.start.line <= len(lines) else None,
                           related=related)
+        # A statement reached from two loops (the per-batch loop and the epoch loop that calls it) is one
+        # finding: the first window's, whose names are the nearest caller's (`self.model`, not `trainer.model`)
+        finding = first.setdefault((finding.line, finding.column, finding.code), finding)
         # Windows that share a statement (the paths through a branch) report it once. Its fix is
         # offered only when every one of them offers the same: a fix placed for one path (the clip
         # moved before the step that runs when `warmup_done` is false) can be wrong on another.

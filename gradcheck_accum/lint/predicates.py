@@ -111,6 +111,38 @@ def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Boundary 
         if len(values) == 1 and len(defs) == len([d for d in defs if d.op is DefOp.ASSIGN]):
             bound = next(d for d in defs if d.op is DefOp.ASSIGN)
             return analyze(bound.value, bound.scope or scope, depth + 1)
+        return _overridden_flag(defs, scope, depth)
+    return None
+
+
+def _overridden_flag(defs: list, scope: Scope, depth: int) -> Boundary | None:
+    """A flag set to a boolean, then to the other boolean under one `if` just after it
+    (`step_optimizer = True` / `if (i + 1) % N != 0: step_optimizer = False`): the flag is that test,
+    or its negation. Any other shape of rebinding is unknown."""
+    if len(defs) != 2 or any(d.op is not DefOp.ASSIGN or d.index is not None for d in defs):
+        return None
+    first, second = sorted(defs, key=lambda d: d.order)
+    values = [_boolean(d.value) for d in (first, second)]
+    if None in values or values[0] == values[1] or second.scope is not None or first.scope is not None:
+        return None
+    outer, inner = first.ctx, second.ctx
+    if (inner.loops != outer.loops or len(inner.guards) != len(outer.guards) + 1
+            or inner.guards[:-1] != outer.guards or inner.in_handler or outer.in_handler):
+        return None
+    guard = inner.guards[-1]
+    if guard.exit is not None:
+        return None
+    found = analyze(guard.test, guard.scope or scope, depth + 1)
+    if found is None:
+        return None
+    # the flag holds the override where the guard is taken: the test itself, or (in `else`) its negation
+    holds_when_taken = values[1]
+    return found if guard.positive == holds_when_taken else found.flipped()
+
+
+def _boolean(node: cst.BaseExpression | None) -> bool | None:
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
     return None
 
 

@@ -30,7 +30,7 @@ class DdpSyncEveryMicroBatch(Rule):
             # launch), called or handed whole to what calls it (`self.imagen(x, unet=self.unet)`)
             forwards = [e for e in in_nest if e.kind in _CALLS and window.inside(e)
                         and (_is_ddp_model(e.roles) or not e.roles and _is_ddp_model(e.argument_roles))]
-            if not forwards or any(e.kind is EventKind.SYNC_CONTROL for e in in_nest):
+            if not forwards or any(e.kind is EventKind.SYNC_CONTROL and window.path.allows(e) for e in in_nest):
                 continue
             backwards = [e for e in window.backwards if not e.via_helper]
             if not backwards:
