@@ -425,6 +425,11 @@ class ScopeWalker:
             if self._matches(api, call, receiver, target, owner, qual):
                 if api.event is not None:
                     self._emit_call(api, call, receiver, target, owner, ctx)
+                if api.event is EventKind.STEP and receiver is not None and target not in _SELF \
+                        and self.inliner is not None and self.inliner.runs_project_function(self, call):
+                    # an optimizer of the project's own class: a step, and whatever else its step()
+                    # does (a clear of the gradients it used)
+                    self.inliner.inline(self, call, ctx)
                 return
         if self.inliner is not None and self.inliner.inline(self, call, ctx):
             return  # a function with effects: walked in place of the call

@@ -679,9 +679,13 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
         producing = {id(l) for e in after if e.kind is EventKind.BACKWARD for l in e.ctx.loops[len(outer):]}
         for event in after:
             deeper = event.ctx.loops[len(outer):]
-            if event.ctx.loops[: len(outer)] == outer and not any(id(l) in producing for l in deeper) \
-                    and invariant_guards(event.ctx.guards, scope, outer):
-                window.placements[id(event)] = BOUNDARY
+            if event.ctx.loops[: len(outer)] == outer and not any(id(l) in producing for l in deeper):
+                if invariant_guards(event.ctx.guards, scope, outer):
+                    window.placements[id(event)] = BOUNDARY
+                elif event.kind is EventKind.ZERO_GRAD:
+                    # a clear some windows skip (`if not do_adam: continue` before `p.grad = None`, in an
+                    # optimizer's own step): whether it runs between two steps is not ours to read
+                    window.placements[id(event)] = UNKNOWN
         # events between the start of the enclosing loop body (or of the function) and the inner loop
         # run once per window too
         head_start = scope.loop_start.get(id(outer[-1]), 0) if outer else 0
