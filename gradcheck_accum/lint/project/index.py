@@ -356,7 +356,15 @@ class Project:
 
     def _star_source(self, path: Path, name: str) -> Path | None:
         """The project module a `from m import *` of `path` takes `name` from: the first that defines
-        or imports it by name; of several, the last one, as Python binds it."""
+        or imports it by name; of several, the last one, as Python binds it. Asked for every name a
+        module resolves, so answered once per module and name."""
+        key = ("star", path, name)
+        memo = self.summaries.memo
+        if key not in memo:
+            memo[key] = self._find_star_source(path, name)
+        return memo[key]
+
+    def _find_star_source(self, path: Path, name: str) -> Path | None:
         for key, imported in reversed(self.summary(path).imports.items()):
             if not key.startswith(STAR):
                 continue
