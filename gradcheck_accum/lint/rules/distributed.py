@@ -43,20 +43,18 @@ class DdpSyncEveryMicroBatch(Rule):
                 continue
             name = forwards[0].target if forwards[0].roles else "model"
             if Role.FABRIC_MODULE in roles:
-                yield Report(backwards[0].node, "the model Fabric set up is wrapped in DDP under a multi-process "
-                                                "strategy and all-reduces gradients on every micro-batch; wrap the "
-                                                "forward and "
-                                                "backward of non-boundary micro-batches in `with "
-                                                f"fabric.no_backward_sync({name}, enabled=is_accumulating):`")
+                advice = ("the model Fabric set up is wrapped in DDP under a multi-process strategy and all-reduces "
+                          "gradients on every micro-batch; wrap the forward and backward of non-boundary "
+                          f"micro-batches in `with fabric.no_backward_sync({name}, enabled=is_accumulating):`")
             elif Role.PREPARED not in roles:
-                yield Report(backwards[0].node, "the DDP model all-reduces gradients on every micro-batch; wrap the "
-                                                "forward and backward of non-boundary micro-batches in "
-                                                f"`with {name}.no_sync():`")
+                advice = ("the DDP model all-reduces gradients on every micro-batch; wrap the forward and backward "
+                          f"of non-boundary micro-batches in `with {name}.no_sync():`")
             else:
-                yield Report(backwards[0].node, "the model accelerator.prepare() wrapped all-reduces gradients on "
-                                                "every micro-batch of a multi-process run; wrap the forward and "
-                                                "backward of non-boundary micro-batches in "
-                                                "`with accelerator.no_sync(model):`, or use accelerator.accumulate")
+                advice = ("the model accelerator.prepare() wrapped all-reduces gradients on every micro-batch of a "
+                          "multi-process run; wrap the forward and backward of non-boundary micro-batches in "
+                          "`with accelerator.no_sync(model):`, or use accelerator.accumulate")
+            # a backward inside a helper called from several places: name the call of this window
+            yield Report(backwards[0].node, advice, scope=backwards[0].scope)
 
 
 _NOT_MODELS = frozenset({Role.OPTIMIZER, Role.SCHEDULER, Role.CRITERION, Role.DEEPSPEED})
