@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from gradcheck_accum.lint.bindings import is_accumulation_name
+from gradcheck_accum.lint.bindings import LITERAL_TRUTH, is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_calls, iter_names, last_part
-from gradcheck_accum.lint.vocabulary import DefOp, Scope, Tag
+from gradcheck_accum.lint.vocabulary import Def, DefOp, Scope, Tag
 
 
 class BoundaryKind(Tag):
@@ -115,7 +115,7 @@ def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Boundary 
     return None
 
 
-def _overridden_flag(defs: list, scope: Scope, depth: int) -> Boundary | None:
+def _overridden_flag(defs: list[Def], scope: Scope, depth: int) -> Boundary | None:
     """A flag set to a boolean, then to the other boolean under one `if` just after it
     (`step_optimizer = True` / `if (i + 1) % N != 0: step_optimizer = False`): the flag is that test,
     or its negation. Any other shape of rebinding is unknown."""
@@ -141,8 +141,9 @@ def _overridden_flag(defs: list, scope: Scope, depth: int) -> Boundary | None:
 
 
 def _boolean(node: cst.BaseExpression | None) -> bool | None:
-    if isinstance(node, cst.Name) and node.value in ("True", "False"):
-        return node.value == "True"
+    """`True` or `False` as written (not `None`, which a flag test reads as false but no flag is set to)."""
+    if isinstance(node, cst.Name) and node.value in LITERAL_TRUTH and node.value != "None":
+        return LITERAL_TRUTH[node.value]
     return None
 
 
