@@ -23,7 +23,8 @@ from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, per_mic
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
                                         iter_calls, keyword, last_part, positional, source)
 from gradcheck_accum.lint.paths import decision
-from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, is_accumulation_count, resolve_n
+from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
+                                             resolve_n)
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
 from gradcheck_accum.lint.vocabulary import (HELPER_EFFECTS, Context, Def, DefOp, Event, EventKind, Fact, Framework,
                                              Role, Scope)
@@ -660,9 +661,8 @@ class _LengthFacts:
     def collect(self, node: cst.CSTNode, scope: Scope, depth: int) -> None:
         if depth > 3:
             return
-        for call in iter_calls(node):
-            if call_receiver(call)[1] == cat.LENGTH_FUNCTION:
-                self.has_len = True
+        if reads_length(node):
+            self.has_len = True
         if _has_division(node):
             self.divided = True
         for name in full_names(node):

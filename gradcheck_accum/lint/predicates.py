@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import LITERAL_TRUTH, is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_calls, iter_names, last_part
@@ -152,10 +153,14 @@ def _only_short_epochs(test: cst.BaseExpression) -> bool:
         return False
     for side in (test.left, test.right):
         if isinstance(side, cst.Comparison) and len(side.comparisons) == 1 and isinstance(
-                side.comparisons[0].operator, (cst.LessThan, cst.LessThanEqual)) and any(
-                isinstance(c, cst.Call) and call_receiver(c)[1] == "len" for c in iter_calls(side.left)):
+                side.comparisons[0].operator, (cst.LessThan, cst.LessThanEqual)) and reads_length(side.left):
             return True
     return False
+
+
+def reads_length(node: cst.CSTNode) -> bool:
+    """Does the expression call `len(...)` (a length counted in micro-batches: `len(loader) % N`)?"""
+    return any(call_receiver(call)[1] == cat.LENGTH_FUNCTION for call in iter_calls(node))
 
 
 def _comparison(test: cst.Comparison, scope: Scope) -> Boundary | None:

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_calls, iter_names, keyword,
-                                        last_part, positional)
+from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_names, keyword, last_part,
+                                        positional)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
-from gradcheck_accum.lint.predicates import Boundary, BoundaryKind, analyze, bound_argument, is_accumulation_count
+from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, is_accumulation_count,
+                                             reads_length)
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Framework, Guard, Role, Scope, Tag
 
 if TYPE_CHECKING:
@@ -134,9 +135,8 @@ class Window:
             if len(aliases) == 1:
                 value = aliases[0].value
             if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Modulo) \
-                    and code(value.right) == code(self.n) and any(
-                        isinstance(c, cst.Call) and call_receiver(c)[1] == cat.LENGTH_FUNCTION
-                        for c in iter_calls(value.left)) and not self._modulo_test_conditioned():
+                    and code(value.right) == code(self.n) and reads_length(value.left) \
+                    and not self._modulo_test_conditioned():
                 return d
         return None
 
