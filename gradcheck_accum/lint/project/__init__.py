@@ -12,11 +12,17 @@ from gradcheck_accum.lint.project.store import SummaryStore
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS
 
 _OPEN: dict[Path, Project] = {}  # root -> the project, for this process
+# (directory, working directory) -> its project root, until refresh_all: the root is looked for
+# upwards with a few stats per directory, and asked for every file linted
+_ROOTS: dict[tuple[Path, Path], Path] = {}
 
 
 def project_for(path: Path, cache: Path | None = None) -> Project:
     """The project a file belongs to (one per root and process), its summaries cached in `cache`."""
-    root = find_root(path, fallback=Path.cwd())
+    key = (path.parent, Path.cwd())
+    root = _ROOTS.get(key)
+    if root is None:
+        root = _ROOTS[key] = find_root(path, fallback=key[1])
     project = _OPEN.get(root)
     if project is None:
         project = _OPEN[root] = Project(root, SummaryStore(root, effect_names(), watched_names(), directory=cache,
@@ -47,6 +53,7 @@ def watched_words() -> frozenset[str]:
 
 def refresh_all() -> None:
     """Let every open project check its files again (between two runs in one process)."""
+    _ROOTS.clear()
     for project in _OPEN.values():
         project.refresh()
 
