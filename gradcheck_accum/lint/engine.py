@@ -61,14 +61,17 @@ def _parse_or_none(source: str) -> cst.Module | None:
         return None
 
 
-def syntax_error(source: str) -> str | None:
+def syntax_error(source: str, path: Path | None = None) -> str | None:
     """Why the source cannot be parsed, or None: for files that no rule needs parsed, which must still
-    be reported when they are broken. CPython's compiler answers for most files in a fraction of a
+    be reported when they are broken. A file that this Python has compiled as it is now (`path`, see
+    compiled_already) parses. Otherwise CPython's compiler answers for most files in a fraction of a
     libcst parse (bytecode is cheaper to produce than Python AST objects); what it rejects is put to
     libcst, so that newer syntax, or code that only fails CPython's later checks, is judged as it is
     in the files that are analysed."""
     import warnings
 
+    if path is not None and compiled_already(path):
+        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like are not our business
@@ -81,6 +84,26 @@ def syntax_error(source: str) -> str | None:
     except ParseFailure as exc:
         return str(exc)
     return None
+
+
+def compiled_already(path: Path) -> bool:
+    """Has this Python compiled the file as it is now? Its bytecode cache (`__pycache__/*.pyc`, this
+    interpreter's magic number) records the modification time and size of the source it was
+    compiled from, which the import system checks the same way before trusting it. Installed
+    packages come compiled; a project's modules are once imported. Hash-checked caches are not read."""
+    import importlib.util
+    import struct
+
+    try:
+        with open(importlib.util.cache_from_source(os.fspath(path)), "rb") as cache:
+            header = cache.read(16)
+        stat = os.stat(path)
+    except (OSError, ValueError, NotImplementedError):
+        return False
+    if len(header) < 16 or header[:4] != importlib.util.MAGIC_NUMBER:
+        return False
+    flags, mtime, size = struct.unpack("<III", header[4:16])
+    return flags == 0 and mtime == int(stat.st_mtime) & 0xFFFFFFFF and size == stat.st_size & 0xFFFFFFFF
 
 
 @contextmanager

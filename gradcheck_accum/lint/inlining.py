@@ -295,7 +295,7 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
         for method in cls.methods:  # a trainer elsewhere runs it by name (a callback's on_backward_end)
             ref = ClassRef(path, qualname).method(method)
             if project.effects(ref) and project.overrides(ref):
-                for site in project.mentioning(method):
+                for site in project.mentioning(method, project.reaching(path)):
                     if site.path != path:
                         reached = True
                         take(site)
@@ -786,7 +786,7 @@ class Inliner:
             elif self.project.effects(ref) and self.project.overrides(ref):
                 # a hook other files run by name (a callback's on_backward_end): the loops around the
                 # functions that name it
-                for site in self.project.mentioning(function.name.value):
+                for site in self.project.mentioning(function.name.value, self.project.reaching(this.path)):
                     if site.path != this.path:
                         for root in [(site, None), *self._loops_calling(site, 3)]:
                             roots.setdefault(root)

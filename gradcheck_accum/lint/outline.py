@@ -13,7 +13,7 @@ import ast
 import bisect
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from gradcheck_accum.lint.evidence import backward_names
 
@@ -43,11 +43,8 @@ class Outline:
     def parse(cls, text: str, code: str) -> "Outline | None":
         """`text` with \\n line breaks only, `code` the same text blanked by `blank_strings_and_comments`.
         None when CPython rejects the text."""
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return None
-        return cls(text, code, tree)
+        tree = python_tree(text)
+        return cls(text, code, tree) if tree is not None else None
 
     def span(self, node: ast.stmt) -> tuple[int, int]:
         """Character offsets of the lines the statement covers, decorators included."""
@@ -112,6 +109,19 @@ def one_newline(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+# The last few texts' results are kept: the prefilter's screen and the project summary of the file
+# being linted read the same text, one after the other (a parse and a scan each, on every such file).
+@lru_cache(maxsize=4)
+def python_tree(text: str) -> ast.Module | None:
+    """CPython's tree of `text` (\n line breaks only), None when CPython rejects it. Read-only: the
+    tree may be shared."""
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+@lru_cache(maxsize=4)
 def blank_strings_and_comments(text: str) -> str:
     """`text` with the insides of comments and of string literals other than f-strings replaced by
     spaces (line breaks kept, so offsets and line numbers stay). Scanned left to right like the

@@ -13,13 +13,14 @@ leaves those out of what libcst parses.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Callable
 
 from gradcheck_accum.lint.evidence import (Need, any_present, backward_call_pattern, calls_only, checkpoint_call_names,
                                            effect_call_names)
 from gradcheck_accum.lint.hollow import hollow
-from gradcheck_accum.lint.outline import Outline, blank_strings_and_comments, one_newline
+from gradcheck_accum.lint.outline import Outline, blank_strings_and_comments, one_newline, python_tree
 from gradcheck_accum.lint.rule import Rule
 
 
@@ -32,8 +33,12 @@ def screen(text: str, rules: list[type[Rule]], hollowing: bool = True,
     project (inlining.project_evidence): whether a training loop reaches it that way, and the source
     of the functions elsewhere that take part. Their words count as the file's own, and nothing is
     hollowed (the file's functions may run inside loops the file does not show)."""
-    reached_elsewhere, elsewhere = False, ""
+    reached_elsewhere, elsewhere, code, tree = False, "", None, None
     if project is not None and (_EFFECT_CALL.search(text) or _ON_GRAD.search(text)):
+        # The project summarises this file first, from the same blanked text and CPython tree that
+        # the second stage reads: made here (outline.py keeps the last few), they are made once.
+        text = one_newline(text)
+        code, tree = blank_strings_and_comments(text), python_tree(text)
         reached_elsewhere, elsewhere = project()
         if reached_elsewhere or elsewhere:
             hollowing = False
@@ -43,12 +48,12 @@ def screen(text: str, rules: list[type[Rule]], hollowing: bool = True,
         return candidates, None
     # The few files that get this far are worth a closer look before libcst parses them.
     text = one_newline(text)
-    code = blank_strings_and_comments(text)
+    code = code if code is not None else blank_strings_and_comments(text)
     in_code = _Presence(f"{code}\n{blank_strings_and_comments(one_newline(elsewhere))}" if elsewhere else code)
     candidates = [rule for rule in candidates if all(in_code(need) for need in rule.requires if calls_only(need))]
     if not any(rule.needs_training_loop() for rule in candidates):
         return candidates, None
-    reached, outline = _loops_reach_backward(text, code)
+    reached, outline = _loops_reach_backward(text, code, tree)
     if not reached and not reached_elsewhere:
         candidates = [rule for rule in candidates if not rule.needs_training_loop()]
     return candidates, hollow(outline, candidates) if hollowing and outline is not None and candidates else None
@@ -76,11 +81,11 @@ def loop_reaches_backward(text: str) -> bool:
     return _loops_reach_backward(text, blank_strings_and_comments(text))[0]
 
 
-def _loops_reach_backward(text: str, code: str) -> tuple[bool, Outline | None]:
-    """The answer, and the file's outline when CPython could parse it."""
+def _loops_reach_backward(text: str, code: str, tree: ast.Module | None = None) -> tuple[bool, Outline | None]:
+    """The answer, and the file's outline when CPython could parse it (`tree`: its tree, if made)."""
     if not _BACKWARD_CALL.search(code):  # only in docstrings, messages or comments: no need to parse
         return False, None
-    outline = Outline.parse(text, code)
+    outline = Outline(text, code, tree) if tree is not None else Outline.parse(text, code)
     return outline is None or any(outline.holds_training_loop(top) for top in outline.tops), outline
 
 

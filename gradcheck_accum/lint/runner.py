@@ -231,7 +231,7 @@ def _screen_file(result: FileResult, settings: Settings, rules: list[type[Rule]]
                                  project=evidence)
         if not rules and not (UNUSED_SUPPRESSION.code in enabled and could_report_unused(text)):
             # No enabled check can report here: libcst never sees the file, CPython checks it parses.
-            result.error = syntax_error(text)
+            result.error = syntax_error(text, target.path)
             return result
     return Pending(result, text, source.codec, rules, enabled, hollowed, options)
 

@@ -47,6 +47,23 @@ def test_a_syntax_error_is_reported_where_no_rule_could_fire(run, tmp_path):
     assert run("lint", "script.py").exit_code == 0
 
 
+def test_bytecode_compiled_from_an_earlier_version_never_hides_a_syntax_error(run, tmp_path):
+    """A file this Python compiled as it is now is not compiled again (engine.compiled_already); a
+    cache compiled from another version of it (another size or time) is not trusted."""
+    import py_compile
+
+    from gradcheck_accum.lint.engine import compiled_already, syntax_error
+
+    module = tmp_path / "notes.py"
+    module.write_text("print('python 3')\n")
+    py_compile.compile(str(module), doraise=True)
+    assert compiled_already(module)
+    module.write_text("print 'python 2, same cache'\n")  # another size: the cache is stale
+    assert not compiled_already(module)
+    assert syntax_error(module.read_text(), module).startswith("syntax error at line 1")
+    check_one_bad_file(run, tmp_path, "notes.py", module.read_text(), "syntax error at line 1")
+
+
 def test_undecodable_bytes(run, tmp_path):
     check_one_bad_file(run, tmp_path, "latin.py", b"x = '\xff\xfe'\n", "cannot decode as utf-8")
 

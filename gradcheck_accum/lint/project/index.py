@@ -153,9 +153,9 @@ class Project:
         return path in self._file_set
 
     def reaching(self, path: Path) -> list[Path]:
-        """The files whose calls can resolve to a definition in `path`: every project file, or, for a
-        file outside the project's files (linted from an environment or an ignored directory), only
-        itself, since imports resolve to project files alone."""
+        """The files whose code can run a definition in `path`, by a call that resolves to it or by
+        name: every project file; for a file outside the project's files (linted from an environment
+        or an ignored directory), only itself, since imports resolve to project files alone."""
         return self.files if self.contains(path) else [path]
 
     def summary(self, path: Path) -> ModuleSummary:
@@ -430,16 +430,18 @@ class Project:
             isinstance(base, ClassRef) and name in self.summary(base.path).classes[base.qualname].methods
             for base in self.mro(owner)[1:])
 
-    def mentioning(self, name: str) -> list[FunctionRef]:
+    def mentioning(self, name: str, files: list[Path] | None = None) -> list[FunctionRef]:
         """The functions (innermost) whose source names `name` as a word, strings included: where a
-        hook is run by name (`cb.on_backward_end(self)`, `self.fire("on_backward_end")`)."""
+        hook is run by name (`cb.on_backward_end(self)`, `self.fire("on_backward_end")`). In the
+        files given (`reaching(...)` of the hook's file), or in all."""
+        files = self.files if files is None else files
         memo = self.summaries.memo
-        key = ("mentioning", name)
+        key = ("mentioning", name, None if files is self.files else tuple(files))
         if key not in memo:
             found: list[FunctionRef] = []
             read = getattr(self.summaries, "text", None)
             word = re.compile(rf"\b{re.escape(name)}\b")
-            for path in self.files:
+            for path in files:
                 text = read(path) if read is not None else None
                 if text is None or name not in text:
                     continue

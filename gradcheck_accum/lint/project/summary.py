@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
+from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline, python_tree
 
 STAR = "*"  # the key prefix of a star import in ModuleSummary.imports
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
@@ -118,9 +118,8 @@ def summarize(text: str, effect_names: frozenset[str], watched: frozenset[str] =
     in it can be resolved, so everything it would have offered stays unknown. `watched`: the
     constructors whose keywords are kept; `words`: the names whose mention in code is kept."""
     text = one_newline(text)
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = python_tree(text)
+    if tree is None:
         return ModuleSummary()
     return _Summarizer(text, tree, effect_names, watched, words).summary
 
