@@ -126,7 +126,7 @@ class Project:
         self.summaries = summaries
         self._files: list[Path] | None = files  # None: every Python file under the root, listed when needed
         self._listed = files
-        self._file_set: set[Path] | None = None
+        self._file_set: dict[str, Path] | None = None  # _files_by_name
         self._module_paths: dict[tuple[Path, str, int], Path | None] = {}  # module_path's answers
 
     def refresh(self) -> None:
@@ -148,9 +148,14 @@ class Project:
         return self._files
 
     def contains(self, path: Path) -> bool:
+        return os.fspath(path) in self._files_by_name()
+
+    def _files_by_name(self) -> dict[str, Path]:
+        """The project's files by their path as a string: module lookups build candidate names as
+        strings, several per import and directory searched, where building Paths cost most of it."""
         if self._file_set is None:
-            self._file_set = set(self.files)
-        return path in self._file_set
+            self._file_set = {os.fspath(path): path for path in self.files}
+        return self._file_set
 
     def reaching(self, path: Path) -> list[Path]:
         """The files whose code can run a definition in `path`, by a call that resolves to it or by
@@ -197,13 +202,11 @@ class Project:
         yield self.root / "src"
 
     def _module_file(self, base: Path, parts: list[str]) -> Path | None:
-        if not parts:
-            candidate = base / "__init__.py"
-            return candidate if self.contains(candidate) else None
-        stem = base.joinpath(*parts)
-        for candidate in (stem.with_name(stem.name + ".py"), stem / "__init__.py"):
-            if self.contains(candidate):
-                return candidate
+        files = self._files_by_name()
+        stem = os.path.join(os.fspath(base), *parts)
+        for candidate in ((stem + ".py",) if parts else ()) + (os.path.join(stem, "__init__.py"),):
+            if candidate in files:
+                return files[candidate]
         return None
 
     # -- resolution -----------------------------------------------------------------------------------
