@@ -224,7 +224,15 @@ class Project:
         return None
 
     def resolve_call(self, caller: FunctionRef, callee: str) -> FunctionRef | None:
-        """The project function that a call written `callee` inside `caller` runs, if it is known."""
+        """The project function that a call written `callee` inside `caller` runs, if it is known.
+        Answered once per run: `calls` and `callers` both ask (see calls)."""
+        key = ("resolve", caller, callee)
+        memo = self.summaries.memo
+        if key not in memo:
+            memo[key] = self._resolve_call(caller, callee)
+        return memo[key]
+
+    def _resolve_call(self, caller: FunctionRef, callee: str) -> FunctionRef | None:
         summary = self.summary(caller.path)
         parts = callee.split(".")
         cls = self.class_of(caller)
@@ -551,25 +559,34 @@ class Project:
         name = target.qualname.rsplit(".", 1)[-1]
         owner = self.class_of(target)
         found = []
-        for path in candidates if candidates is not None else self.reaching(target.path):
-            if not self.summaries.may_mention(path, name):
-                continue
-            summary = self.summary(path)
-            for qualname, function in summary.functions.items():
-                for callee, in_loop in function.calls.items():
-                    if callee.rsplit(".", 1)[-1] != name:
-                        continue
-                    caller = FunctionRef(path, qualname)
-                    resolved = self.resolve_call(caller, callee)
-                    if resolved == target:
-                        found.append(CallSite(caller, callee, in_loop))
-                    elif owner is not None and callee in (f"self.{name}", f"cls.{name}"):
-                        caller_class = self.class_of(caller)
-                        # a base's `self.name()` runs the override on instances of the subclass
-                        if caller_class is not None and caller_class != owner and caller_class in self.mro(owner):
-                            if self.lookup_method(owner, name) == target:
-                                found.append(CallSite(caller, callee, in_loop, receiver=owner))
+        for site in self._calls_named(name, list(candidates) if candidates is not None else self.reaching(target.path)):
+            resolved = self.resolve_call(site.caller, site.callee)
+            if resolved == target:
+                found.append(site)
+            elif owner is not None and site.callee in (f"self.{name}", f"cls.{name}"):
+                caller_class = self.class_of(site.caller)
+                # a base's `self.name()` runs the override on instances of the subclass
+                if caller_class is not None and caller_class != owner and caller_class in self.mro(owner):
+                    if self.lookup_method(owner, name) == target:
+                        found.append(CallSite(site.caller, site.callee, site.in_loop, receiver=owner))
         return found
+
+    def _calls_named(self, name: str, files: list[Path]) -> list[CallSite]:
+        """The calls whose last name is `name` (`f(`, `self.f(`, `a.b.f(`) in the files given. Found
+        once per name: functions of one name (`forward`, `train_step`) are many in a project, and
+        each one's callers are among the same calls."""
+        key = ("calls named", name, None if files is self.files else tuple(files))
+        memo = self.summaries.memo
+        if key not in memo:
+            sites = []
+            for path in files:
+                if not self.summaries.may_mention(path, name):
+                    continue
+                for qualname, function in self.summary(path).functions.items():
+                    sites.extend(CallSite(FunctionRef(path, qualname), callee, in_loop)
+                                 for callee, in_loop in function.calls.items() if callee.rsplit(".", 1)[-1] == name)
+            memo[key] = sites
+        return memo[key]
 
 
     def constructors_of(self, cls: ClassRef) -> list[FunctionRef]:
