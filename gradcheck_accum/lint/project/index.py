@@ -126,14 +126,14 @@ class Project:
         self.summaries = summaries
         self._files: list[Path] | None = files  # None: every Python file under the root, listed when needed
         self._listed = files
-        self._file_set: dict[str, Path] | None = None  # _files_by_name
+        self._by_name: dict[str, Path] | None = None  # the files by path string (_files_by_name)
         self._module_paths: dict[tuple[Path, str, int], Path | None] = {}  # module_path's answers
 
     def refresh(self) -> None:
         """Forget what this run learned: the file list and what was derived from summaries; each
         summary is checked against its file on its next use."""
         self._files = self._listed
-        self._file_set = None
+        self._by_name = None
         self._module_paths.clear()
         self.summaries.memo.clear()
         refresh = getattr(self.summaries, "refresh", None)
@@ -153,9 +153,9 @@ class Project:
     def _files_by_name(self) -> dict[str, Path]:
         """The project's files by their path as a string: module lookups build candidate names as
         strings, several per import and directory searched, where building Paths cost most of it."""
-        if self._file_set is None:
-            self._file_set = {os.fspath(path): path for path in self.files}
-        return self._file_set
+        if self._by_name is None:
+            self._by_name = {os.fspath(path): path for path in self.files}
+        return self._by_name
 
     def reaching(self, path: Path) -> list[Path]:
         """The files whose code can run a definition in `path`, by a call that resolves to it or by
@@ -204,10 +204,9 @@ class Project:
     def _module_file(self, base: Path, parts: list[str]) -> Path | None:
         files = self._files_by_name()
         stem = os.path.join(os.fspath(base), *parts)
-        for candidate in ((stem + ".py",) if parts else ()) + (os.path.join(stem, "__init__.py"),):
-            if candidate in files:
-                return files[candidate]
-        return None
+        candidates = [stem + ".py"] if parts else []  # `a.b`: a/b.py, else the package a/b/
+        candidates.append(os.path.join(stem, "__init__.py"))
+        return next((files[name] for name in candidates if name in files), None)
 
     # -- resolution -----------------------------------------------------------------------------------
     def function(self, ref: FunctionRef) -> FunctionSummary | None:
