@@ -292,3 +292,43 @@ def test_outside_classes_keep_their_qualified_name(tmp_path, written):
     write(tmp_path, {"m.py": f"import torch\nfrom torch import nn\nclass M({written}):\n    pass\n"})
     proj = project(tmp_path)
     assert proj.mro(ClassRef(tmp_path / "m.py", "M"))[1:] == ["torch.nn.Module"]
+
+
+def test_a_file_outside_the_project_files_is_reached_only_from_itself(tmp_path):
+    """A file linted from an environment (or an ignored directory) is no project file: imports resolve
+    to project files alone, so no other file's call can run its functions. Its callers are looked for
+    in it alone, and the project's files are not summarised for them."""
+    write(tmp_path, TRAINERS)
+    write(tmp_path, {".venv/lib/site-packages/opt/sgd.py": """
+        class SGD:
+            def step(self):
+                self.loss.backward()
+
+            def train_step(self):
+                self.step()
+    """})
+    guest = tmp_path / ".venv/lib/site-packages/opt/sgd.py"
+    proj = project(tmp_path)
+    assert not proj.contains(guest) and proj.reaching(guest) == [guest]
+    assert proj.reaching(tmp_path / "pkg/trainers/sft.py") == proj.files
+    (site,) = proj.callers(FunctionRef(guest, "SGD.step"))
+    assert site.caller == FunctionRef(guest, "SGD.train_step")
+    assert proj.summaries.computed == 1  # the guest file alone: TRAINERS' base.py calls `step` too
+    # a project file is still reached from every file that can call it
+    base_step = FunctionRef(tmp_path / "pkg/trainers/sft.py", "SFTTrainer.train_step")
+    assert [s.caller.qualname for s in proj.callers(base_step)] == ["BaseTrainer.fit"]
+
+
+def test_callers_of_functions_of_one_name_are_told_apart(tmp_path):
+    """Calls are gathered once per last name; which function each one runs is still resolved."""
+    write(tmp_path, {
+        "pyproject.toml": "",
+        "a.py": "def train_step(batch):\n    batch.loss.backward()\n",
+        "b.py": "def train_step(batch):\n    batch.loss.backward()\n",
+        "run_a.py": "from a import train_step\nfor batch in loader:\n    train_step(batch)\n",
+        "run_b.py": "import b\nfor batch in loader:\n    b.train_step(batch)\n",
+    })
+    proj = project(tmp_path)
+    for module, runner in (("a.py", "run_a.py"), ("b.py", "run_b.py")):
+        (site,) = proj.callers(FunctionRef(tmp_path / module, "train_step"))
+        assert site.caller == FunctionRef(tmp_path / runner, "<module>") and site.in_loop
