@@ -26,7 +26,7 @@ from gradcheck_accum.lint.paths import decision
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
-from gradcheck_accum.lint.vocabulary import (HELPER_EFFECTS, Context, Def, DefOp, Event, EventKind, Fact, Framework,
+from gradcheck_accum.lint.vocabulary import (Context, Def, DefOp, Event, EventKind, Fact, Framework,
                                              Role, Scope)
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, exclusive, increment,
