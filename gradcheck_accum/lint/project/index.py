@@ -556,50 +556,70 @@ class Project:
         """Every call in the project (or in the files given) that may run `target`, including
         `self.name()` in a base class when `target` overrides `name` in a subclass."""
         name = target.qualname.rsplit(".", 1)[-1]
+        calls = self._calls_named(name, list(candidates) if candidates is not None else self.reaching(target.path))
+        found = {i: calls.sites[i] for i in calls.by_target.get(target, ())}
         owner = self.class_of(target)
-        found = []
-        for site in self._calls_named(name, list(candidates) if candidates is not None else self.reaching(target.path)):
-            resolved = self.resolve_call(site.caller, site.callee)
-            if resolved == target:
-                found.append(site)
-            elif owner is not None and site.callee in (f"self.{name}", f"cls.{name}"):
-                caller_class = self.class_of(site.caller)
-                # a base's `self.name()` runs the override on instances of the subclass
-                if caller_class is not None and caller_class != owner and caller_class in self.mro(owner):
-                    if self.lookup_method(owner, name) == target:
-                        found.append(CallSite(site.caller, site.callee, site.in_loop, receiver=owner))
-        return found
+        if owner is not None and self.lookup_method(owner, name) == target:
+            # a base's `self.name()` runs the override on instances of the subclass
+            for base in set(self.mro(owner)) - {owner}:
+                for i in calls.self_calls_by_class.get(base, ()):
+                    site = calls.sites[i]
+                    if i not in found:
+                        found[i] = CallSite(site.caller, site.callee, site.in_loop, receiver=owner)
+        return [found[i] for i in sorted(found)]
 
-    def _calls_named(self, name: str, files: list[Path]) -> list[CallSite]:
-        """The calls whose last name is `name` (`f(`, `self.f(`, `a.b.f(`) in the files given. Found
-        once per name: functions of one name (`forward`, `train_step`) are many in a project, and
-        each one's callers are among the same calls."""
+    def _calls_named(self, name: str, files: list[Path]) -> "_CallsNamed":
+        """The calls whose last name is `name` (`f(`, `self.f(`, `a.b.f(`) in the files given, by
+        what they run. Found and resolved once per name: functions of one name (`forward`,
+        `train_step`) are many in a large project, and looking for each one's callers among all the
+        calls of that name took time quadratic in the project's size."""
         key = ("calls named", name, None if files is self.files else tuple(files))
         memo = self.summaries.memo
         if key not in memo:
-            sites = []
+            calls = _CallsNamed([], {}, {})
             for path in files:
                 if not self.summaries.may_mention(path, name):
                     continue
                 for qualname, function in self.summary(path).functions.items():
-                    sites.extend(CallSite(FunctionRef(path, qualname), callee, in_loop)
-                                 for callee, in_loop in function.calls.items() if callee.rsplit(".", 1)[-1] == name)
-            memo[key] = sites
+                    caller = FunctionRef(path, qualname)
+                    for callee, in_loop in function.calls.items():
+                        if callee.rsplit(".", 1)[-1] != name:
+                            continue
+                        i = len(calls.sites)
+                        calls.sites.append(CallSite(caller, callee, in_loop))
+                        calls.by_target.setdefault(self.resolve_call(caller, callee), []).append(i)
+                        if callee in (f"self.{name}", f"cls.{name}"):
+                            calls.self_calls_by_class.setdefault(self.class_of(caller), []).append(i)
+            memo[key] = calls
         return memo[key]
-
 
     def constructors_of(self, cls: ClassRef) -> list[FunctionRef]:
         """The functions of the project (module code included) that call `cls` to make an instance."""
         name = cls.qualname.rsplit(".", 1)[-1]
-        found = []
-        for path in self.reaching(cls.path):
-            if not self.summaries.may_mention(path, name):
-                continue
-            for qualname, function in self.summary(path).functions.items():
-                if any(callee.rsplit(".", 1)[-1] == name and self.resolve_class(path, callee) == cls
-                       for callee in function.calls):
-                    found.append(FunctionRef(path, qualname))
-        return found
+        files = self.reaching(cls.path)
+        key = ("constructors named", name, None if files is self.files else tuple(files))
+        memo = self.summaries.memo
+        if key not in memo:  # every class of this name at once (see _calls_named)
+            by_class: dict[ClassRef | None, list[FunctionRef]] = {}
+            for path in files:
+                if not self.summaries.may_mention(path, name):
+                    continue
+                for qualname, function in self.summary(path).functions.items():
+                    made = {self.resolve_class(path, callee) for callee in function.calls
+                            if callee.rsplit(".", 1)[-1] == name}
+                    for made_class in made:
+                        by_class.setdefault(made_class, []).append(FunctionRef(path, qualname))
+            memo[key] = by_class
+        return list(memo[key].get(cls, ()))
+
+
+@dataclass
+class _CallsNamed:
+    """The calls of one last name in some files (Project._calls_named), by index in `sites`."""
+
+    sites: list[CallSite]
+    by_target: dict[FunctionRef | None, list[int]]              # what each call resolves to
+    self_calls_by_class: dict[ClassRef | None, list[int]]       # `self.name()` calls, by the caller's class
 
 
 class SummarySource:
