@@ -18,9 +18,11 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, TypeVar
 
 from gradcheck_accum.lint.project.summary import MODULE_CODE, STAR, ClassSummary, FunctionSummary, ModuleSummary
+
+T = TypeVar("T")
 
 ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
 # Directories never part of a project (environments, caches, build outputs): files.py skips the same.
@@ -225,11 +227,7 @@ class Project:
     def resolve_call(self, caller: FunctionRef, callee: str) -> FunctionRef | None:
         """The project function that a call written `callee` inside `caller` runs, if it is known.
         Answered once per run: `calls` and `callers` both ask (see calls)."""
-        key = ("resolve", caller, callee)
-        memo = self.summaries.memo
-        if key not in memo:
-            memo[key] = self._resolve_call(caller, callee)
-        return memo[key]
+        return self.summaries.remember(("resolve", caller, callee), lambda: self._resolve_call(caller, callee))
 
     def _resolve_call(self, caller: FunctionRef, callee: str) -> FunctionRef | None:
         summary = self.summary(caller.path)
@@ -374,11 +372,7 @@ class Project:
         """The project module a `from m import *` of `path` takes `name` from: the first that defines
         or imports it by name; of several, the last one, as Python binds it. Asked for every name a
         module resolves, so answered once per module and name."""
-        key = ("star", path, name)
-        memo = self.summaries.memo
-        if key not in memo:
-            memo[key] = self._find_star_source(path, name)
-        return memo[key]
+        return self.summaries.remember(("star", path, name), lambda: self._find_star_source(path, name))
 
     def _find_star_source(self, path: Path, name: str) -> Path | None:
         for key, imported in reversed(self.summary(path).imports.items()):
@@ -418,20 +412,19 @@ class Project:
         """The methods `name` that override a method of that name of a project base class: the hooks
         of a protocol the project defines (`Callback.on_backward_end`, a no-op that subclasses fill
         in), which a caller holding objects of unknown classes may run by that name."""
-        memo = self.summaries.memo
-        key = ("hook overrides", name)
-        if key not in memo:
-            found = []
-            pattern, read = f"def {name}", getattr(self.summaries, "text", None)
-            for path in self.files:
-                text = read(path) if read is not None else None
-                if text is not None and pattern not in text:
-                    continue  # a cheap screen before summarising every file of the project
-                for qualname, cls in self.summary(path).classes.items():
-                    if name in cls.methods and self.overrides(ClassRef(path, qualname).method(name)):
-                        found.append(ClassRef(path, qualname).method(name))
-            memo[key] = found
-        return memo[key]
+        return self.summaries.remember(("hook overrides", name), lambda: self._find_hook_overrides(name))
+
+    def _find_hook_overrides(self, name: str) -> list[FunctionRef]:
+        found = []
+        pattern, read = f"def {name}", getattr(self.summaries, "text", None)
+        for path in self.files:
+            text = read(path) if read is not None else None
+            if text is not None and pattern not in text:
+                continue  # a cheap screen before summarising every file of the project
+            for qualname, cls in self.summary(path).classes.items():
+                if name in cls.methods and self.overrides(ClassRef(path, qualname).method(name)):
+                    found.append(ClassRef(path, qualname).method(name))
+        return found
 
     def overrides(self, method: FunctionRef) -> bool:
         """Does this method override one of the same name in a project base class of its class?"""
@@ -445,27 +438,31 @@ class Project:
         hook is run by name (`cb.on_backward_end(self)`, `self.fire("on_backward_end")`). In the
         files given (`reaching(...)` of the hook's file), or in all."""
         files = self.files if files is None else files
-        memo = self.summaries.memo
-        key = ("mentioning", name, None if files is self.files else tuple(files))
-        if key not in memo:
-            found: list[FunctionRef] = []
-            read = getattr(self.summaries, "text", None)
-            word = re.compile(rf"\b{re.escape(name)}\b")
-            for path in files:
-                text = read(path) if read is not None else None
-                if text is None or name not in text:
+        return self.summaries.remember(("mentioning", name, self._files_key(files)),
+                                       lambda: self._find_mentioning(name, files))
+
+    def _find_mentioning(self, name: str, files: list[Path]) -> list[FunctionRef]:
+        found: list[FunctionRef] = []
+        read = getattr(self.summaries, "text", None)
+        word = re.compile(rf"\b{re.escape(name)}\b")
+        for path in files:
+            text = read(path) if read is not None else None
+            if text is None or name not in text:
+                continue
+            functions = self.summary(path).functions
+            for line, content in enumerate(text.split("\n"), 1):
+                if not word.search(content) or content.lstrip().startswith(("def ", "#")):
                     continue
-                functions = self.summary(path).functions
-                for line, content in enumerate(text.split("\n"), 1):
-                    if not word.search(content) or content.lstrip().startswith(("def ", "#")):
-                        continue
-                    spans = [(f.line, q) for q, f in functions.items() if f.line <= line <= f.end and q != MODULE_CODE]
-                    if spans:
-                        ref = FunctionRef(path, max(spans)[1])
-                        if ref not in found:
-                            found.append(ref)
-            memo[key] = found
-        return memo[key]
+                spans = [(f.line, q) for q, f in functions.items() if f.line <= line <= f.end and q != MODULE_CODE]
+                if spans:
+                    ref = FunctionRef(path, max(spans)[1])
+                    if ref not in found:
+                        found.append(ref)
+        return found
+
+    def _files_key(self, files: list[Path]) -> tuple[Path, ...] | None:
+        """`files` in a memo key: None for all the project's files (the common case, not spelled out)."""
+        return None if files is self.files else tuple(files)
 
     def _super_method(self, cls: ClassRef, name: str, caller: FunctionRef) -> FunctionRef | None:
         order = self.mro(cls)
@@ -524,14 +521,13 @@ class Project:
         """The calls of `caller` that resolve: (as written, inside a loop, the function). Resolved once
         per run: the prefilter asks again for every file whose functions call it or are called by it
         (on the torch package, 150,000 questions about a few thousand functions)."""
-        key = ("calls", caller)
-        resolved = self.summaries.memo.get(key)
-        if resolved is None:
-            summary = self.function(caller)
-            resolved = self.summaries.memo[key] = () if summary is None else tuple(
-                (callee, in_loop, target) for callee, in_loop in summary.calls.items()
-                if (target := self.resolve_call(caller, callee)) is not None)
-        return iter(resolved)
+        return iter(self.summaries.remember(("calls", caller), lambda: self._resolved_calls(caller)))
+
+    def _resolved_calls(self, caller: FunctionRef) -> tuple[tuple[str, bool, FunctionRef], ...]:
+        summary = self.function(caller)
+        return () if summary is None else tuple(
+            (callee, in_loop, target) for callee, in_loop in summary.calls.items()
+            if (target := self.resolve_call(caller, callee)) is not None)
 
     def effects(self, ref: FunctionRef) -> frozenset[str]:
         """The effect names `ref` may have, its own and those of what it calls (transitively)."""
@@ -573,44 +569,46 @@ class Project:
         what they run. Found and resolved once per name: functions of one name (`forward`,
         `train_step`) are many in a large project, and looking for each one's callers among all the
         calls of that name took time quadratic in the project's size."""
-        key = ("calls named", name, None if files is self.files else tuple(files))
-        memo = self.summaries.memo
-        if key not in memo:
-            calls = _CallsNamed([], {}, {})
-            for path in files:
-                if not self.summaries.may_mention(path, name):
-                    continue
-                for qualname, function in self.summary(path).functions.items():
-                    caller = FunctionRef(path, qualname)
-                    for callee, in_loop in function.calls.items():
-                        if callee.rsplit(".", 1)[-1] != name:
-                            continue
-                        i = len(calls.sites)
-                        calls.sites.append(CallSite(caller, callee, in_loop))
-                        calls.by_target.setdefault(self.resolve_call(caller, callee), []).append(i)
-                        if callee in (f"self.{name}", f"cls.{name}"):
-                            calls.self_calls_by_class.setdefault(self.class_of(caller), []).append(i)
-            memo[key] = calls
-        return memo[key]
+        return self.summaries.remember(("calls named", name, self._files_key(files)),
+                                       lambda: self._find_calls_named(name, files))
+
+    def _find_calls_named(self, name: str, files: list[Path]) -> "_CallsNamed":
+        calls = _CallsNamed([], {}, {})
+        for path in files:
+            if not self.summaries.may_mention(path, name):
+                continue
+            for qualname, function in self.summary(path).functions.items():
+                caller = FunctionRef(path, qualname)
+                for callee, in_loop in function.calls.items():
+                    if callee.rsplit(".", 1)[-1] != name:
+                        continue
+                    i = len(calls.sites)
+                    calls.sites.append(CallSite(caller, callee, in_loop))
+                    calls.by_target.setdefault(self.resolve_call(caller, callee), []).append(i)
+                    if callee in (f"self.{name}", f"cls.{name}"):
+                        calls.self_calls_by_class.setdefault(self.class_of(caller), []).append(i)
+        return calls
 
     def constructors_of(self, cls: ClassRef) -> list[FunctionRef]:
         """The functions of the project (module code included) that call `cls` to make an instance."""
         name = cls.qualname.rsplit(".", 1)[-1]
         files = self.reaching(cls.path)
-        key = ("constructors named", name, None if files is self.files else tuple(files))
-        memo = self.summaries.memo
-        if key not in memo:  # every class of this name at once (see _calls_named)
-            by_class: dict[ClassRef | None, list[FunctionRef]] = {}
-            for path in files:
-                if not self.summaries.may_mention(path, name):
-                    continue
-                for qualname, function in self.summary(path).functions.items():
-                    made = {self.resolve_class(path, callee) for callee in function.calls
-                            if callee.rsplit(".", 1)[-1] == name}
-                    for made_class in made:
-                        by_class.setdefault(made_class, []).append(FunctionRef(path, qualname))
-            memo[key] = by_class
-        return list(memo[key].get(cls, ()))
+        # every class of this name at once (see _calls_named)
+        by_class = self.summaries.remember(("constructors named", name, self._files_key(files)),
+                                           lambda: self._find_constructors_named(name, files))
+        return list(by_class.get(cls, ()))
+
+    def _find_constructors_named(self, name: str, files: list[Path]) -> dict[ClassRef | None, list[FunctionRef]]:
+        by_class: dict[ClassRef | None, list[FunctionRef]] = {}
+        for path in files:
+            if not self.summaries.may_mention(path, name):
+                continue
+            for qualname, function in self.summary(path).functions.items():
+                made = {self.resolve_class(path, callee) for callee in function.calls
+                        if callee.rsplit(".", 1)[-1] == name}
+                for made_class in made:
+                    by_class.setdefault(made_class, []).append(FunctionRef(path, qualname))
+        return by_class
 
 
 @dataclass
@@ -631,6 +629,12 @@ class SummarySource:
 
     def get(self, path: Path) -> ModuleSummary:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def remember(self, key: tuple, compute: Callable[[], T]) -> T:
+        """The fact memoised under `key`, computed on first use."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
 
     def may_mention(self, path: Path, name: str) -> bool:
         """A cheap necessary condition for the file to call `name`, or to pass it as a keyword to a
