@@ -13,8 +13,9 @@ from typing import Callable
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted, keyword, last_part, positional
-from gradcheck_accum.lint.vocabulary import NO_ROLES, Role
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, keyword, last_part, parameter_names,
+                                        positional)
+from gradcheck_accum.lint.vocabulary import NO_ROLES, Role, Scope
 
 Lookup = Callable[["cst.BaseExpression | None"], frozenset[Role]]  # the roles of an argument expression
 
@@ -217,3 +218,62 @@ def no_roles(_: cst.BaseExpression | None) -> frozenset[Role]:
 
 _ONE = {role: frozenset({role}) for role in Role}
 _DISTRIBUTED = frozenset({Role.DDP, Role.SHARDED, Role.REPLICATED, Role.PREPARED})  # what a wrapper around the model keeps
+
+
+def command_line_default(node: cst.BaseExpression, scope: Scope) -> cst.BaseExpression | None:
+    """The default an argparse option declares, for `args.start_epoch` where `args` holds the parsed
+    command line (a parameter of the function, or bound once to a `parse_args()` call) and the file
+    declares that option once: its value in a run that does not set it. None otherwise."""
+    if scope.module is None or not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
+        return None
+    holder = node.value.value
+    defs = scope.defs_of(holder)
+    if defs:
+        value = defs[0].value
+        if len(defs) != 1 or not isinstance(value, cst.Call) or call_receiver(value)[1] != "parse_args":
+            return None
+    elif not isinstance(scope.node, cst.FunctionDef) or holder not in parameter_names(scope.node):
+        return None
+    if any(not d.ctx.guards for d in scope.defs_of(f"{holder}.{node.attr.value}")):
+        return None  # set whatever the command line says (a resume that sets it only when asked is a guarded one)
+    return _declared_defaults(scope.module).get(node.attr.value)
+
+
+_declared: tuple[cst.Module | None, dict[str, cst.BaseExpression]] = (None, {})
+
+
+def _declared_defaults(module: cst.Module) -> dict[str, cst.BaseExpression]:
+    """Option name (as argparse stores it) -> its `default=`, for the options `add_argument` declares
+    exactly once in the module (declared twice, by two parsers, it is not known which one ran).
+    Kept for the last module asked: a file's windows ask one after another."""
+    global _declared
+    if _declared[0] is module:
+        return _declared[1]
+    defaults: dict[str, cst.BaseExpression | None] = {}
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        stack.extend(children(node))
+        if not isinstance(node, cst.Call) or call_receiver(node)[1] != "add_argument":
+            continue
+        dest = _option_dest(node)
+        if dest is not None:
+            defaults[dest] = keyword(node, "default") if dest not in defaults else None
+    found = {dest: value for dest, value in defaults.items() if value is not None}
+    _declared = (module, found)
+    return found
+
+
+def _option_dest(call: cst.Call) -> str | None:
+    """Where argparse stores an option: `dest=`, else the first long option string (`--start-epoch`:
+    `start_epoch`), else the first short one. None for a positional argument."""
+    dest = keyword(call, "dest")
+    if isinstance(dest, cst.SimpleString):
+        return dest.evaluated_value if isinstance(dest.evaluated_value, str) else None
+    flags = [a.value.evaluated_value for a in call.args
+             if a.keyword is None and isinstance(a.value, cst.SimpleString) and isinstance(a.value.evaluated_value, str)]
+    flags = [f for f in flags if f.startswith("-")]
+    if not flags:
+        return None
+    long = [f for f in flags if f.startswith("--")]
+    return (long or flags)[0].lstrip("-").replace("-", "_")

@@ -69,7 +69,7 @@ class FileModel:
         functions = list(_function_defs(self.module))
         local_names = {fn.name.value for fn, _ in functions}
         counter = [0]
-        module_scope = Scope(self.module, "<module>")
+        module_scope = Scope(self.module, "<module>", module=self.module)
         self.inliner.register(module_scope)
         constants = self.context.this.constants
         ScopeWalker(module_scope, self.imports, {}, local_names, counter, inliner=self.inliner,
@@ -85,7 +85,7 @@ class FileModel:
                 # what every method (and the bases' methods, in any file) binds to `self`
                 class_env[id(cls)] = dict(self.inliner.inherited_env(this, this.qualnames_of_classes[id(cls)]))
             attrs = class_env.setdefault(id(cls), {}) if cls is not None else {}
-            scope = Scope(fn, fn.name.value, _bases(cls), owner=cls)
+            scope = Scope(fn, fn.name.value, _bases(cls), owner=cls, module=self.module)
             self.inliner.register(scope)
             # The function's bindings go in front of its parameters', its class's attributes and the
             # module's globals, which are read through, not copied: a copy of every global for every

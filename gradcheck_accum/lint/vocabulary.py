@@ -279,6 +279,7 @@ class Scope:
     frame: Frame | None = None  # set when this scope is a called function walked inside a caller
     imports: ImportMap | None = None  # its module's imports, when the module is not the linted file
     foreign: bool = False  # a function of another file, walked because it calls into this one
+    module: cst.Module | None = None  # the linted file's module, for the scopes of that file
     events: list[Event] = field(default_factory=list)
     defs: dict[str, list[Def]] = field(default_factory=dict)
     loops: list[Loop] = field(default_factory=list)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.bindings import is_accumulation_name
+from gradcheck_accum.lint.bindings import command_line_default, is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_names, keyword, last_part,
                                         positional)
@@ -298,7 +298,7 @@ class Window:
             name = dotted(factor)
             for outer in self.outer:
                 targets = [d for d in self.scope.defs_of(name or "") if d.op is DefOp.LOOP_TARGET and d.node is outer]
-                if targets and isinstance(outer, cst.For) and _start_of(outer.iter) == 0:
+                if targets and isinstance(outer, cst.For) and _start_of(outer.iter, self.scope) == 0:
                     return True
         return False
 
@@ -940,7 +940,7 @@ def _enumerate_start(loop: Loop, index: int | None, scope: Scope) -> int | None:
     """The first value of the loop's index target, following `it = tqdm(enumerate(x)) if a else enumerate(x)`."""
     if not isinstance(loop, cst.For) or index != 0:
         return None
-    starts = {_start_of(source) for source in _iterated(loop.iter, scope, 0)}
+    starts = {_start_of(source, scope) for source in _iterated(loop.iter, scope, 0)}
     return starts.pop() if len(starts) == 1 else None
 
 
@@ -959,7 +959,10 @@ def _iterated(node: cst.BaseExpression, scope: Scope, depth: int) -> list[cst.Ba
     return [node]
 
 
-def _start_of(source: cst.BaseExpression) -> int | None:
+def _start_of(source: cst.BaseExpression, scope: Scope) -> int | None:
+    """0 or 1, the first value an `enumerate`/`range` loop index takes; a range starting at a
+    command-line option (`range(args.start_epoch, epochs)`) starts at its declared default, as a
+    fresh run does."""
     if not isinstance(source, cst.Call):
         return None
     _, name = call_receiver(source)
@@ -972,6 +975,7 @@ def _start_of(source: cst.BaseExpression) -> int | None:
         args = [a.value for a in source.args]
         if len(args) == 1:
             return 0
-        if isinstance(args[0], cst.Integer) and args[0].value in ("0", "1"):
-            return int(args[0].value)
+        start = command_line_default(args[0], scope) or args[0]
+        if isinstance(start, cst.Integer) and start.value in ("0", "1"):
+            return int(start.value)
     return None

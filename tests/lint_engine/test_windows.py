@@ -383,3 +383,46 @@ def test_clip_in_another_branch_than_the_gradscaler_backward_is_not_clipped_befo
 def test_framework_state_true_on_some_batches_is_no_setting(test, fixed):
     from gradcheck_accum.lint.paths import invariant
     assert invariant(cst.parse_expression(test), set()) is fixed
+
+
+EPOCH_LOOP = """
+import argparse, torch
+def parse_args():
+    parser = argparse.ArgumentParser()
+{options}
+    return parser.parse_args()
+def train({parameters}):
+{binding}
+    opt = torch.optim.SGD(ps, lr=1)
+    for epoch in range(args.start_epoch, 10):
+        for i, batch in enumerate(loader):
+            ni = i + epoch * len(loader)
+            (model(batch) / 4).backward()
+            if ni % 4 == 0:
+                opt.step()
+                opt.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("options, parameters, binding, start", [
+    ('    parser.add_argument("--start-epoch", type=int, default=0)', "", "    args = parse_args()", 0),
+    ('    parser.add_argument("--start_epoch", type=int, default=1)', "", "    args = parse_args()", None),
+    ('    parser.add_argument("--resume-from", dest="start_epoch", default=0)', "", "    args = parse_args()", 0),
+    ('    parser.add_argument("-s", type=int, default=0)\n    parser.add_argument("--start-epoch", type=int, default=0)',
+     "args", "    pass", 0),
+    # declared by two parsers: which one ran is not known
+    ('    parser.add_argument("--start-epoch", default=0)\n    other.add_argument("--start-epoch", default=5)', "",
+     "    args = parse_args()", None),
+    ('    parser.add_argument("--start-epoch", type=int)', "", "    args = parse_args()", None),  # default None
+    # `args` is not the parsed command line, or the option is set whatever the command line says
+    ('    parser.add_argument("--start-epoch", type=int, default=0)', "", "    args = load_config()", None),
+    ('    parser.add_argument("--start-epoch", type=int, default=0)', "", "    args = parse_args()\n    args.start_epoch = 5",
+     None),
+    ('    parser.add_argument("--start-epoch", type=int, default=0)', "",
+     "    args = parse_args()\n    if args.resume:\n        args.start_epoch = 5", 0),
+])
+def test_counter_start_through_a_command_line_default(options, parameters, binding, start):
+    """A range that starts at a command-line option starts, in a fresh run, at the option's declared
+    default: `ni = i + epoch * len(loader)` is then 0-based, or of unknown start."""
+    window = only_window(EPOCH_LOOP.format(options=options, parameters=parameters, binding=binding))
+    assert window.counter_start == start
