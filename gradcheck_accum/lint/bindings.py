@@ -14,7 +14,7 @@ from typing import Callable
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, keyword, last_part, parameter_names,
-                                        positional)
+                                        positional, walk)
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Role, Scope
 
 Lookup = Callable[["cst.BaseExpression | None"], frozenset[Role]]  # the roles of an argument expression
@@ -250,10 +250,7 @@ def _declared_defaults(module: cst.Module) -> dict[str, cst.BaseExpression]:
     if _declared[0] is module:
         return _declared[1]
     defaults: dict[str, cst.BaseExpression | None] = {}
-    stack: list[cst.CSTNode] = [module]
-    while stack:
-        node = stack.pop()
-        stack.extend(children(node))
+    for node in walk(module):
         if not isinstance(node, cst.Call) or call_receiver(node)[1] != "add_argument":
             continue
         dest = _option_dest(node)

@@ -158,15 +158,18 @@ def iter_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
         stack.extend(reversed(children(current)))
 
 
-def contains(root: cst.CSTNode, node: cst.CSTNode) -> bool:
-    """Is `node` inside `root` (or `root` itself)?"""
+def walk(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`root` and every node inside it (syntactic children only, see `children`)."""
     stack = [root]
     while stack:
         current = stack.pop()
-        if current is node:
-            return True
+        yield current
         stack.extend(children(current))
-    return False
+
+
+def contains(root: cst.CSTNode, node: cst.CSTNode) -> bool:
+    """Is `node` inside `root` (or `root` itself)?"""
+    return any(current is node for current in walk(root))
 
 
 class ImportMap:

@@ -20,7 +20,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import command_line_default, is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_names, keyword, last_part,
-                                        positional)
+                                        positional, walk)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, is_accumulation_count,
                                              reads_length)
@@ -124,8 +124,7 @@ class Window:
         name bound once to it), to size the epoch's last partial window, while the boundary counts the
         loop's own index from the start of the epoch: the binding, if so."""
         name, counter = dotted(self.n) if self.n is not None else None, dotted(self.counter)
-        if name is None or counter is None or not any(
-                d.op is DefOp.LOOP_TARGET and d.node is self.loop for d in self.scope.defs_of(counter)):
+        if name is None or counter is None or _loop_target(self.scope, counter, self.loop) is None:
             return None
         for d in self.scope.defs_of(name):
             if self.loop not in d.ctx.loops or d.op is not DefOp.ASSIGN:
@@ -150,7 +149,7 @@ class Window:
         tests += [d.value for test in list(tests) for name in iter_names(test)
                   for d in self.scope.defs_of(name) if d.op is DefOp.ASSIGN and d.value is not None]
         return any(isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And)
-                   and contains(node, comparison) for test in tests for node in _subtrees(test))
+                   and contains(node, comparison) for test in tests for node in walk(test))
 
     def assigned_in_nest(self, name: str) -> bool:
         """Is `name` bound inside the window's loops (an optimizer built anew every iteration)?"""
@@ -212,9 +211,9 @@ class Window:
             return None
         loop, scope = self.loop, self.scope
         defs = scope.defs_of(name)
-        loop_target = [d for d in defs if d.op is DefOp.LOOP_TARGET and d.node is loop]
-        if loop_target:
-            return _enumerate_start(loop, loop_target[0].index, scope)
+        target = _loop_target(scope, name, loop)
+        if target is not None:
+            return _enumerate_start(loop, target.index, scope)
         inside = [d for d in defs if loop in d.ctx.loops]
         if len(inside) == 1 and inside[0].op is DefOp.ASSIGN and isinstance(inside[0].value, cst.BinaryOperation) \
                 and isinstance(inside[0].value.operator, cst.Add):
@@ -297,8 +296,8 @@ class Window:
         for factor in (offset.left, offset.right):
             name = dotted(factor)
             for outer in self.outer:
-                targets = [d for d in self.scope.defs_of(name or "") if d.op is DefOp.LOOP_TARGET and d.node is outer]
-                if targets and isinstance(outer, cst.For) and _start_of(outer.iter, self.scope) == 0:
+                if _loop_target(self.scope, name or "", outer) is not None and isinstance(outer, cst.For) \
+                        and _start_of(outer.iter, self.scope) == 0:
                     return True
         return False
 
@@ -588,15 +587,6 @@ def _loop_windows(scope: Scope, loop: Loop, outer: tuple[Loop, ...], neighbours:
         if count_on_path(window.path.decisions + tuple(enclosing), is_n) is Count.ONE:
             window.shape, window.boundary = PLAIN, None
     return windows
-
-
-def _subtrees(node: cst.CSTNode) -> list[cst.CSTNode]:
-    found, stack = [], [node]
-    while stack:
-        current = stack.pop()
-        found.append(current)
-        stack.extend(children(current))
-    return found
 
 
 def _span(scope: Scope, first: int, last: int | None) -> list[Event]:
@@ -889,15 +879,12 @@ def _selecting_test(sync: Event, scope: Scope) -> tuple[cst.BaseExpression, bool
         statement = sync.stmt
         roots = [item.item for item in statement.items] if isinstance(statement, cst.With) else \
             [statement] if statement is not None else []
-        stack = list(roots)
-        while stack:
-            node = stack.pop()
+        for node in (node for root in roots for node in walk(root)):
             if isinstance(node, cst.IfExp):
                 if contains(node.body, sync.node):
                     return node.test, True
                 if contains(node.orelse, sync.node):
                     return node.test, False
-            stack.extend(children(node))
         return None
     bound = [d for d in scope.defs.get(sync.target or "", []) if d.node is sync.node]
     value = bound[0].value if bound else None
@@ -934,6 +921,11 @@ def increment(d: Def, name: str, wrapped: bool = True) -> cst.BaseExpression | N
         if dotted(value.right) == name:
             return value.left
     return None
+
+
+def _loop_target(scope: Scope, name: str, loop: Loop) -> Def | None:
+    """The binding of `name` as a target of `loop` (`for i, batch in enumerate(loader)` binds `i`)."""
+    return next((d for d in scope.defs_of(name) if d.op is DefOp.LOOP_TARGET and d.node is loop), None)
 
 
 def _enumerate_start(loop: Loop, index: int | None, scope: Scope) -> int | None:
