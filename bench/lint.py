@@ -24,9 +24,11 @@ primed), against starting Python and importing libcst; and a generated project o
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.util
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -193,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     package = torch_package()
     peers = {} if args.skip_peers else {name: install_peer(name) for name in PEERS}
     work = Path(tempfile.mkdtemp(prefix="accumcheck-bench-"))
+    atexit.register(shutil.rmtree, work, True)  # generated projects and caches: hundreds of MB at 1M lines
     # A project of its own, as a lone script is: beside the generated projects below, the project
     # model would take them for its neighbours.
     (work / "script").mkdir()
