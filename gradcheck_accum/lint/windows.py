@@ -953,8 +953,8 @@ def _iterated(node: cst.BaseExpression, scope: Scope, depth: int) -> list[cst.Ba
 
 def _start_of(source: cst.BaseExpression, scope: Scope) -> int | None:
     """0 or 1, the first value an `enumerate`/`range` loop index takes; a range starting at a
-    command-line option (`range(args.start_epoch, epochs)`) starts at its declared default, as a
-    fresh run does."""
+    command-line option (`range(args.start_epoch, epochs)`, or a name bound once to one or to a
+    literal) starts at its declared default, as a fresh run does."""
     if not isinstance(source, cst.Call):
         return None
     _, name = call_receiver(source)
@@ -967,7 +967,12 @@ def _start_of(source: cst.BaseExpression, scope: Scope) -> int | None:
         args = [a.value for a in source.args]
         if len(args) == 1:
             return 0
-        start = command_line_default(args[0], scope) or args[0]
+        start = args[0]
+        if isinstance(start, cst.Name):  # `start_epoch = args.start_epoch`, bound once and unconditionally
+            defs = scope.defs_of(start.value)
+            if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and not defs[0].ctx.guards and defs[0].value is not None:
+                start = defs[0].value
+        start = command_line_default(start, scope) or start
         if isinstance(start, cst.Integer) and start.value in ("0", "1"):
             return int(start.value)
     return None

@@ -426,3 +426,19 @@ def test_counter_start_through_a_command_line_default(options, parameters, bindi
     default: `ni = i + epoch * len(loader)` is then 0-based, or of unknown start."""
     window = only_window(EPOCH_LOOP.format(options=options, parameters=parameters, binding=binding))
     assert window.counter_start == start
+
+
+@pytest.mark.parametrize("binding, start", [
+    ("    start_epoch = 0", 0),
+    ("    start_epoch = args.start_epoch", 0),
+    ("    start_epoch = 0\n    if resume:\n        start_epoch = load_epoch() + 1", None),  # bound twice
+    ("    if fresh:\n        start_epoch = 0", None),  # bound only under a condition
+    ("    start_epoch = 2", None),
+])
+def test_counter_start_through_a_name_bound_once(binding, start):
+    """A range that starts at a name bound once, unconditionally, starts at what it was bound to (a
+    literal, or a command-line option's default)."""
+    source = EPOCH_LOOP.format(options='    parser.add_argument("--start-epoch", type=int, default=0)',
+                               parameters="", binding="    args = parse_args()\n" + binding)
+    window = only_window(source.replace("range(args.start_epoch, 10)", "range(start_epoch, 10)"))
+    assert window.counter_start == start
