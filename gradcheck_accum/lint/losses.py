@@ -358,7 +358,11 @@ class LossTracer:
         if receiver is not None and self.imports.qualify(node.func):
             # `torch.sum(x)`, `torch.mean(x, dim=1)`: a module's function; its first argument is the operand
             receiver = positional(node, 0)
-        operation = cat.LOSS_OPERATIONS.get(method or "")
+        # A function of the project is read in its body, even when its name is one the catalogue knows:
+        # a wrapper's own `self.scale_loss(loss)` may divide by the accumulation count, where apex's
+        # `amp.scale_loss(loss, opt)` only multiplies by the loss scale
+        returned = self.returns(node, scope, before) if self.returns is not None else None
+        operation = cat.LOSS_OPERATIONS.get(method or "") if returned is None else None
         if operation in (LossOp.DIVIDES, LossOp.MULTIPLIES) and receiver is not None:
             if node.args:
                 facts.scalings.append(Scaling(node, node.args[0].value, operation is LossOp.DIVIDES, scope,
@@ -387,7 +391,6 @@ class LossTracer:
                 a.keyword is not None and "num_items" in a.keyword.value for a in node.args):
             facts.known = False  # N, or the window's item count, is handed to the producer
             return
-        returned = self.returns(node, scope, before) if self.returns is not None else None
         if returned and self._trace_returned(returned, facts, depth):
             return  # a function of the project: what it returns, read in its body
         callee = dotted(node.func)
