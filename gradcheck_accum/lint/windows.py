@@ -758,8 +758,14 @@ def _guards_below(event: Event, loop: Loop) -> list[Guard]:
     return [g for g in event.ctx.guards if g.depth > level]
 
 
+def _deciding_guards(step: Event, loop: Loop) -> list[Guard]:
+    """The guards below `loop` that can make a step's boundary: not the way on past an exit that ends
+    the run (`if elapsed > max_time: break`), which every micro-batch that gets that far takes."""
+    return [g for g in _guards_below(step, loop) if g.exit is None or not g.exit.ends_loop]
+
+
 def _step_boundary(step: Event, loop: Loop, scope: Scope) -> tuple[Boundary, Guard] | None:
-    for guard in _guards_below(step, loop):
+    for guard in _deciding_guards(step, loop):
         boundary = analyze(guard.test, guard.scope or scope)
         if boundary is not None:
             effective = boundary if guard.positive else boundary.flipped()
@@ -772,7 +778,7 @@ def _inverted_boundary(steps: list[Event], loop: Loop, scope: Scope) -> tuple[Bo
     """The boundary a step runs the wrong side of: a `% N` test over the accumulation count that is
     true on the N - 1 micro-batches that should accumulate (`if i % accum_steps:`)."""
     for step in steps:
-        for guard in _guards_below(step, loop):
+        for guard in _deciding_guards(step, loop):
             boundary = analyze(guard.test, guard.scope or scope)
             if boundary is None:
                 continue
