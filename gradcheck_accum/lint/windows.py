@@ -24,7 +24,7 @@ from gradcheck_accum.lint.names import (call_receiver, children, code, contains,
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, is_accumulation_count,
                                              reads_length)
-from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Framework, Guard, Role, Scope, Tag
+from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Exit, Framework, Guard, Role, Scope, Tag
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
@@ -758,14 +758,23 @@ def _guards_below(event: Event, loop: Loop) -> list[Guard]:
     return [g for g in event.ctx.guards if g.depth > level]
 
 
-def _deciding_guards(step: Event, loop: Loop) -> list[Guard]:
-    """The guards below `loop` that can make a step's boundary: not the way on past an exit that ends
-    the run (`if elapsed > max_time: break`), which every micro-batch that gets that far takes."""
-    return [g for g in _guards_below(step, loop) if g.exit is None or not g.exit.ends_loop]
+def _ends_run(guard: Guard, loop_scope: Scope) -> bool:
+    """Is this guard the way on past an exit that ends the loop (or the run): a `break`, a `raise`, or
+    a `return` from the function that runs the loop? Every micro-batch that gets that far takes it. A
+    `return` from a helper called in the loop (`if (i + 1) % N: return` before its step) ends that
+    call only: the way past it can be a boundary."""
+    if guard.exit is None or not guard.exit.ends_loop:
+        return False
+    return guard.exit is not Exit.RETURN or guard.scope is None or guard.scope is loop_scope
+
+
+def _deciding_guards(step: Event, loop: Loop, scope: Scope) -> list[Guard]:
+    """The guards below `loop` that can make a step's boundary (`if elapsed > max_time: break` cannot)."""
+    return [g for g in _guards_below(step, loop) if not _ends_run(g, scope)]
 
 
 def _step_boundary(step: Event, loop: Loop, scope: Scope) -> tuple[Boundary, Guard] | None:
-    for guard in _deciding_guards(step, loop):
+    for guard in _deciding_guards(step, loop, scope):
         boundary = analyze(guard.test, guard.scope or scope)
         if boundary is not None:
             effective = boundary if guard.positive else boundary.flipped()
@@ -778,7 +787,7 @@ def _inverted_boundary(steps: list[Event], loop: Loop, scope: Scope) -> tuple[Bo
     """The boundary a step runs the wrong side of: a `% N` test over the accumulation count that is
     true on the N - 1 micro-batches that should accumulate (`if i % accum_steps:`)."""
     for step in steps:
-        for guard in _deciding_guards(step, loop):
+        for guard in _deciding_guards(step, loop, scope):
             boundary = analyze(guard.test, guard.scope or scope)
             if boundary is None:
                 continue
@@ -810,7 +819,7 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
     guards = _guards_below(event, window.loop)
     placement = EVERY
     for guard in guards:
-        if guard in window.backward_guards or (guard.exit is not None and guard.exit.ends_loop):
+        if guard in window.backward_guards or _ends_run(guard, window.scope):
             continue  # the path every gradient is made on; or the run goes on only this way
         boundary = analyze(guard.test, guard.scope or window.scope)
         if boundary is not None and window.boundary is not None and boundary.family == window.boundary.family:
@@ -821,6 +830,8 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
                 return BOUNDARY
         elif boundary is not None and boundary.kind is BoundaryKind.SYNC_FLAG:
             return BOUNDARY if boundary.positive == guard.positive else OFF_BOUNDARY
+        elif guard.exit is not None and guard.exit.ends_loop:
+            continue  # past a helper's early `return` that is no boundary (`if not grads: return`): its way on
         elif not invariant(guard.test, variant) and not _per_item(window, event, guard, variant):
             return UNKNOWN
     return placement

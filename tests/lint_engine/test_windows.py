@@ -442,3 +442,43 @@ def test_counter_start_through_a_name_bound_once(binding, start):
                                parameters="", binding="    args = parse_args()\n" + binding)
     window = only_window(source.replace("range(args.start_epoch, 10)", "range(start_epoch, 10)"))
     assert window.counter_start == start
+
+
+@pytest.mark.parametrize("leave", ["break", "raise SystemExit('time budget spent')"])
+def test_the_way_past_an_exit_that_ends_the_run_is_no_boundary(leave):
+    # `elapsed > max_time` compares a growing value with a limit, as a distance boundary does: read as
+    # the step's boundary, the step would run on its wrong side and the loop would hold no window
+    source = (
+        "import time\n"
+        "start = time.perf_counter()\n"
+        "for i, batch in enumerate(loader):\n"
+        "    now = time.perf_counter()\n"
+        "    if now - start > max_time:\n"
+        f"        {leave}\n"
+        "    loss = model(batch) / accum\n"
+        "    loss.backward()\n"
+        "    if (i + 1) % accum == 0:\n"
+        "        opt.step()\n"
+        "        opt.zero_grad()\n"
+    )
+    window = only_window(source)
+    assert window.shape == GUARDED and window.accumulates
+    assert placements(window, EventKind.STEP) == [BOUNDARY]
+
+
+def test_a_helpers_early_return_before_its_step_is_the_boundary():
+    source = (
+        "def train_step(batch, i):\n"
+        "    loss = model(batch) / accum\n"
+        "    loss.backward()\n"
+        "    if (i + 1) % accum != 0:\n"
+        "        return\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+        "\n"
+        "for i, batch in enumerate(loader):\n"
+        "    train_step(batch, i)\n"
+    )
+    window = only_window(source)
+    assert window.shape == GUARDED and window.accumulates
+    assert placements(window, EventKind.STEP) == [BOUNDARY]
