@@ -353,6 +353,7 @@ PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
 DETACHING_FUNCTIONS = frozenset({"float"})  # float(loss): a Python number
 MEAN_METHOD = "mean"  # `x.mean()`: over every element of x, however many the micro-batch has
 ITEM_COUNTS = frozenset({"sum", "count_nonzero"})  # `mask.sum()`: a per-micro-batch count of valid items
+NOT_EQUAL_METHOD = "ne"  # `labels.ne(ignore_index)`, as `labels != ignore_index`
 # How many rows or elements a tensor has: `x.size(0)`, `x.numel()`, `len(x)`, `x.shape[0]`.
 SIZE_METHODS = frozenset({"size", "numel", "nelement"})
 SIZE_FUNCTIONS = frozenset({"len"})

@@ -699,8 +699,26 @@ def _is_count_of_items(node: cst.BaseExpression) -> bool:
 
 def _counts_items(divisor: cst.BaseExpression, scope: Scope, before: int) -> bool:
     """A divisor that is a count of valid items, written in place or bound to a name first
-    (`/ mask.sum()`, `/ num_pos` after `num_pos = pos.sum()`)."""
-    return _is_count_of_items(_bound_value(_count_kept(divisor), scope, before)[0])
+    (`/ mask.sum()`, `/ num_pos` after `num_pos = pos.sum()`). Not a count of the labels that differ
+    from a sentinel (`(target != ignore_index).sum()`) when the labels are the next tokens of the
+    stream the inputs are cut from: none is the sentinel, so the count is the same in every micro-batch."""
+    count, at = _bound_value(_count_kept(divisor), scope, before)
+    if not _is_count_of_items(count):
+        return False
+    labels = _compared_with_sentinel(_counted(count))
+    return labels is None or not _next_tokens(labels, scope, at, 0)
+
+
+def _compared_with_sentinel(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """`labels` of `labels != ignore_index` (or `labels.ne(ignore_index)`), parenthesised or not."""
+    if isinstance(node, cst.Comparison) and len(node.comparisons) == 1 \
+            and isinstance(node.comparisons[0].operator, cst.NotEqual):
+        return node.left
+    if isinstance(node, cst.Call):
+        receiver, method = call_receiver(node)
+        if method == cat.NOT_EQUAL_METHOD and receiver is not None and len(node.args) == 1:
+            return receiver
+    return None
 
 
 # -- what a scaling normalises ---------------------------------------------------------------------
