@@ -133,29 +133,50 @@ def pass_kind(window: Window) -> PassKind:
 
 
 def _stops_after_whole_windows(window: Window) -> bool:
-    """`if i // N >= full_windows: break` ahead of every backward of the body, on the 0-based counter
-    whose `(i + 1) % N` closes the windows: the first micro-batch it stops at starts a window, so each
-    pass ends after whole windows."""
-    boundary, counter = window.boundary, dotted(window.counter) if window.counter is not None else None
-    if counter is None or boundary.kind is not BoundaryKind.MODULO or boundary.offset != 1 or window.counter_start != 0:
+    """`if i // N >= full_windows: break` (or `continue`, or the quotient bound to a name first:
+    `step = i // N`) ahead of every backward of the body, on the 0-based counter whose `(i + 1) % N`
+    closes the windows: the first micro-batch it stops at starts a window, and the counter only grows,
+    so each pass ends after whole windows."""
+    boundary, index = window.boundary, window.index_counter()
+    if index is None or boundary.kind is not BoundaryKind.MODULO or boundary.offset != 1 or index[1] != 0:
         return False
+    counter, scope = index[0], window.boundary_scope or window.scope
     body = list(window.loop.body.body)
     backwards = [e for e in window.backwards if window.inside(e)]
-    for index, test in ((i, s.test) for i, s in enumerate(body) if isinstance(s, cst.If) and _breaks_out(s)):
+    for index, test in ((i, s.test) for i, s in enumerate(body) if isinstance(s, cst.If) and _leaves_iteration(s)):
         if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(
                 test.comparisons[0].operator, (cst.GreaterThan, cst.GreaterThanEqual))):
             continue
-        left = test.left
+        left = _quotient_bound(test.left, body[:index])
         if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.FloorDivide) \
-                and dotted(left.left) == counter and is_accumulation_count(left.right, window.n, window.scope) \
+                and dotted(left.left) == counter and is_accumulation_count(left.right, window.boundary.n, scope) \
                 and not any(contains(statement, e.node) for statement in body[:index + 1] for e in backwards):
             return True
     return False
 
 
+def _quotient_bound(node: cst.BaseExpression, before: list[cst.BaseStatement]) -> cst.BaseExpression:
+    """What a name holds when a plain statement of the loop body ahead of the test binds it once
+    (`step = i // N`); the expression itself otherwise."""
+    if not isinstance(node, cst.Name):
+        return node
+    values = [small.value for line in before if isinstance(line, cst.SimpleStatementLine) for small in line.body
+              if isinstance(small, cst.Assign) and len(small.targets) == 1
+              and isinstance(small.targets[0].target, cst.Name) and small.targets[0].target.value == node.value]
+    rebound = any(node.value in iter_names(statement) for statement in before if not isinstance(
+        statement, cst.SimpleStatementLine))
+    return values[0] if len(values) == 1 and not rebound else node
+
+
 def _breaks_out(statement: cst.If) -> bool:
     """`if <test>: break` with no else."""
     return statement.orelse is None and any(isinstance(small, cst.Break) for line in statement.body.body
+                                            if isinstance(line, cst.SimpleStatementLine) for small in line.body)
+
+
+def _leaves_iteration(statement: cst.If) -> bool:
+    """`if <test>: break` or `if <test>: continue`, with no else."""
+    return statement.orelse is None and any(isinstance(small, (cst.Break, cst.Continue)) for line in statement.body.body
                                             if isinstance(line, cst.SimpleStatementLine) for small in line.body)
 
 

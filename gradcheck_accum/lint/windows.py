@@ -173,6 +173,20 @@ class Window:
         `ni = i + nb * epoch` in the first epoch)."""
         return self._first_value(self.counter, 0)
 
+    def index_counter(self) -> tuple[str, int] | None:
+        """The boundary test's counter as the loop's own code names it, with its first value, when it is
+        the loop's index (`for i, batch in enumerate(loader)`), read where the loop is written: also a
+        loop of a function walked in place, whose index the window's own scope cannot name."""
+        name = dotted(self.boundary.counter) if self.boundary is not None else None
+        scope = self.boundary_scope or self.scope
+        while name is not None and scope is not None:  # from where the test is read out to the loop's code
+            target = _loop_target(scope, name, self.loop)
+            if target is not None:
+                start = _enumerate_start(self.loop, target.index, scope)
+                return (name, start) if start is not None else None
+            scope = scope.frame.caller if scope.frame is not None else None
+        return None
+
     def steps_on_outer_counter(self) -> tuple[str | None, list[Event]]:
         """The boundary steps inside the micro-batch loop whose test counts the index of an enclosing
         loop (`for epoch in ...: for batch in loader: ... if (epoch + 1) % N == 0: step`) that nothing
