@@ -140,10 +140,11 @@ def _stops_after_whole_windows(window: Window) -> bool:
     boundary, index = window.boundary, window.index_counter()
     if index is None or boundary.kind is not BoundaryKind.MODULO or boundary.offset != 1 or index[1] != 0:
         return False
-    counter, scope = index[0], window.boundary_scope or window.scope
+    counter, _, scope = index
     body = list(window.loop.body.body)
     backwards = [e for e in window.backwards if window.inside(e)]
-    for index, test in ((i, s.test) for i, s in enumerate(body) if isinstance(s, cst.If) and _leaves_iteration(s)):
+    leaving = (cst.Break, cst.Continue)  # either way, no later micro-batch of the pass is backpropagated
+    for index, test in ((i, s.test) for i, s in enumerate(body) if isinstance(s, cst.If) and _breaks_out(s, leaving)):
         if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(
                 test.comparisons[0].operator, (cst.GreaterThan, cst.GreaterThanEqual))):
             continue
@@ -168,15 +169,10 @@ def _quotient_bound(node: cst.BaseExpression, before: list[cst.BaseStatement]) -
     return values[0] if len(values) == 1 and not rebound else node
 
 
-def _breaks_out(statement: cst.If) -> bool:
-    """`if <test>: break` with no else."""
-    return statement.orelse is None and any(isinstance(small, cst.Break) for line in statement.body.body
-                                            if isinstance(line, cst.SimpleStatementLine) for small in line.body)
-
-
-def _leaves_iteration(statement: cst.If) -> bool:
-    """`if <test>: break` or `if <test>: continue`, with no else."""
-    return statement.orelse is None and any(isinstance(small, (cst.Break, cst.Continue)) for line in statement.body.body
+def _breaks_out(statement: cst.If, exits: tuple[type, ...] | None = None) -> bool:
+    """`if <test>: break` (or another of `exits`) with no else."""
+    exits = exits or (cst.Break,)  # libcst is read on the first call, never on import
+    return statement.orelse is None and any(isinstance(small, exits) for line in statement.body.body
                                             if isinstance(line, cst.SimpleStatementLine) for small in line.body)
 
 

@@ -173,9 +173,9 @@ class Window:
         `ni = i + nb * epoch` in the first epoch)."""
         return self._first_value(self.counter, 0)
 
-    def index_counter(self) -> tuple[str, int] | None:
-        """The boundary test's counter as the loop's own code names it, with its first value, when it is
-        the loop's index (`for i, batch in enumerate(loader)`), read where the loop is written: also a
+    def index_counter(self) -> tuple[str, int, Scope] | None:
+        """The boundary test's counter as the loop's own code names it, its first value, and the scope the
+        loop is written in, when it is the loop's index (`for i, batch in enumerate(loader)`): also a
         loop of a function walked in place, whose index the window's own scope cannot name."""
         name = dotted(self.boundary.counter) if self.boundary is not None else None
         scope = self.boundary_scope or self.scope
@@ -183,7 +183,7 @@ class Window:
             target = _loop_target(scope, name, self.loop)
             if target is not None:
                 start = _enumerate_start(self.loop, target.index, scope)
-                return (name, start) if start is not None else None
+                return (name, start, scope) if start is not None else None
             scope = scope.frame.caller if scope.frame is not None else None
         return None
 
