@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import command_line_default, is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_names, keyword, last_part,
-                                        positional, walk)
+from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_calls, iter_names, keyword,
+                                        last_part, positional, walk)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, is_accumulation_count,
                                              reads_length)
@@ -446,7 +446,7 @@ def same_target(zero: Event, step: Event, scope: Scope | None = None) -> bool:
     if zero.target is not None and step.target is not None and scope is not None and zero.model_wide:
         # `gpu_model.zero_grad()` while the optimizer steps another model's parameters
         # (`Adam(cpu_model.parameters())`, gradients copied over before the clear)
-        return not _separate_models(zero.target, _stepped_model(step.target, scope), scope)
+        return not _separate_models(_parameters_owner(zero.target, scope), _stepped_model(step.target, scope), scope)
     if zero.model_wide or zero.target is None or step.target is None:
         return True
     if zero.target == step.target:
@@ -470,15 +470,44 @@ def _stepped_model(optimizer: str, scope: Scope) -> str | None:
     return dotted(receiver) if receiver is not None and method in cat.PARAMETER_METHODS else None
 
 
+def _parameters_owner(name: str, scope: Scope) -> str:
+    """The model whose parameters a loop variable walks (`m` for `p` of `for p in m.parameters()`, of
+    `for n, p in m.named_parameters()`, or of `for q, p in zip(a.parameters(), m.parameters())`), in
+    every loop that binds it: a clear of each `p.grad` clears that model's gradients. The name itself
+    otherwise."""
+    owners = {_walked_model(d) for d in scope.defs_of(name)}
+    owner = owners.pop() if len(owners) == 1 else None
+    return owner or name
+
+
+def _walked_model(d: Def) -> str | None:
+    if d.op is not DefOp.LOOP_TARGET or not isinstance(d.node, cst.For):
+        return None
+    source, index = d.node.iter, d.index
+    receiver, method = call_receiver(source) if isinstance(source, cst.Call) else (None, None)
+    if receiver is None and method == "zip" and index is not None and index < len(source.args):
+        source, index = source.args[index].value, None
+        receiver, method = call_receiver(source) if isinstance(source, cst.Call) else (None, None)
+    walks_parameters = (method == "parameters" and index is None) or (method == "named_parameters" and index == 1)
+    return dotted(receiver) if receiver is not None and walks_parameters else None
+
+
 def _separate_models(one: str, other: str | None, scope: Scope) -> bool:
     """Two models each bound once here, neither built from the other (`gpu = cpu.half().cuda()` is
-    the same module, moved in place)."""
+    the same module, moved in place) unless as a deep copy of it (`copy.deepcopy(model)`)."""
     if other is None or other == one:
         return False
     defs = {name: scope.defs_of(name) for name in (one, other)}
     if any(len(d) != 1 or d[0].op is not DefOp.ASSIGN or d[0].value is None for d in defs.values()):
         return False
-    return not _reads(defs[one][0].value, other) and not _reads(defs[other][0].value, one)
+    return not _built_from(defs[one][0].value, other) and not _built_from(defs[other][0].value, one)
+
+
+def _built_from(value: cst.BaseExpression, name: str) -> bool:
+    """Does `value` read the module `name` other than through a deep copy of it?"""
+    copied = any(call_receiver(call)[1] == cat.DEEP_COPY_FUNCTION and len(call.args) == 1
+                 and dotted(call.args[0].value) == name for call in iter_calls(value))
+    return _reads(value, name) and not copied
 
 
 def _reads(value: cst.BaseExpression, name: str) -> bool:
