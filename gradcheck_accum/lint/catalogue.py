@@ -349,7 +349,8 @@ LABEL_KEEPING_METHODS = frozenset({"view", "reshape", "contiguous", "flatten", "
                                    "to", "cuda", "clone", "detach", "pin_memory"})
 SCALER_SWITCH = "enabled"  # GradScaler(enabled=use_amp): with it false, scale() and unscale_() do nothing
 # What hands an optimizer a model's parameters: `Adam(model.parameters())`.
-PARAMETER_METHODS = frozenset({"parameters", "named_parameters"})
+NAMED_PARAMETERS_METHOD = "named_parameters"  # yields (name, parameter) pairs
+PARAMETER_METHODS = frozenset({"parameters", NAMED_PARAMETERS_METHOD})
 DEEP_COPY_FUNCTION = "deepcopy"  # `copy.deepcopy(model)`: a module of its own, with parameters of its own
 DETACHING_FUNCTIONS = frozenset({"float"})  # float(loss): a Python number
 MEAN_METHOD = "mean"  # `x.mean()`: over every element of x, however many the micro-batch has

@@ -463,11 +463,17 @@ def _stepped_model(optimizer: str, scope: Scope) -> str | None:
     defs = scope.defs_of(optimizer)
     if len(defs) != 1 or defs[0].op is not DefOp.ASSIGN or not isinstance(defs[0].value, cst.Call):
         return None
-    params = positional(defs[0].value, 0) or keyword(defs[0].value, "params")
-    if not isinstance(params, cst.Call):
+    found = _parameters_call(positional(defs[0].value, 0) or keyword(defs[0].value, "params"))
+    return found[0] if found is not None else None
+
+
+def _parameters_call(node: cst.BaseExpression | None) -> tuple[str, str] | None:
+    """(`m`, the method) for `m.parameters()` or `m.named_parameters()`."""
+    if not isinstance(node, cst.Call):
         return None
-    receiver, method = call_receiver(params)
-    return dotted(receiver) if receiver is not None and method in cat.PARAMETER_METHODS else None
+    receiver, method = call_receiver(node)
+    model = dotted(receiver) if receiver is not None else None
+    return (model, method) if model and method in cat.PARAMETER_METHODS else None
 
 
 def _parameters_owner(name: str, scope: Scope) -> str:
@@ -484,12 +490,15 @@ def _walked_model(d: Def) -> str | None:
     if d.op is not DefOp.LOOP_TARGET or not isinstance(d.node, cst.For):
         return None
     source, index = d.node.iter, d.index
-    receiver, method = call_receiver(source) if isinstance(source, cst.Call) else (None, None)
-    if receiver is None and method == "zip" and index is not None and index < len(source.args):
+    zipped = isinstance(source, cst.Call) and call_receiver(source)[0] is None and call_receiver(source)[1] == "zip"
+    if zipped and index is not None and index < len(source.args):
         source, index = source.args[index].value, None
-        receiver, method = call_receiver(source) if isinstance(source, cst.Call) else (None, None)
-    walks_parameters = (method == "parameters" and index is None) or (method == "named_parameters" and index == 1)
-    return dotted(receiver) if receiver is not None and walks_parameters else None
+    found = _parameters_call(source)
+    if found is None:
+        return None
+    model, method = found
+    # the parameter itself is the whole target of `parameters()`, the second of a named_parameters() pair
+    return model if index == (1 if method == cat.NAMED_PARAMETERS_METHOD else None) else None
 
 
 def _separate_models(one: str, other: str | None, scope: Scope) -> bool:
