@@ -1113,13 +1113,15 @@ def _hook_calls(function: cst.FunctionDef) -> list[cst.Call]:
     targets: set[str] = set()
     found = []
     stack: list[cst.CSTNode] = list(function.body.body)
+    closed = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
     while stack:
         node = stack.pop()
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+        kind = type(node)  # exact types, as in names.iter_calls
+        if kind in closed:
             continue
-        if isinstance(node, cst.For):
+        if kind is cst.For:
             targets.update(n for n in [dotted(node.target)] if n)
-        if isinstance(node, cst.Call):
+        elif kind is cst.Call:
             found.append(node)
         stack.extend(children(node))
     return [c for c in found if (isinstance(c.func, cst.Attribute) and dotted(c.func.value) in targets)

@@ -20,19 +20,21 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
 
     libcst's own `children` property rebuilds every child through a visitor, which dominates the
     analysis time on large files; reading the dataclass fields directly is an order of magnitude faster.
+    Every walk of the analysis goes through here, so the type tests are dictionary lookups.
     """
     fields = _CHILD_FIELDS.get(type(node))
     if fields is None:
-        fields = tuple(name for name in node.__dataclass_fields__
-                       if name not in _SKIPPED_FIELDS and not name.startswith("whitespace"))
-        _CHILD_FIELDS[type(node)] = fields
+        fields = _CHILD_FIELDS[type(node)] = tuple(
+            name for name in node.__dataclass_fields__
+            if name not in _SKIPPED_FIELDS and not name.startswith("whitespace"))
     out: list[cst.CSTNode] = []
     for name in fields:
         value = getattr(node, name)
-        if _is_node(value):
+        kind = type(value)
+        if kind is list or kind is tuple:
+            out.extend([item for item in value if _NODE_TYPES.get(type(item)) or _is_node(item)])
+        elif _NODE_TYPES.get(kind) or _is_node(value):
             out.append(value)
-        elif isinstance(value, (list, tuple)):
-            out.extend(item for item in value if _is_node(item))
     return out
 
 
@@ -41,7 +43,7 @@ _NODE_TYPES: dict[type, bool] = {}
 
 def _is_node(value: object) -> bool:
     """isinstance(value, cst.CSTNode), answered once per type: CSTNode is an abstract class, whose
-    isinstance checks cost several times a dictionary lookup, and `children` makes one per field."""
+    isinstance checks cost several times a dictionary lookup."""
     known = _NODE_TYPES.get(type(value))
     if known is None:
         known = _NODE_TYPES[type(value)] = isinstance(value, cst.CSTNode)
@@ -50,9 +52,12 @@ def _is_node(value: object) -> bool:
 
 def dotted(node: cst.CSTNode | None) -> str | None:
     """`a.b.c` for Name/Attribute chains (also `self.x`), else None."""
-    if isinstance(node, cst.Name):
+    # Here and in the walks below, types are compared exactly: a libcst node class is never
+    # subclassed, and `isinstance` against one (an abstract class's subclass) costs an ABC check.
+    kind = type(node)
+    if kind is cst.Name:
         return node.value
-    if isinstance(node, cst.Attribute):
+    if kind is cst.Attribute:
         base = dotted(node.value)
         return f"{base}.{node.attr.value}" if base else None
     return None
@@ -124,11 +129,12 @@ def iter_names(node: cst.CSTNode) -> Iterator[str]:
     stack = [node]
     while stack:
         current = stack.pop()
-        if isinstance(current, (cst.Name, cst.Attribute)):
+        kind = type(current)
+        if kind is cst.Name or kind is cst.Attribute:
             name = dotted(current)
             if name:
                 yield name
-                if isinstance(current, cst.Attribute):
+                if kind is cst.Attribute:
                     yield from iter_names(current.value)
                 continue
         stack.extend(children(current))
@@ -139,7 +145,7 @@ def full_names(node: cst.CSTNode) -> Iterator[str]:
     stack = [node]
     while stack:
         current = stack.pop()
-        name = dotted(current) if isinstance(current, (cst.Name, cst.Attribute)) else None
+        name = dotted(current)
         if name:
             yield name
             continue
@@ -149,11 +155,13 @@ def full_names(node: cst.CSTNode) -> Iterator[str]:
 def iter_calls(node: cst.CSTNode) -> Iterator[cst.Call]:
     """Calls inside an expression or small statement, outermost first, not entering lambdas or defs."""
     stack = [node]
+    call, closed = cst.Call, (cst.Lambda, cst.FunctionDef, cst.ClassDef)
     while stack:
         current = stack.pop()
-        if isinstance(current, (cst.Lambda, cst.FunctionDef, cst.ClassDef)):
+        kind = type(current)
+        if kind in closed:
             continue
-        if isinstance(current, cst.Call):
+        if kind is call:
             yield current
         stack.extend(reversed(children(current)))
 

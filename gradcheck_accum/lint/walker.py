@@ -529,13 +529,15 @@ def _bound_method_read(value: cst.BaseExpression) -> Api | None:
     (`model.no_sync()`) is an event of its own."""
     called = {id(call.func) for call in iter_calls(value)}
     stack: list[cst.CSTNode] = [value]
+    closed = (cst.Lambda, cst.FunctionDef)
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Attribute) and id(node) not in called:
+        kind = type(node)  # exact types, as in names.iter_calls
+        if kind is cst.Attribute and id(node) not in called:
             api = cat.ATTRIBUTES_READ.get(node.attr.value)
             if api is not None:
                 return api
-        if not isinstance(node, (cst.Lambda, cst.FunctionDef)):
+        if kind not in closed:
             stack.extend(children(node))
     return None
 
