@@ -405,12 +405,31 @@ class FileModel:
 
     def schedule_length(self, scope: Scope, built: Event) -> ScheduleLength | None:
         """How the length of the scheduler built by this event is computed, if it is given."""
-        length = _length_argument(built.node)
-        if length is None:
+        lengths = self._schedule_lengths(built.node, scope, 0)
+        if not lengths:
             return None
         facts = _LengthFacts()
-        facts.collect(length, scope, 0)
+        for length, read_in in lengths:
+            facts.collect(length, read_in, 0)
         return ScheduleLength(facts.has_len, facts.divided, facts.mentions_accumulation)
+
+    def _schedule_lengths(self, call: cst.CSTNode, scope: Scope, depth: int) -> list[tuple[cst.BaseExpression, Scope]]:
+        """The length arguments of a scheduler construction, each with the scope it is read in: the
+        constructor's own, or, for a project function that builds and returns the scheduler
+        (`build_scheduler(optimizer, len(loader), epochs)`), those of the constructions it returns,
+        read where its parameters are bound to this call's arguments."""
+        if not isinstance(call, cst.Call):
+            return []
+        length = _length_argument(call)
+        if length is not None:
+            return [(length, scope)]
+        lengths = []
+        for returned, walked, point in (self.inliner.returns(call, scope, 0) or ()) if depth < 2 else ():
+            made = [returned] if isinstance(returned, cst.Call) else \
+                [d.value for d in walked.defs_of(dotted(returned) or "", point)]  # each branch's
+            for value in made:
+                lengths += self._schedule_lengths(value, walked, depth + 1)
+        return lengths
 
     @staticmethod
     def scheduler_parts(built: Event) -> set[str]:
@@ -670,7 +689,7 @@ class _LengthFacts:
                 self.mentions_accumulation = True
             for d in scope.defs_of(name):
                 if d.value is not None and d.op is DefOp.ASSIGN:
-                    self.collect(d.value, scope, depth + 1)
+                    self.collect(d.value, d.scope or scope, depth + 1)  # an argument: in the caller
 
 
 def _has_division(node: cst.CSTNode) -> bool:
