@@ -405,7 +405,7 @@ class FileModel:
 
     def schedule_length(self, scope: Scope, built: Event) -> ScheduleLength | None:
         """How the length of the scheduler built by this event is computed, if it is given."""
-        lengths = self._schedule_lengths(built.node, scope, 0)
+        lengths = self._schedule_lengths(built.node, scope, built.order, 0)
         if not lengths:
             return None
         facts = _LengthFacts()
@@ -413,7 +413,8 @@ class FileModel:
             facts.collect(length, read_in, 0)
         return ScheduleLength(facts.has_len, facts.divided, facts.mentions_accumulation)
 
-    def _schedule_lengths(self, call: cst.CSTNode, scope: Scope, depth: int) -> list[tuple[cst.BaseExpression, Scope]]:
+    def _schedule_lengths(self, call: cst.CSTNode, scope: Scope, point: int,
+                          depth: int) -> list[tuple[cst.BaseExpression, Scope]]:
         """The length arguments of a scheduler construction, each with the scope it is read in: the
         constructor's own, or, for a project function that builds and returns the scheduler
         (`build_scheduler(optimizer, len(loader), epochs)`), those of the constructions it returns,
@@ -424,11 +425,11 @@ class FileModel:
         if length is not None:
             return [(length, scope)]
         lengths = []
-        for returned, walked, point in (self.inliner.returns(call, scope, 0) or ()) if depth < 2 else ():
+        for returned, walked, returned_at in (self.inliner.returns(call, scope, point) or ()) if depth < 2 else ():
             made = [returned] if isinstance(returned, cst.Call) else \
-                [d.value for d in walked.defs_of(dotted(returned) or "", point)]  # each branch's
+                [d.value for d in walked.defs_of(dotted(returned) or "", returned_at)]  # each branch's
             for value in made:
-                lengths += self._schedule_lengths(value, walked, depth + 1)
+                lengths += self._schedule_lengths(value, walked, returned_at, depth + 1)
         return lengths
 
     @staticmethod
