@@ -467,9 +467,24 @@ class FileModel:
             # `len(loader) * epochs`, `len(dataset) // batch_size`: micro-batches, unless N enters it
             if length is not None and length.counts_data and not length.mentions_accumulation:
                 return True
-            if window is not None and self.length_is_run(built_scope, built, window):
+            if window is not None and (self.length_is_run(built_scope, built, window)
+                                       or self.length_multiplies_windows(built_scope, built, window)):
                 return True
         return False
+
+    def length_multiplies_windows(self, scope: Scope, built: Event, window: Window) -> bool:
+        """Is the scheduler's length a count of windows multiplied back by N
+        (`num_training_steps=max_train_steps * N` where `max_train_steps = epochs * ceil(len(loader) / N)`):
+        a count of micro-batches reached the long way round?"""
+        n = window.accumulation_count()
+        length = _length_argument(built.node) if isinstance(built.node, cst.Call) else None
+        if n is None or length is None:
+            return False
+        wanted = resolve_n(n, window.scope)
+        factors = _product_factors(length)
+        times_n = [factor for factor in factors if resolve_n(factor, scope) == wanted]
+        return len(times_n) == 1 and any(_counts_windows(factor, scope, wanted, 0)
+                                         for factor in factors if factor is not times_n[0])
 
     @staticmethod
     def length_is_run(scope: Scope, built: Event, window: Window) -> bool:
@@ -672,6 +687,29 @@ def _length_argument(call: cst.Call) -> cst.BaseExpression | None:
         return positional(call, cat.SCHEDULE_LENGTH_POSITION)
     position = cat.SCHEDULE_LENGTH_POSITIONS.get(method or "")
     return positional(call, position) if position is not None else None
+
+
+def _product_factors(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The operands of a product (`a * b * c`), or the expression alone."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+        return _product_factors(node.left) + _product_factors(node.right)
+    return [node]
+
+
+def _counts_windows(node: cst.BaseExpression, scope: Scope, n: str, depth: int) -> bool:
+    """Does the expression count windows: a length divided by N (`math.ceil(len(loader) / N)`), here or
+    in the values of the names it reads (`epochs * updates_per_epoch`)?"""
+    if depth > 3:
+        return False
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.BinaryOperation) and isinstance(current.operator, (cst.Divide, cst.FloorDivide)) \
+                and reads_length(current.left) and resolve_n(current.right, scope) == n:
+            return True
+        stack.extend(children(current))
+    return any(_counts_windows(d.value, d.scope or scope, n, depth + 1)
+               for name in full_names(node) for d in scope.defs_of(name) if d.value is not None and d.op is DefOp.ASSIGN)
 
 
 class _LengthFacts:

@@ -173,6 +173,18 @@ class Window:
         `ni = i + nb * epoch` in the first epoch)."""
         return self._first_value(self.counter, 0)
 
+    def accumulation_count(self) -> cst.BaseExpression | None:
+        """N, as the code states it: the window's own count, or for a window accelerate owns, the
+        `gradient_accumulation_steps=` its Accelerator is built with in this scope."""
+        if self.n is not None or self.framework is not Framework.ACCELERATE:
+            return self.n
+        calls = [call for event in self.backwards if (call := _accumulate_call(event)) is not None]
+        receiver = call_receiver(calls[0])[0] if calls else None
+        built = self.scope.defs_of(dotted(receiver) or "")
+        if len(built) != 1 or not isinstance(built[0].value, cst.Call):
+            return None
+        return keyword(built[0].value, cat.ACCUMULATION_STEPS_KEYWORD)
+
     def index_counter(self) -> tuple[str, int, Scope] | None:
         """The boundary test's counter as the loop's own code names it, its first value, and the scope the
         loop is written in, when it is the loop's index (`for i, batch in enumerate(loader)`): also a
