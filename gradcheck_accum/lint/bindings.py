@@ -81,7 +81,10 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
         if steps is None and isinstance(plugin, cst.Call):
             steps = keyword(plugin, cat.ACCUMULATION_PLUGIN_STEPS)
         accumulates = steps is not None and not (isinstance(steps, cst.Integer) and steps.value == "1")
-        return frozenset({Role.ACCELERATOR} | ({Role.ACCELERATOR_ACCUMULATES} if accumulates else set()))
+        fsdp = keyword(call, cat.FSDP_PLUGIN_KEYWORD)
+        sharded = fsdp is not None and not (isinstance(fsdp, cst.Name) and fsdp.value == "None")
+        return frozenset({Role.ACCELERATOR} | ({Role.ACCELERATOR_ACCUMULATES} if accumulates else set())
+                         | ({Role.ACCELERATOR_FSDP} if sharded else set()))
     if last in cat.FABRIC.names:
         return frozenset({Role.FABRIC} | (set() if _fabric_may_use_ddp(call) else {Role.FABRIC_WITHOUT_DDP}))
     if last in cat.BOOSTER.names:
@@ -137,11 +140,13 @@ def unpacked_roles(call: cst.Call, imports: ImportMap, lookup: Lookup, count: in
 def prepared_roles(roles: frozenset[Role], owner: frozenset[Role]) -> frozenset[Role]:
     """What `accelerator.prepare(x)` / `fabric.setup(x)` returns for an `x` with these roles: an
     optimizer or scheduler that skips non-sync steps (accelerate), or a model that the framework wraps
-    in DistributedDataParallel when launched on several processes (catalogue.PREPARED_MODEL; for
-    Fabric, unless its strategy or devices rule DDP out)."""
+    in DistributedDataParallel when launched on several processes (catalogue.PREPARED_MODEL; in FSDP
+    for an Accelerator given an FSDP plugin; for Fabric, unless its strategy or devices rule DDP out)."""
     extra = {Role.PREPARED} if Role.ACCELERATOR in owner else set()
     if not roles & {Role.OPTIMIZER, Role.SCHEDULER, Role.SCALER}:
-        if Role.FABRIC not in owner:
+        if Role.ACCELERATOR_FSDP in owner:
+            extra |= cat.PREPARED_SHARDED_MODEL
+        elif Role.FABRIC not in owner:
             extra |= cat.PREPARED_MODEL
         elif Role.FABRIC_WITHOUT_DDP not in owner:
             extra |= cat.PREPARED_MODEL | {Role.FABRIC_MODULE}

@@ -274,6 +274,9 @@ FABRIC_STRATEGY_KEYWORD, FABRIC_DEVICES_KEYWORD = "strategy", "devices"
 FABRIC_DDP_STRATEGIES = ("auto", "ddp")  # the string is one of these or starts with "ddp"
 FABRIC_DDP_STRATEGY_CLASS = "DDPStrategy"
 ACCUMULATION_PLUGIN_KEYWORD = "gradient_accumulation_plugin"
+# Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(...)): on several processes prepare() wraps a
+# model in FSDP, not DistributedDataParallel (accelerate's state: an FSDP plugin selects the FSDP type)
+FSDP_PLUGIN_KEYWORD = "fsdp_plugin"
 ACCUMULATION_PLUGIN_STEPS = "num_steps"
 REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
 IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid items only
@@ -296,6 +299,7 @@ DEEPSPEED_ENGINE_METHODS = frozenset({"get_global_grad_norm", "is_gradient_accum
 # (accelerate's Accelerator.prepare_model, Fabric's DDP strategy), so it all-reduces on every backward
 # unless `accelerator.no_sync`/`accumulate` or `fabric.no_backward_sync` says otherwise.
 PREPARED_MODEL = frozenset({Role.DDP})
+PREPARED_SHARDED_MODEL = frozenset({Role.DDP, Role.SHARDED})  # ... by an Accelerator given an FSDP plugin
 
 
 @dataclass(frozen=True)

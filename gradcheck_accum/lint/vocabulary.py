@@ -73,6 +73,7 @@ class Role(Tag):
     WRAPS_COMPILED = "wraps-compiled"  # a DDP/FSDP wrapper around a compiled module: `.module` is compiled
     ACCELERATOR = "accelerator"
     ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)
+    ACCELERATOR_FSDP = "accelerator-fsdp"  # Accelerator(fsdp_plugin=...): prepare() wraps models in FSDP
     FABRIC = "fabric"
     FABRIC_WITHOUT_DDP = "fabric-without-ddp"  # a Fabric whose strategy or devices rule DDP out (or are not known)
     BOOSTER = "booster"  # a ColossalAI Booster
