@@ -158,6 +158,9 @@ class LossTracer:
             facts.names.add(item)
             if self._trace_defs(item, scope, before, facts, depth):
                 return
+        if isinstance(node, cst.Attribute) and node.attr.value == "loss" and isinstance(node.value, cst.Call) \
+                and self._masked_labels(node.value, scope, before):
+            facts.token_level = True  # `model(**batch).loss`, read as `outputs.loss` is below
         if isinstance(node, (cst.Subscript, cst.Attribute)) and dotted(node) is None or (
                 isinstance(node, cst.Attribute) and node.attr.value == "data"):
             if isinstance(node, cst.Attribute) and node.attr.value == "data":
