@@ -7,7 +7,8 @@ A definition is left out only when each of these holds (checked on CPython's tre
 with comments and plain strings blanked, see outline.py):
 1. none of its loops reaches a backward call, so it holds no accumulation window;
 2. it imports nothing (an import qualifies names in every scope walked after it);
-3. no kept code calls a function defined in it (a helper brings its effects into the window);
+3. no kept code calls or names a function or class defined in it (a helper brings its effects into
+   the window; one passed by name, a DataLoader's collate_fn or a callback, is read where it is passed);
 4. kept code names none of the `self.` attributes it mentions (the loss tracer reads every
    assignment to `self.criterion` in the file);
 5. it contains none of the words of what the candidate rules read outside windows
@@ -22,6 +23,7 @@ findings on hollowed and whole files over the fixtures and a corpus of real code
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 
 from gradcheck_accum.lint.evidence import tokens
@@ -29,6 +31,7 @@ from gradcheck_accum.lint.outline import Outline, TopLevel
 from gradcheck_accum.lint.rule import Rule
 from gradcheck_accum.lint.vocabulary import Fact
 
+_NAME = re.compile(r"\b[^\W\d]\w*")  # an identifier (Unicode letters too)
 _SELF_ATTRIBUTE = re.compile(r"\bself(?:\s|\\)*\.(?:\s|\\)*(\w+)")
 
 
@@ -51,7 +54,8 @@ def hollow(outline: Outline, rules: list[type[Rule]]) -> str | None:
                 and not outline.holds_training_loop(top) and not any(w in code[start:end] for w in words):
             left_out[id(top)] = top
     kept = [top for top in outline.tops if id(top) not in left_out]
-    calls = set().union(*(outline.called_in(top.node) for top in kept))
+    names_in = _defined_names_in(outline, left_out)
+    named = set().union(*(names_in.get(id(top), set()) for top in kept))
     attributes = set().union(*(_attributes(outline, top) for top in kept))
     defined = set().union(*(top.defines for top in kept)) if callers else set()
     mentions = {key: _attributes(outline, top) for key, top in left_out.items()}
@@ -60,9 +64,9 @@ def hollow(outline: Outline, rules: list[type[Rule]]) -> str | None:
         changed = False
         for key, top in list(left_out.items()):
             mentioned = mentions[key]
-            if top.defines & calls or mentioned & attributes or (callers and outline.called_in(top.node) & defined):
+            if top.defines & named or mentioned & attributes or (callers and outline.called_in(top.node) & defined):
                 del left_out[key]
-                calls |= outline.called_in(top.node)
+                named |= names_in.get(key, set())
                 attributes |= mentioned
                 if callers:
                     defined |= top.defines
@@ -82,6 +86,22 @@ def hollow(outline: Outline, rules: list[type[Rule]]) -> str | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return text
+
+
+def _defined_names_in(outline: Outline, left_out: dict[int, TopLevel]) -> dict[int, set[str]]:
+    """id(top) -> the names of the definitions left out that the statement mentions in code (called or
+    not), found by one scan of the blanked text."""
+    defined = set().union(*(top.defines for top in left_out.values()))
+    if not defined:
+        return {}
+    starts = [outline.span(top.node)[0] for top in outline.tops]
+    found: dict[int, set[str]] = {}
+    for match in _NAME.finditer(outline.code):  # every name, filtered: one pattern, whatever `defined` holds
+        if match.group() in defined:
+            index = bisect.bisect_right(starts, match.start()) - 1
+            if index >= 0:
+                found.setdefault(id(outline.tops[index]), set()).add(match.group())
+    return found
 
 
 def _body_lines(outline: Outline, node: ast.stmt) -> tuple[int, int] | None:
