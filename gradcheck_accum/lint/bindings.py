@@ -115,6 +115,22 @@ def _fabric_may_use_ddp(call: cst.Call) -> bool:
     return isinstance(strategy, cst.Call) and call_receiver(strategy)[1] == cat.FABRIC_DDP_STRATEGY_CLASS
 
 
+def deepspeed_config_accumulates(config: cst.Dict) -> bool | None:
+    """Does a DeepSpeed config written as a dict literal make the engine accumulate? False when it
+    sets gradient_accumulation_steps to 1, or sets neither it nor train_batch_size (DeepSpeed's
+    default is 1); None when the count is another value, computed, or derived from the batch sizes."""
+    keys = {}
+    for element in config.elements:
+        if not isinstance(element, cst.DictElement):
+            return None  # `**base_config`: keys we cannot see
+        if isinstance(element.key, cst.SimpleString):
+            keys[element.key.evaluated_value] = element.value
+    steps = keys.get(cat.DEEPSPEED_ACCUMULATION_KEY)
+    if steps is not None:
+        return False if isinstance(steps, cst.Integer) and steps.value == "1" else None
+    return None if cat.DEEPSPEED_GLOBAL_BATCH_KEY in keys else False
+
+
 def unpacked_roles(call: cst.Call, imports: ImportMap, lookup: Lookup, count: int) -> list[frozenset[Role]] | None:
     """Roles of each element when a call's result is unpacked into `count` targets."""
     receiver, method = call_receiver(call)

@@ -274,6 +274,12 @@ FABRIC_STRATEGY_KEYWORD, FABRIC_DEVICES_KEYWORD = "strategy", "devices"
 FABRIC_DDP_STRATEGIES = ("auto", "ddp")  # the string is one of these or starts with "ddp"
 FABRIC_DDP_STRATEGY_CLASS = "DDPStrategy"
 ACCUMULATION_PLUGIN_KEYWORD = "gradient_accumulation_plugin"
+# deepspeed.initialize(config=...) (`config_params` before 0.4): a DeepSpeed config's accumulation count,
+# and the global batch size it is derived from when only that is given (train_batch_size =
+# micro-batch size x accumulation steps x world size); with neither, the engine steps every micro-batch
+DEEPSPEED_CONFIG_KEYWORDS = ("config", "config_params")
+DEEPSPEED_ACCUMULATION_KEY = "gradient_accumulation_steps"
+DEEPSPEED_GLOBAL_BATCH_KEY = "train_batch_size"
 # Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(...)): on several processes prepare() wraps a
 # model in FSDP, not DistributedDataParallel (accelerate's state: an FSDP plugin selects the FSDP type)
 FSDP_PLUGIN_KEYWORD = "fsdp_plugin"

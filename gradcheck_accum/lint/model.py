@@ -708,8 +708,8 @@ def _counts_windows(node: cst.BaseExpression, scope: Scope, n: str, depth: int) 
                 and reads_length(current.left) and resolve_n(current.right, scope) == n:
             return True
         stack.extend(children(current))
-    return any(_counts_windows(d.value, d.scope or scope, n, depth + 1)
-               for name in full_names(node) for d in scope.defs_of(name) if d.value is not None and d.op is DefOp.ASSIGN)
+    return any(_counts_windows(d.value, d.scope or scope, n, depth + 1) for name in full_names(node)
+               for d in scope.defs_of(name) if d.value is not None and d.op is DefOp.ASSIGN)
 
 
 class _LengthFacts:

@@ -78,6 +78,8 @@ class Role(Tag):
     FABRIC_WITHOUT_DDP = "fabric-without-ddp"  # a Fabric whose strategy or devices rule DDP out (or are not known)
     BOOSTER = "booster"  # a ColossalAI Booster
     DEEPSPEED = "deepspeed"  # an engine (or its optimizer/scheduler) from deepspeed.initialize
+    # ... an engine whose config, a dict written in the code, sets no accumulation (one micro-batch a step)
+    DEEPSPEED_WITHOUT_ACCUMULATION = "deepspeed-without-accumulation"
     PREPARED = "prepared"  # returned by accelerator.prepare: steps and zero_grads skip non-sync steps
     # a model returned by fabric.setup: its DDP is Fabric's, switched off by fabric.no_backward_sync only
     # (the wrapper has no no_sync of its own)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.bindings import (LITERAL_TRUTH, constructor_roles, prepared_roles, roles_from_name,
-                                           unpacked_roles)
+from gradcheck_accum.lint.bindings import (LITERAL_TRUTH, constructor_roles, deepspeed_config_accumulates,
+                                           prepared_roles, roles_from_name, unpacked_roles)
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, item_name, iter_calls, iter_names,
@@ -320,6 +320,8 @@ class ScopeWalker:
                            len(names))
             if isinstance(value, cst.Call):
                 unpacked = unpacked_roles(value, self.imports, self.roles, len(names))
+                if unpacked and Role.DEEPSPEED in unpacked[0] and self._deepspeed_config_accumulates(value) is False:
+                    unpacked[0] = unpacked[0] | {Role.DEEPSPEED_WITHOUT_ACCUMULATION}
             elif isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(names):
                 unpacked = [self.roles(el.value) for el in value.elements]
             for i, name in enumerate(names):
@@ -359,6 +361,16 @@ class ScopeWalker:
             self.bind(f"{name}[{i}]", element, ctx)
         if isinstance(value, cst.Call) and Role.SCHEDULER in roles:
             self.emit(EventKind.SCHEDULER_BUILT, value, ctx, target=name)
+
+    def _deepspeed_config_accumulates(self, call: cst.Call) -> bool | None:
+        """What the config given to `deepspeed.initialize(...)` says of accumulation, when it is a dict
+        written here or a name bound once to one (a JSON file or an argument: None, unknown)."""
+        config = next((value for name in cat.DEEPSPEED_CONFIG_KEYWORDS if (value := keyword(call, name)) is not None),
+                      None)
+        if isinstance(config, cst.Name):
+            defs = self.scope.defs_of(config.value)
+            config = defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN else None
+        return deepspeed_config_accumulates(config) if isinstance(config, cst.Dict) else None
 
     def _element_roles(self, value: cst.BaseExpression) -> list[frozenset[Role]]:
         """The roles of each element of a sequence value: a list or tuple written out (`[model,

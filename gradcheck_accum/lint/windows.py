@@ -59,7 +59,7 @@ class Window:
     shape: WindowShape
     framework: Framework | None = None  # accelerate or DeepSpeed, when it owns the window
     boundary: Boundary | None = None  # guarded: the boundary test of the step
-    framework_roles: frozenset[Role] = frozenset()  # roles of the Accelerator owning the window
+    framework_roles: frozenset[Role] = frozenset()  # roles of the Accelerator or DeepSpeed engine owning the window
     outer: tuple[Loop, ...] = ()  # the loops around the micro-batch loop
     n: cst.BaseExpression | None = None
     events: list[Event] = field(default_factory=list)  # events inside the loop and after it
@@ -382,7 +382,9 @@ class Window:
     def accumulates(self) -> bool:
         """The optimizer steps once per window of several micro-batches."""
         if self.shape is FRAMEWORK:
-            return self.framework is Framework.DEEPSPEED or Role.ACCELERATOR_ACCUMULATES in self.framework_roles
+            if self.framework is Framework.DEEPSPEED:
+                return Role.DEEPSPEED_WITHOUT_ACCUMULATION not in self.framework_roles
+            return Role.ACCELERATOR_ACCUMULATES in self.framework_roles
         if self.shape is PLAIN:
             return False
         return any(self.placement(s) is BOUNDARY for s in self.steps)
@@ -697,6 +699,7 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
 
     if any(e.framework is Framework.DEEPSPEED for e in backwards):
         window.shape, window.framework = FRAMEWORK, Framework.DEEPSPEED
+        window.framework_roles = frozenset().union(*(e.roles for e in backwards if e.framework is Framework.DEEPSPEED))
     elif any(_accumulate_call(e) for e in backwards):
         window.shape, window.framework = FRAMEWORK, Framework.ACCELERATE
         calls = {id(_accumulate_call(e)) for e in backwards}

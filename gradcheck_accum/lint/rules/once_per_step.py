@@ -82,7 +82,8 @@ class ScheduleLengthIgnoresAccumulation(Rule):
                 yield Report(built.node, "the schedule length is the number of micro-batches the training loop "
                                          "runs, but the scheduler steps once per window, so it never finishes its "
                                          "decay; divide the length by the accumulation steps")
-            elif multiplied := [w for w in per_window[built.target] if model.length_multiplies_windows(scope, built, w)]:
+            elif multiplied := [w for w in per_window[built.target]
+                                if model.length_multiplies_windows(scope, built, w)]:
                 prepared = " (accelerate's prepared scheduler: once per process)" \
                     if any(w.framework is Framework.ACCELERATE for w in multiplied) else ""
                 yield Report(built.node, "the schedule length is the number of optimizer steps multiplied by the "
