@@ -88,6 +88,9 @@ class LossTracer:
         self.program = program or (lambda token: [module] if token in module.code else [])
         self._returning = 0  # how many project functions' returns are being read
         self._writes: dict[str, bool] = {}
+        # (id(scope), name) -> whether a batch of that name comes from a label-masking collator, over
+        # all its bindings: `batch` is bound by every loop of a file, and each loss read it again
+        self._masked_batches: dict[tuple[int, str], bool] = {}
         self._guards: tuple[Guard, ...] = ()  # the conditions of the definition being read
 
     def facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
@@ -457,6 +460,15 @@ class LossTracer:
         name = dotted(node)
         if name is None:
             return False
+        if depth == 0:  # the answer for a name, whatever reads it (deeper reads may be cut off by depth)
+            key = (id(scope), name)
+            if key not in self._masked_batches:
+                self._masked_batches[key] = self._collated_names_masking(name, scope, depth)
+            return self._masked_batches[key]
+        return self._collated_names_masking(name, scope, depth)
+
+    def _collated_names_masking(self, name: str, scope: Scope, depth: int) -> bool:
+        """Does any binding of the name hold such a batch or loader?"""
         for d in scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else []):
             value = d.value
             if d.op is DefOp.UNPACK:
@@ -483,7 +495,9 @@ class LossTracer:
             return any(self._masking_collator(d.value, d.scope or scope, depth + 1) for d in values)
         _, method = call_receiver(node)
         if method not in cat.LABEL_MASKING_COLLATORS:
-            return False
+            # an instance of a class of this file whose __call__ writes the ignored label
+            return any(s.name == _CALL_METHOD and s.owner is not None and s.owner.name.value == method
+                       and s.frame is None and _writes_ignored_label(s.node) for s in self.scopes)
         switch = cat.LABEL_MASKING_COLLATORS[method]
         value = keyword(node, switch) if switch else None
         return value is None or isinstance(value, cst.Name) and value.value == "True"
@@ -508,6 +522,9 @@ class LossTracer:
                 if isinstance(d.value, cst.Call):
                     roles |= constructor_roles(d.value, self.imports, no_roles)
         return roles
+
+
+_CALL_METHOD = "__call__"  # what a collator instance runs on each batch
 
 
 def summed_loss_name(expr: cst.BaseExpression | None) -> str | None:
