@@ -21,7 +21,7 @@ from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, per_micro_batch_count, returned_loss,
                                          summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
-                                        iter_calls, keyword, last_part, positional, source)
+                                        iter_calls, keyword, last_part, positional, source, walk)
 from gradcheck_accum.lint.paths import decision
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
@@ -701,13 +701,9 @@ def _counts_windows(node: cst.BaseExpression, scope: Scope, n: str, depth: int) 
     in the values of the names it reads (`epochs * updates_per_epoch`)?"""
     if depth > 3:
         return False
-    stack: list[cst.CSTNode] = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.BinaryOperation) and isinstance(current.operator, (cst.Divide, cst.FloorDivide)) \
-                and reads_length(current.left) and resolve_n(current.right, scope) == n:
-            return True
-        stack.extend(children(current))
+    if any(_is_division(current) and reads_length(current.left) and resolve_n(current.right, scope) == n
+           for current in walk(node)):
+        return True
     return any(_counts_windows(d.value, d.scope or scope, n, depth + 1) for name in full_names(node)
                for d in scope.defs_of(name) if d.value is not None and d.op is DefOp.ASSIGN)
 
@@ -732,13 +728,12 @@ class _LengthFacts:
 
 
 def _has_division(node: cst.CSTNode) -> bool:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.BinaryOperation) and isinstance(current.operator, (cst.Divide, cst.FloorDivide)):
-            return True
-        stack.extend(children(current))
-    return False
+    return any(_is_division(current) for current in walk(node))
+
+
+def _is_division(node: cst.CSTNode) -> bool:
+    """`a / b` or `a // b`."""
+    return isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Divide, cst.FloorDivide))
 
 
 def _function_defs(module: cst.Module):
