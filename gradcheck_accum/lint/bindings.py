@@ -76,10 +76,7 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
             last[:1].isupper() or last.startswith(optimizers.factory_prefix)):
         return _ONE[Role.OPTIMIZER]
     if last in cat.ACCELERATOR.names:
-        steps = keyword(call, cat.ACCUMULATION_STEPS_KEYWORD)
-        plugin = keyword(call, cat.ACCUMULATION_PLUGIN_KEYWORD)
-        if steps is None and isinstance(plugin, cst.Call):
-            steps = keyword(plugin, cat.ACCUMULATION_PLUGIN_STEPS)
+        steps = accelerator_accumulation_steps(call)
         accumulates = steps is not None and not (isinstance(steps, cst.Integer) and steps.value == "1")
         fsdp = keyword(call, cat.FSDP_PLUGIN_KEYWORD)
         sharded = fsdp is not None and not (isinstance(fsdp, cst.Name) and fsdp.value == "None")
@@ -100,6 +97,16 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
             roles.add(Role.TOKEN_LOSS)
         return frozenset(roles)
     return NO_ROLES
+
+
+def accelerator_accumulation_steps(call: cst.Call) -> cst.BaseExpression | None:
+    """The N an `Accelerator(...)` is built with: `gradient_accumulation_steps=N`, or the `num_steps` of
+    its `gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=N)`."""
+    steps = keyword(call, cat.ACCUMULATION_STEPS_KEYWORD)
+    plugin = keyword(call, cat.ACCUMULATION_PLUGIN_KEYWORD)
+    if steps is None and isinstance(plugin, cst.Call):
+        steps = keyword(plugin, cat.ACCUMULATION_PLUGIN_STEPS)
+    return steps
 
 
 def _fabric_may_use_ddp(call: cst.Call) -> bool:

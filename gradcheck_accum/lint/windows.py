@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.bindings import command_line_default, is_accumulation_name
+from gradcheck_accum.lint.bindings import accelerator_accumulation_steps, command_line_default, is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_calls, iter_names, keyword,
                                         last_part, positional, walk)
@@ -183,7 +183,7 @@ class Window:
         built = self.scope.defs_of(dotted(receiver) or "")
         if len(built) != 1 or not isinstance(built[0].value, cst.Call):
             return None
-        return keyword(built[0].value, cat.ACCUMULATION_STEPS_KEYWORD)
+        return accelerator_accumulation_steps(built[0].value)
 
     def index_counter(self) -> tuple[str, int, Scope] | None:
         """The boundary test's counter as the loop's own code names it, its first value, and the scope the
