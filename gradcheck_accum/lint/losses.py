@@ -10,7 +10,7 @@ that need them stay silent.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 from dataclasses import dataclass, field
 
 from gradcheck_accum.lint import catalogue as cat
@@ -221,10 +221,9 @@ class LossTracer:
         if d.op is DefOp.UNPACK and isinstance(d.value, cst.Call) and d.index is not None:
             self._trace_element(d.value, d.index, where, d.order, facts, depth + 1)
         elif d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)) and d.index is not None:
-            # a value of another length, or with a starred part, fails at run time or moves the elements
-            elements = d.value.elements
-            if d.index < len(elements) and not any(isinstance(el, cst.StarredElement) for el in elements[:d.index + 1]):
-                self._trace(elements[d.index].value, where, d.order, facts, depth + 1)
+            element = _unpacked_element(d)
+            if element is not None:
+                self._trace(element, where, d.order, facts, depth + 1)
         elif d.op in (DefOp.ADD, DefOp.SUBTRACT):
             # `loss += w * aux`: one more term of a sum, whose weight scales that term only
             term = LossFacts()
@@ -410,13 +409,15 @@ class LossTracer:
             # (`ignore_index=-1`) counts only if the program writes it (_settle_ignored); a pad id
             # (`ignore_index=self.pad_id`) is in every padded batch, and -100 is what label collators
             # outside the project write.
+            # An index one past the logits' last class (`ignore_index=start_logits.size(1)`, positions
+            # clamped to it) marks positions outside the sequence, which well-formed data has none of.
             target = positional(node, 1) or keyword(node, "target")
-            ignored = keyword(node, cat.IGNORE_INDEX_KEYWORD)
             if target is None or not _next_tokens(target, scope, before, 0):
-                if _is_number(ignored) and not _is_ignored_label(ignored):
-                    facts.ignoring.add(code(ignored))
-                else:
-                    facts.token_level = True
+                for ignored, where, at in self._ignore_indices(node, callee, scope, before):
+                    if _is_number(ignored) and not _is_ignored_label(ignored):
+                        facts.ignoring.add(code(ignored))
+                    elif ignored is None or not _is_size(ignored, where, at):
+                        facts.token_level = True
         # Only producers whose reduction we know count: torch losses and criteria, and model
         # forwards (HF-style `.loss`). Anything else (`compute_loss(...)`) may sum or scale inside.
         if not (Role.CRITERION in roles or (imports.qualify(node.func) or "").startswith("torch")
@@ -511,17 +512,31 @@ class LossTracer:
 
     def _roles_of(self, name: str | None, scope: Scope) -> frozenset[Role]:
         """Roles of the constructors a name is bound to here, at module level, or (for `self.x`) in any method."""
-        if not name:
-            return NO_ROLES
         roles: frozenset[Role] = NO_ROLES
-        for d in scope.defs_of(name):
-            if isinstance(d.value, cst.Call):
-                roles |= constructor_roles(d.value, self.imports, no_roles)
-        for s in self.scopes if name.startswith("self.") else self.module_scopes:
-            for d in s.defs_of(name):
-                if isinstance(d.value, cst.Call):
-                    roles |= constructor_roles(d.value, self.imports, no_roles)
+        for constructor, _, _ in self._constructors(name, scope):
+            roles |= constructor_roles(constructor, self.imports, no_roles)
         return roles
+
+    def _constructors(self, name: str | None, scope: Scope) -> Iterator[tuple[cst.Call, Scope, int]]:
+        """The calls a name is bound to here, at module level, or (for `self.x`) in any method, each with
+        the scope and the point it is read at."""
+        if not name:
+            return
+        for where in (scope, *(self.scopes if name.startswith("self.") else self.module_scopes)):
+            for d in where.defs_of(name):
+                if isinstance(d.value, cst.Call):
+                    yield d.value, d.scope or where, d.order
+
+    def _ignore_indices(self, call: cst.Call, callee: str | None, scope: Scope,
+                        before: int) -> list[tuple[cst.BaseExpression | None, Scope, int]]:
+        """The ignore_index of a criterion call (`F.cross_entropy(..., ignore_index=i)`), or of the
+        constructions of the criterion it calls (`loss_fct = CrossEntropyLoss(ignore_index=i)`), each
+        with where it is read; None for one whose ignore_index is not written here."""
+        own = keyword(call, cat.IGNORE_INDEX_KEYWORD)
+        if own is not None:
+            return [(own, scope, before)]
+        built = [(keyword(c, cat.IGNORE_INDEX_KEYWORD), where, at) for c, where, at in self._constructors(callee, scope)]
+        return [item for item in built if item[0] is not None] or [(None, scope, before)]
 
 
 _CALL_METHOD = "__call__"  # what a collator instance runs on each batch
@@ -654,11 +669,30 @@ def _next_tokens(labels: cst.BaseExpression, scope: Scope, before: int, depth: i
         return stream is not None and _is_slice(labels) and any(
             isinstance(other, cst.Subscript) and _is_slice(other) and dotted(other.value) == stream
             and _cut(other) != _cut(labels)
-            for defs in scope.defs.values() for other in (_values_kept(d.value) for d in defs if d.value is not None))
+            for defs in scope.defs.values() for other in (_values_kept(_bound(d)) for d in defs if _bound(d) is not None))
     name = dotted(labels)
     defs = scope.defs_of(name, before) if name else []
-    return bool(defs) and all(d.op.rebinds and d.value is not None and _next_tokens(
-        d.value, d.scope or scope, _END if d.scope is not None else d.order, depth + 1) for d in defs)
+    return bool(defs) and all(d.op.rebinds and _bound(d) is not None and _next_tokens(
+        _bound(d), d.scope or scope, _END if d.scope is not None else d.order, depth + 1) for d in defs)
+
+
+def _unpacked_element(d: Def) -> cst.BaseExpression | None:
+    """The element a tuple unpacking binds from a literal tuple (`labels` of `seq, labels = seq[:, :-1],
+    seq[:, 1:]`); None when the value has another length or a starred part moves the elements (a
+    mismatch fails at run time)."""
+    if not isinstance(d.value, (cst.Tuple, cst.List)) or d.index is None:
+        return None
+    elements = d.value.elements
+    if d.index >= len(elements) or any(isinstance(el, cst.StarredElement) for el in elements[:d.index + 1]):
+        return None
+    return elements[d.index].value
+
+
+def _bound(d: Def) -> cst.BaseExpression | None:
+    """The value a definition binds its name to: the element, for an unpacking of a literal tuple."""
+    if d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)):
+        return _unpacked_element(d)
+    return d.value
 
 
 def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
@@ -843,6 +877,21 @@ def _count_kept(node: cst.BaseExpression) -> cst.BaseExpression:
                     continue
         break
     return node
+
+
+def _is_size(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
+    """`x.size(1)`, `x.shape[1]`, `len(x)`, or a name every reaching binding of which is one: how
+    many rows or classes a tensor has."""
+    if isinstance(node, cst.Name):
+        defs = scope.defs_of(node.value, before)
+        return bool(defs) and all(d.op is DefOp.ASSIGN and d.value is not None and not isinstance(d.value, cst.Name)
+                                  and _is_size(d.value, scope, d.order) for d in defs)
+    if isinstance(node, cst.Subscript):
+        return isinstance(node.value, cst.Attribute) and node.value.attr.value == cat.SHAPE_ATTRIBUTE
+    if not isinstance(node, cst.Call):
+        return False
+    receiver, method = call_receiver(node)
+    return method in (cat.SIZE_FUNCTIONS if receiver is None else cat.SIZE_METHODS)
 
 
 def _counted(node: cst.BaseExpression) -> cst.BaseExpression | None:
