@@ -365,6 +365,7 @@ DEEP_COPY_FUNCTION = "deepcopy"  # `copy.deepcopy(model)`: a module of its own, 
 DETACHING_FUNCTIONS = frozenset({"float"})  # float(loss): a Python number
 MEAN_METHOD = "mean"  # `x.mean()`: over every element of x, however many the micro-batch has
 ITEM_COUNTS = frozenset({"sum", "count_nonzero"})  # `mask.sum()`: a per-micro-batch count of valid items
+DIM_KEYWORD = "dim"  # `mask.sum(dim=1)`: a reduction along that dimension only
 NOT_EQUAL_METHOD = "ne"  # `labels.ne(ignore_index)`, as `labels != ignore_index`
 # How many rows or elements a tensor has: `x.size(0)`, `x.numel()`, `len(x)`, `x.shape[0]`.
 SIZE_METHODS = frozenset({"size", "numel", "nelement"})
@@ -389,6 +390,14 @@ LABEL_MASKING_COLLATORS: dict[str, str | None] = {
     "DataCollatorForCompletionOnlyLM": None, "DataCollatorForLanguageModeling": "mlm"}
 DATA_LOADER = "DataLoader"
 COLLATE_KEYWORD = "collate_fn"
+DATASET_KEYWORD = "dataset"  # `DataLoader(dataset=ds)`, as its first argument
+# Hugging Face `datasets` calls that hand back a dataset of the same examples (`map` rewritten by a
+# function, the first argument or `function=`) and a map-style dataset's per-example method.
+DATASET_MAP = "map"
+DATASET_TRANSFORMS = frozenset({DATASET_MAP, "filter", "shuffle", "select", "with_format", "remove_columns",
+                                "rename_column"})
+MAP_FUNCTION_KEYWORD = "function"
+GET_ITEM_METHOD = "__getitem__"
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,9 @@ class LossTracer:
         if isinstance(node, cst.Attribute) and node.attr.value == "loss" and isinstance(node.value, cst.Call) \
                 and self._masked_labels(node.value, scope, before):
             facts.token_level = True  # `model(**batch).loss`, read as `outputs.loss` is below
+        if _first_item(node) and self._masked_labels(node.value, scope, before):
+            # `model(x, labels=y)[0]`, `outputs[0]`: a model given labels returns its loss first
+            facts.token_level = True
         if isinstance(node, (cst.Subscript, cst.Attribute)) and dotted(node) is None or (
                 isinstance(node, cst.Attribute) and node.attr.value == "data"):
             if isinstance(node, cst.Attribute) and node.attr.value == "data":
@@ -452,7 +455,9 @@ class LossTracer:
             receiver, method = call_receiver(node)
             if method == cat.DATA_LOADER:
                 collator = keyword(node, cat.COLLATE_KEYWORD)
-                return collator is not None and self._masking_collator(collator, scope, 0)
+                dataset = positional(node, 0) or keyword(node, cat.DATASET_KEYWORD)
+                return collator is not None and self._masking_collator(collator, scope, 0) or \
+                    dataset is not None and self._masking_dataset(dataset, scope, 0)
             returned = self.returns(node, scope, _END) if self.returns is not None else None
             if returned:  # `loader = build_dataloader(...)`: what the project function returns
                 return any(self._collated_with_masking(value, where, depth + 1) for value, where, _ in returned)
@@ -502,6 +507,35 @@ class LossTracer:
         switch = cat.LABEL_MASKING_COLLATORS[method]
         value = keyword(node, switch) if switch else None
         return value is None or isinstance(value, cst.Name) and value.value == "True"
+
+    def _masking_dataset(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+        """A dataset whose examples carry the ignored label: mapped by a function of this file that
+        writes it (`raw.map(preprocess)`, also further down a chain of `.map`/`.filter`/`.shuffle`
+        calls), or an instance of a class of this file whose `__getitem__` writes it."""
+        if depth > 6:
+            return False
+        if not isinstance(node, cst.Call):
+            name = dotted(node)
+            defs = scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else []) \
+                if name else []
+            return any(d.op is DefOp.ASSIGN and d.value is not None
+                       and self._masking_dataset(d.value, d.scope or scope, depth + 1) for d in defs)
+        receiver, method = call_receiver(node)
+        if receiver is not None and method in cat.DATASET_TRANSFORMS:
+            function = positional(node, 0) or keyword(node, cat.MAP_FUNCTION_KEYWORD)
+            if method == cat.DATASET_MAP and function is not None and self._writes_ignored(function, scope):
+                return True
+            return self._masking_dataset(receiver, scope, depth + 1)
+        return any(s.name == cat.GET_ITEM_METHOD and s.owner is not None and s.owner.name.value == method
+                   and s.frame is None and _writes_ignored_label(s.node) for s in self.scopes)
+
+    def _writes_ignored(self, function: cst.BaseExpression, scope: Scope) -> bool:
+        """A lambda, or a function of this file by name, whose body writes the ignored label."""
+        if isinstance(function, cst.Lambda):
+            return _writes_ignored_label(function.body)
+        name = dotted(function)
+        return bool(name) and any(s.name == name and s.frame is None and _writes_ignored_label(s.node)
+                                  for s in self.scopes)
 
     def _is_torch_module(self, name: str | None, scope: Scope) -> bool:
         """A name bound in this scope to one of torch's modules (`cos = torch.nn.CosineSimilarity()`):
@@ -743,12 +777,28 @@ def _cut(node: cst.Subscript) -> tuple[str, ...]:
 
 
 def _is_count_of_items(node: cst.BaseExpression) -> bool:
-    """`mask.sum()`, `(labels != -100).sum().clamp(min=1)`, `mask.sum() + eps`: a count of valid items."""
+    """`mask.sum()`, `(labels != -100).sum().clamp(min=1)`, `mask.sum() + eps`: a count of valid items.
+    Not a count per row (`mask.sum(dim=1)`): dividing by it makes one mean per example, and a mean
+    of those is over the micro-batch's rows, a count the same in every micro-batch."""
     node = _count_kept(node)
     if isinstance(node, cst.Call):
         receiver, method = call_receiver(node)
-        return method in cat.ITEM_COUNTS and receiver is not None
+        return method in cat.ITEM_COUNTS and receiver is not None and not _per_row(node)
     return False
+
+
+def _per_row(count: cst.Call) -> bool:
+    """`mask.sum(1)`, `mask.sum(dim=-1)`, `torch.sum(mask, dim=(1, 2))`: a reduction along dimensions
+    given as integers, none of them the first (the batch's rows)."""
+    receiver, _ = call_receiver(count)
+    module_function = isinstance(receiver, cst.Name) and positional(count, 0) is not None \
+        and not _is_number(positional(count, 0))  # `torch.sum(mask, 1)`: the operand comes first
+    dims = keyword(count, cat.DIM_KEYWORD) or positional(count, 1 if module_function else 0)
+    if isinstance(dims, (cst.Tuple, cst.List)):
+        values = [element.value for element in dims.elements]
+    else:
+        values = [dims] if dims is not None else []
+    return bool(values) and all(_is_number(v) and code(v).replace(" ", "") not in ("0", "-0") for v in values)
 
 
 def _counts_items(divisor: cst.BaseExpression, scope: Scope, before: int) -> bool:
@@ -877,6 +927,12 @@ def _count_kept(node: cst.BaseExpression) -> cst.BaseExpression:
                     continue
         break
     return node
+
+
+def _first_item(node: cst.BaseExpression) -> bool:
+    """`x[0]`."""
+    return isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) \
+        and isinstance(node.slice[0].slice.value, cst.Integer) and node.slice[0].slice.value.value == "0"
 
 
 def _is_size(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
