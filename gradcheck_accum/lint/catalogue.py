@@ -361,6 +361,9 @@ SCALER_SWITCH = "enabled"  # GradScaler(enabled=use_amp): with it false, scale()
 # What hands an optimizer a model's parameters: `Adam(model.parameters())`.
 NAMED_PARAMETERS_METHOD = "named_parameters"  # yields (name, parameter) pairs
 PARAMETER_METHODS = frozenset({"parameters", NAMED_PARAMETERS_METHOD})
+# nn.Module methods that return the module itself (`DDP(model.to(device))` wraps `model`)
+MODULE_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "half", "float", "double", "bfloat16", "train", "eval",
+                                      "requires_grad_", "to_empty"})
 DEEP_COPY_FUNCTION = "deepcopy"  # `copy.deepcopy(model)`: a module of its own, with parameters of its own
 DETACHING_FUNCTIONS = frozenset({"float"})  # float(loss): a Python number
 MEAN_METHOD = "mean"  # `x.mean()`: over every element of x, however many the micro-batch has

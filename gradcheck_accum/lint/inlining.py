@@ -22,7 +22,7 @@ from gradcheck_accum.lint.bindings import module_constants, roles_from_name
 from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted, parameter_names
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
 from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED, FunctionSummary
-from gradcheck_accum.lint.predicates import bound_argument
+from gradcheck_accum.lint.predicates import bound_argument, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, EventKind, Frame, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 
@@ -34,6 +34,7 @@ _SELF = ("self", "cls")
 # Calls that make an object with a role (catalogue constructors, prepare/setup/initialize, compile)
 _ROLE_MAKERS = frozenset().union(*(c.names | {c.qualname.rsplit(".", 1)[-1]} if c.qualname else c.names
                                    for c in cat.CONSTRUCTORS)) | cat.PREPARE_METHODS | {"initialize", "compile"}
+_COUNT = frozenset({Role.ACCUMULATION_COUNT})
 _BACKWARDS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 _STEPS = frozenset(api.name for api in cat.APIS if api.event is EventKind.STEP)
 _PROPERTIES = frozenset({cat.PROPERTY, "cached_property", "functools.cached_property"})  # read as attributes
@@ -428,6 +429,8 @@ class Inliner:
                 receiver = _receiver(call, function, loaded.class_of(ref.qualname))
                 for name, argument in _arguments(call, function, receiver):
                     roles = walker.roles(argument)
+                    if is_accumulation_count(argument, None, walker.scope):
+                        roles |= _COUNT  # kept where every caller passes N (parameter_roles)
                     if roles:
                         self._captured[name] = self._captured.get(name, NO_ROLES) | roles
                     cls = self.class_of_expression(walker.scope, argument)
@@ -746,6 +749,7 @@ class Inliner:
         roles: dict[str, frozenset[Role]] = {}
         classes: dict[str, ClassRef] = {}
         callables: dict[str, FunctionRef | None] = {}
+        counts: set[str] | None = None  # the parameters every caller binds to N
         for site in self.project.callers(ref):
             if site.caller == ref:
                 continue
@@ -757,6 +761,10 @@ class Inliner:
                 self._capturing = None
             for name, found in self._captured.items():
                 roles[name] = roles.get(name, NO_ROLES) | found
+            given = {name for name, found in self._captured.items() if Role.ACCUMULATION_COUNT in found}
+            counts = given if counts is None else counts & given
+        for name in set(roles) - (counts or set()):
+            roles[name] -= _COUNT  # N from some callers only: what the parameter holds is not known
             for name, cls in self._captured_classes.items():
                 classes.setdefault(name, cls)
             for name, target in self._captured_callables.items():

@@ -90,7 +90,9 @@ class FileModel:
             # The function's bindings go in front of its parameters', its class's attributes and the
             # module's globals, which are read through, not copied: a copy of every global for every
             # function costs a file with a loop per function the square of its size.
-            scope.env = ChainMap({}, self.inliner.parameter_roles(fn, scope), attrs, globals_env)
+            given = self.inliner.parameter_roles(fn, scope)
+            scope.given_counts = frozenset(name for name, roles in given.items() if Role.ACCUMULATION_COUNT in roles)
+            scope.env = ChainMap({}, given, attrs, globals_env)
             ScopeWalker(scope, self.imports, {}, local_names, counter, inliner=self.inliner,
                         constants=constants).walk_block(fn.body.body, Context())
             if cls is not None:
@@ -467,8 +469,9 @@ class FileModel:
             # `len(loader) * epochs`, `len(dataset) // batch_size`: micro-batches, unless N enters it
             if length is not None and length.counts_data and not length.mentions_accumulation:
                 return True
+            # a length multiplied by N: sized in micro-batches, however the factor it multiplies was counted
             if window is not None and (self.length_is_run(built_scope, built, window)
-                                       or self.length_multiplies_windows(built_scope, built, window)):
+                                       or self.length_times_n(built_scope, built, window) is not None):
                 return True
         return False
 
@@ -476,15 +479,23 @@ class FileModel:
         """Is the scheduler's length a count of windows multiplied back by N
         (`num_training_steps=max_train_steps * N` where `max_train_steps = epochs * ceil(len(loader) / N)`):
         a count of micro-batches reached the long way round?"""
+        others = self.length_times_n(scope, built, window)
+        n = window.accumulation_count()
+        return others is not None and n is not None and any(
+            _counts_windows(factor, scope, resolve_n(n, window.scope), 0) for factor in others)
+
+    def length_times_n(self, scope: Scope, built: Event, window: Window) -> list[cst.BaseExpression] | None:
+        """When the scheduler's length is a product with the window's N as one factor
+        (`args.max_train_steps * args.gradient_accumulation_steps`), its other factors: whatever they
+        count, the author sized the schedule N times longer than they are. Else None."""
         n = window.accumulation_count()
         length = _length_argument(built.node) if isinstance(built.node, cst.Call) else None
         if n is None or length is None:
-            return False
+            return None
         wanted = resolve_n(n, window.scope)
         factors = _product_factors(length)
         times_n = [factor for factor in factors if resolve_n(factor, scope) == wanted]
-        return len(times_n) == 1 and any(_counts_windows(factor, scope, wanted, 0)
-                                         for factor in factors if factor is not times_n[0])
+        return [factor for factor in factors if factor is not times_n[0]] if len(times_n) == 1 else None
 
     @staticmethod
     def length_is_run(scope: Scope, built: Event, window: Window) -> bool:

@@ -356,15 +356,21 @@ def _attribute_chain(base: str, rest: str) -> cst.BaseExpression:
 
 
 def is_accumulation_count(node: cst.BaseExpression, n: cst.BaseExpression | None, scope: Scope) -> bool:
-    """Is this expression N: a name that says accumulation (or an alias of one), or the same N as `n`?"""
-    if is_accumulation_name(node):
+    """Is this expression N: a name that says accumulation (or an alias of one, or a parameter every
+    caller binds to N), a getter of one (`engine.gradient_accumulation_steps()`), or the same N as `n`?"""
+    if _says_accumulation(node):
         return True
     name = dotted(node)
-    if name is not None and _aliases_accumulation(name, scope):
+    if name is not None and (_aliases_accumulation(name, scope) or name in scope.given_counts):
         return True
     if n is not None:
         return resolve_n(node, scope) == resolve_n(n, scope)
     return False
+
+
+def _says_accumulation(node: cst.BaseExpression) -> bool:
+    """A name that says it holds N, or a getter of one (`engine.gradient_accumulation_steps()`)."""
+    return is_accumulation_name(node) or isinstance(node, cst.Call) and not node.args and is_accumulation_name(node.func)
 
 
 def _aliases_accumulation(name: str, scope: Scope) -> bool:
@@ -375,6 +381,6 @@ def _aliases_accumulation(name: str, scope: Scope) -> bool:
     known = scope.accumulation_aliases.get(name)
     if known is None or known[0] != count:
         known = scope.accumulation_aliases[name] = (count, any(
-            d.op is DefOp.ASSIGN and d.value is not None and is_accumulation_name(d.value)
+            d.op is DefOp.ASSIGN and d.value is not None and _says_accumulation(d.value)
             for d in scope.defs.get(name, ())))
     return known[1]

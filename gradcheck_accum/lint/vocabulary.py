@@ -87,6 +87,9 @@ class Role(Tag):
     SUM_LOSS = "sum-loss"  # a criterion with reduction="sum"
     TOKEN_LOSS = "token-loss"  # a criterion with an explicit ignore_index
     CRITERION = "criterion"  # a loss function or its result
+    # N, handed by every caller to a parameter whose name does not say so (`train_one_epoch(engine,
+    # loader, engine.gradient_accumulation_steps())` binds `update_freq`)
+    ACCUMULATION_COUNT = "accumulation-count"
 
 
 Roles = frozenset  # frozenset[Role]
@@ -290,6 +293,7 @@ class Scope:
     loop_start: dict[int, int] = field(default_factory=dict)
     # name -> roles, while walking (a function's reads through to its module's globals: model._build)
     env: MutableMapping[str, frozenset[Role]] = field(default_factory=dict)
+    given_counts: frozenset[str] = frozenset()  # parameters every caller binds to N (Role.ACCUMULATION_COUNT)
     # id(loop) -> the names bound inside it, indexed on first use once the walk is done (windows.assigned_in)
     assigned_by_loop: dict[int, frozenset[str]] | None = None
     event_orders: list[int] | None = None  # the order of each event, indexed once the walk is done (windows)

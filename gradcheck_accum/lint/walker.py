@@ -19,6 +19,8 @@ from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dott
 from gradcheck_accum.lint.predicates import caller_name
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
+_COMPILED = frozenset({Role.COMPILED})
+
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
 
@@ -80,6 +82,11 @@ class ScopeWalker:
             if method == "getattr" and receiver is None:
                 return NO_ROLES  # getattr(m, "_orig_mod", m): the unwrapped module
             roles = constructor_roles(node, self.imports, self.roles)
+            if not roles and receiver is not None and method in cat.MODULE_RETURNING_METHODS:
+                return self.roles(receiver)  # `model.to(device)`, `model.cuda()`: the module itself
+            if not roles and method == cat.DEEP_COPY_FUNCTION and len(node.args) == 1:
+                # `ema = deepcopy(model)` of a compiled model is another compiled wrapper
+                return self.roles(node.args[0].value) & _COMPILED
             if not roles and self.inliner is not None:  # what a function of the project returns
                 roles = self.inliner.returned_roles(self, node)
             return roles

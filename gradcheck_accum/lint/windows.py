@@ -251,6 +251,10 @@ class Window:
         steps = [d for d in inside if increment(d, name) is not None]
         resets = [d for d in inside if d not in steps]
         before = [d for d in defs if loop not in d.ctx.loops and d.order < scope.loop_start.get(id(loop), 0)]
+        # `if args.resume: step = int(ckpt_name.split(".")[0])`: a count restored under a condition is a
+        # resumed run's; a fresh run starts from the unconditional value before it
+        restored = [d for d in before if d.ctx.guards and not isinstance(d.value, cst.Integer)]
+        before = [d for d in before if d not in restored]
         if len(steps) != 1 or not before or not self.boundary_steps:
             return None
         first_step = min(s.order for s in self.boundary_steps)
@@ -642,16 +646,28 @@ def _loop_windows(scope: Scope, loop: Loop, outer: tuple[Loop, ...], neighbours:
     def periodic(test: cst.BaseExpression) -> bool:
         return analyze(test, scope) is not None
 
+    built = []
     for path, events in split(region, deciders, len(outer), variant, periodic):
         if any(e.kind is EventKind.BACKWARD and e.ctx.loops and e.ctx.loops[-1] is loop for e in events):
-            windows.append(_build(scope, loop, outer, events, path))
-    counts = [w.n for w in windows if w.n is not None]
-    enclosing = [decision(g) for g in _loop_guards(windows[0], loop)] if windows else []
-    for window in windows:
-        def is_n(node: cst.BaseExpression) -> bool:
-            return any(is_accumulation_count(node, n, scope) for n in counts) or is_accumulation_count(node, None, scope)
+            built.append((events, _build(scope, loop, outer, events, path)))
+    counts = [w.n for _, w in built if w.n is not None]
+    enclosing = [decision(g) for g in _loop_guards(built[0][1], loop)] if built else []
+
+    def is_n(node: cst.BaseExpression) -> bool:
+        return any(is_accumulation_count(node, n, scope) for n in counts) or is_accumulation_count(node, None, scope)
+
+    def only_when_one(event: Event) -> bool:
+        """Under a configuration test that holds only where N is 1 (`if accum_steps == 1: optimizer.zero_grad()`)."""
+        return count_on_path([decision(g) for g in event.ctx.guards if invariant(g.test, variant)], is_n) is Count.ONE
+
+    for events, window in built:
         if count_on_path(window.path.decisions + tuple(enclosing), is_n) is Count.ONE:
             window.shape, window.boundary = PLAIN, None
+        elif any(only_when_one(e) for e in events):
+            # a window that may accumulate runs none of what runs only where N is 1, even when that
+            # test is not one of the path's (it decides no backward or step)
+            window = _build(scope, loop, outer, [e for e in events if not only_when_one(e)], window.path)
+        windows.append(window)
     return windows
 
 
@@ -900,8 +916,29 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
         elif guard.exit is not None and guard.exit.ends_loop:
             continue  # past a helper's early `return` that is no boundary (`if not grads: return`): its way on
         elif not invariant(guard.test, variant) and not _per_item(window, event, guard, variant):
+            if event.kind not in (EventKind.BACKWARD, EventKind.STEP) and _run_phase(guard.test, window, variant):
+                continue  # `if train_steps >= start_clip_iter: clip(...)`: every micro-batch from then on
             return UNKNOWN
     return placement
+
+
+def _run_phase(test: cst.BaseExpression, window: Window, variant: set[str]) -> bool:
+    """A counter that only counts up compared with a bound fixed for the run (`train_steps >=
+    args.start_clip_iter`, `step < warmup`): once the test changes its value it keeps it until the
+    counter starts again, so what runs under it runs on every micro-batch of that stretch of the run.
+    (A window's own step is left out: a phase that gates the step is a schedule, not a placement.)"""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(
+            test.comparisons[0].operator, (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual))):
+        return False
+    varying = [side for side in (test.left, test.comparisons[0].comparator) if not invariant(side, variant)]
+    counter = dotted(varying[0]) if len(varying) == 1 else None
+    if counter is None:
+        return False
+    target = _loop_target(window.scope, counter, window.loop)
+    if target is not None:  # the loop's own index: `i` of `enumerate(loader)` or `range(n)`
+        return _enumerate_start(window.loop, 0 if target.index is None else target.index, window.scope) is not None
+    counts = [d for d in window.scope.defs_of(counter) if any(loop in d.ctx.loops for loop in window.loop_nest)]
+    return bool(counts) and all(d.op is DefOp.ADD and isinstance(d.value, cst.Integer) for d in counts)
 
 
 def _per_item(window: Window, event: Event, guard: Guard, variant: set[str]) -> bool:
