@@ -265,6 +265,8 @@ PROPERTY = "property"
 SAME_TENSOR_METHODS = frozenset({"detach", "data"})
 
 # Keywords of constructors that change what the result does.
+GRAD_OFF_CONTEXTS = frozenset({"no_grad", "inference_mode"})  # `with torch.no_grad():` records no graph
+DEEPSPEED_PLUGIN_KEYWORD = "deepspeed_plugin"  # Accelerator(deepspeed_plugin=...): the engine accumulates by itself
 ACCUMULATION_STEPS_KEYWORD = "gradient_accumulation_steps"  # Accelerator(gradient_accumulation_steps=N)
 # Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=N)): the same, as a plugin
 # Fabric(strategy=..., devices=...): setup() wraps the model in DDP under "auto" (several devices) and the

@@ -354,6 +354,19 @@ class FileModel:
             return Role.ACCELERATOR_ACCUMULATES in backward.roles
         return False
 
+    @staticmethod
+    def accelerator_divides_outside_accumulate(backward: Event) -> bool:
+        """`accelerator.backward(loss)` of an Accelerator built with gradient_accumulation_steps=N > 1,
+        in a window accelerate does not own (no `accumulate()` around it): it divides by N all the same.
+        Not one built with a `deepspeed_plugin`: DeepSpeed's engine then counts the micro-batches itself."""
+        scaling = backward.api.divides_loss if backward.api is not None else LossScaling.NEVER
+        if scaling is not LossScaling.WITH_ACCUMULATION_STEPS or Role.ACCELERATOR_ACCUMULATES not in backward.roles:
+            return False
+        receiver = call_receiver(backward.node)[0] if isinstance(backward.node, cst.Call) else None
+        built = [d.value for d in backward.scope.defs_of(dotted(receiver) or "") if isinstance(d.value, cst.Call)] \
+            if backward.scope is not None else []
+        return not any(keyword(call, cat.DEEPSPEED_PLUGIN_KEYWORD) is not None for call in built)
+
     def declares_accumulation(self, window: Window, step: Event) -> bool:
         """The loop prepares for accumulation: the loss is divided by N, or the step's gradients are
         cleared under a `% N` test."""
@@ -364,8 +377,11 @@ class FileModel:
             if not same_target(zero, step):
                 continue
             for guard in zero.ctx.guards:
-                if guard in window.backward_guards:
-                    continue  # the backward runs under it too: a periodic update, not a window
+                if guard in window.backward_guards or any(
+                        guard in b.ctx.guards and b.order > zero.order for b in window.backwards):
+                    # the backward runs under it too, or one after this clear does: a periodic update
+                    # of its own (a lazy regulariser every N iterations), not a window's close
+                    continue
                 boundary = analyze(guard.test, window.scope)
                 if boundary is not None and boundary.kind is BoundaryKind.MODULO:
                     return True

@@ -124,12 +124,18 @@ class StepEveryMicroBatch(Rule):
                 continue
             if any(model.micro_step_loss(window, b) for b in window.backwards):
                 continue  # the micro-batches are the inner loop's (ACC105 when only the last loss is left)
-            steps = [s for s in window.steps if not s.via_helper and window.placement(s) is Placement.EVERY
-                     and model.declares_accumulation(window, s)]
+            every = [s for s in window.steps if not s.via_helper and window.placement(s) is Placement.EVERY]
+            steps = [s for s in every if model.declares_accumulation(window, s)]
             if steps:
                 yield Report(steps[0].node, "the loss is prepared for accumulation but the optimizer steps on every "
                                             "micro-batch, so parameters change inside the window; step only when "
                                             "the window is complete")
+            elif every and any(model.accelerator_divides_outside_accumulate(b) for b in window.backwards):
+                yield Report(every[0].node, "the Accelerator is built to accumulate, so accelerator.backward divides "
+                                            "each loss by N, but outside `with accelerator.accumulate(model):` "
+                                            "gradients sync on every micro-batch and the prepared optimizer steps on "
+                                            "each: no window forms, and every step sees one micro-batch divided by "
+                                            "N; wrap the forward, backward and step in accelerator.accumulate(model)")
 
 
 class BackwardAfterMicroStepLoop(Rule):
