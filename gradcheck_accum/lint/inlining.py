@@ -763,12 +763,12 @@ class Inliner:
                 roles[name] = roles.get(name, NO_ROLES) | found
             given = {name for name, found in self._captured.items() if Role.ACCUMULATION_COUNT in found}
             counts = given if counts is None else counts & given
-        for name in set(roles) - (counts or set()):
-            roles[name] -= _COUNT  # N from some callers only: what the parameter holds is not known
             for name, cls in self._captured_classes.items():
                 classes.setdefault(name, cls)
             for name, target in self._captured_callables.items():
                 callables[name] = target if callables.get(name, target) == target else None
+        for name in set(roles) - (counts or set()):
+            roles[name] -= _COUNT  # N from some callers only: what the parameter holds is not known
         if classes:
             self._classes[id(scope)] = classes
         known = {name: target for name, target in callables.items() if target is not None}
