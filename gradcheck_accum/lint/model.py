@@ -355,6 +355,12 @@ class FileModel:
         return False
 
     @staticmethod
+    def without_grad(event: Event) -> bool:
+        """Called under `with torch.no_grad():` (or `inference_mode()`): a forward there builds no graph,
+        so no backward reaches a DDP wrapper's hooks and it all-reduces nothing (a frozen generator)."""
+        return any(call_receiver(call)[1] in cat.GRAD_OFF_CONTEXTS and not call.args for call in event.ctx.withs)
+
+    @staticmethod
     def accelerator_divides_outside_accumulate(backward: Event) -> bool:
         """`accelerator.backward(loss)` of an Accelerator built with gradient_accumulation_steps=N > 1,
         in a window accelerate does not own (no `accumulate()` around it): it divides by N all the same.

@@ -173,6 +173,27 @@ class Window:
         `ni = i + nb * epoch` in the first epoch)."""
         return self._first_value(self.counter, 0)
 
+    def boundary_skips_first(self) -> bool:
+        """`i % N == 0 and i > 0` (or `i != 0`, `i >= 1`): the boundary test also excludes the counter's
+        first value, so the first window runs on to the next multiple of N."""
+        boundary = self.boundary
+        if boundary is None or boundary.counter is None:
+            return False
+        counter = code(boundary.counter)
+        for step in self.boundary_steps:
+            for guard in step.ctx.guards:
+                test = guard.test
+                if not (isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)
+                        and boundary.comparison in (test.left, test.right)):
+                    continue
+                other = test.right if boundary.comparison is test.left else test.left
+                if isinstance(other, cst.Comparison) and len(other.comparisons) == 1 and code(other.left) == counter:
+                    operator, bound = other.comparisons[0].operator, code(other.comparisons[0].comparator)
+                    if (type(operator), bound) in ((cst.GreaterThan, "0"), (cst.NotEqual, "0"),
+                                                   (cst.GreaterThanEqual, "1")):
+                        return True
+        return False
+
     def accumulation_count(self) -> cst.BaseExpression | None:
         """N, as the code states it: the window's own count, or for a window accelerate owns, the
         `gradient_accumulation_steps=` its Accelerator is built with in this scope."""

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.model import (DDP_NO_SYNC, DDP_SYNC_FLAG, SYNCS_AT_BACKWARD, Event, EventKind, Fact, FileModel,
                                         Role, WindowShape)
-from gradcheck_accum.lint.names import call_receiver
 from gradcheck_accum.lint.rule import Report, Rule
 
 
@@ -30,7 +28,7 @@ class DdpSyncEveryMicroBatch(Rule):
             in_nest = window.nest_events
             # a DDP wrapper: built here, or handed back by accelerator.prepare (DDP under a multi-process
             # launch), called or handed whole to what calls it (`self.imagen(x, unet=self.unet)`)
-            forwards = [e for e in in_nest if e.kind in _CALLS and window.inside(e) and not _without_grad(e)
+            forwards = [e for e in in_nest if e.kind in _CALLS and window.inside(e) and not model.without_grad(e)
                         and (_is_ddp_model(e.roles) or not e.roles and _is_ddp_model(e.argument_roles))]
             if not forwards or any(e.kind is EventKind.SYNC_CONTROL and window.path.allows(e) for e in in_nest):
                 continue
@@ -57,12 +55,6 @@ class DdpSyncEveryMicroBatch(Rule):
                           "`with accelerator.no_sync(model):`, or use accelerator.accumulate")
             # a backward inside a helper called from several places: name the call of this window
             yield Report(backwards[0].node, advice, scope=backwards[0].scope)
-
-
-def _without_grad(event: Event) -> bool:
-    """Called under `with torch.no_grad():` (or `inference_mode()`): the forward builds no graph, so no
-    backward reaches the wrapper's hooks and it all-reduces nothing (a frozen DDP generator)."""
-    return any(call_receiver(call)[1] in cat.GRAD_OFF_CONTEXTS and not call.args for call in event.ctx.withs)
 
 
 _NOT_MODELS = frozenset({Role.OPTIMIZER, Role.SCHEDULER, Role.CRITERION, Role.DEEPSPEED})

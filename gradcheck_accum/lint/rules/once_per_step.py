@@ -5,10 +5,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradcheck_accum.lint.fixes import Fix, move_statement
-from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.model import (Boundary, BoundaryKind, Event, EventKind, Fact, FileModel, Framework,
                                         Placement, Role, Shift, TailFate, Window, WindowShape, exclusive)
-from gradcheck_accum.lint.names import code
 from gradcheck_accum.lint.rule import Report, Rule
 
 _EVERY, _BOUNDARY, _AFTER = Placement.EVERY, Placement.BOUNDARY, Placement.AFTER
@@ -261,7 +259,7 @@ class BoundaryOffByOne(Rule):
             start = window.counter_start
             if start is None or boundary.offset != start:
                 continue
-            if start == 0 and _skips_first(window, boundary):
+            if start == 0 and window.boundary_skips_first():
                 message = ("a 0-based counter tested with `% N == 0` and `> 0` skips the first micro-batch's "
                            "boundary, so the first window holds N + 1 micro-batches; test `(i + 1) % N == 0`")
             elif start == 0:
@@ -271,24 +269,6 @@ class BoundaryOffByOne(Rule):
                 message = ("a 1-based counter tested with `(i + 1) % N` closes windows one micro-batch early; "
                            "test `i % N == 0`")
             yield Report(boundary.comparison, message)
-
-
-def _skips_first(window: Window, boundary: Boundary) -> bool:
-    """`i % N == 0 and i > 0` (or `i != 0`, `i >= 1`): the boundary test also excludes the counter's first
-    value, so the first window runs on to the next multiple of N."""
-    counter = code(boundary.counter) if boundary.counter is not None else None
-    for step in window.boundary_steps:
-        for guard in step.ctx.guards:
-            test = guard.test
-            if not (isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)
-                    and boundary.comparison in (test.left, test.right)):
-                continue
-            other = test.right if boundary.comparison is test.left else test.left
-            if isinstance(other, cst.Comparison) and len(other.comparisons) == 1 and code(other.left) == counter:
-                operator, bound = other.comparisons[0].operator, code(other.comparisons[0].comparator)
-                if (type(operator), bound) in ((cst.GreaterThan, "0"), (cst.NotEqual, "0"), (cst.GreaterThanEqual, "1")):
-                    return True
-    return False
 
 
 def _sync_off_boundary(window: Window, boundary: Boundary) -> Iterator[Report]:
