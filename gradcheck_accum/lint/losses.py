@@ -497,13 +497,12 @@ class LossTracer:
             defs = scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else [])
             values = [d for d in defs if d.op is DefOp.ASSIGN and d.value is not None]
             if not values:  # a function of this file (`def collate_fn(batch): ...`)
-                return any(s.name == name and s.frame is None and _writes_ignored_label(s.node) for s in self.scopes)
+                return self._function_writes_ignored(name)
             return any(self._masking_collator(d.value, d.scope or scope, depth + 1) for d in values)
         _, method = call_receiver(node)
         if method not in cat.LABEL_MASKING_COLLATORS:
             # an instance of a class of this file whose __call__ writes the ignored label
-            return any(s.name == _CALL_METHOD and s.owner is not None and s.owner.name.value == method
-                       and s.frame is None and _writes_ignored_label(s.node) for s in self.scopes)
+            return self._function_writes_ignored(_CALL_METHOD, of_class=method)
         switch = cat.LABEL_MASKING_COLLATORS[method]
         value = keyword(node, switch) if switch else None
         return value is None or isinstance(value, cst.Name) and value.value == "True"
@@ -526,16 +525,21 @@ class LossTracer:
             if method == cat.DATASET_MAP and function is not None and self._writes_ignored(function, scope):
                 return True
             return self._masking_dataset(receiver, scope, depth + 1)
-        return any(s.name == cat.GET_ITEM_METHOD and s.owner is not None and s.owner.name.value == method
-                   and s.frame is None and _writes_ignored_label(s.node) for s in self.scopes)
+        return self._function_writes_ignored(cat.GET_ITEM_METHOD, of_class=method)
 
     def _writes_ignored(self, function: cst.BaseExpression, scope: Scope) -> bool:
         """A lambda, or a function of this file by name, whose body writes the ignored label."""
         if isinstance(function, cst.Lambda):
             return _writes_ignored_label(function.body)
         name = dotted(function)
-        return bool(name) and any(s.name == name and s.frame is None and _writes_ignored_label(s.node)
-                                  for s in self.scopes)
+        return bool(name) and self._function_writes_ignored(name)
+
+    def _function_writes_ignored(self, name: str, of_class: str | None = None) -> bool:
+        """Does the function of this file with this name (a method of the class `of_class`, when given)
+        write the ignored label into what it builds?"""
+        return any(s.name == name and s.frame is None
+                   and (of_class is None or s.owner is not None and s.owner.name.value == of_class)
+                   and _writes_ignored_label(s.node) for s in self.scopes)
 
     def _is_torch_module(self, name: str | None, scope: Scope) -> bool:
         """A name bound in this scope to one of torch's modules (`cos = torch.nn.CosineSimilarity()`):
