@@ -355,6 +355,9 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
     **{name: LossOp.KEEPS for name in ("gather", "unsqueeze", "flatten", "masked_fill", "exp", "log", "neg", "abs",
                                        "log_softmax", "softmax", "sigmoid", "index_select", "transpose", "permute")},
 }
+# Element-wise tensor methods: what they make has one value per element of their operand (per-item losses
+# stay per item: `(pred - target).pow(2)[mask].mean()` averages the items the mask keeps).
+ELEMENTWISE_METHODS = frozenset({"pow", "square", "sqrt", "abs", "exp", "log", "neg", "clamp", "sigmoid"})
 # Tensor methods that move, cast or reshape labels without changing which values they hold
 # (`y.view(-1).long().to(device)`): token ids stay token ids, never the ignored label.
 LABEL_KEEPING_METHODS = frozenset({"view", "reshape", "contiguous", "flatten", "squeeze", "unsqueeze", "long", "int",

@@ -734,9 +734,10 @@ def _bound(d: Def) -> cst.BaseExpression | None:
 
 
 def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
-    """`losses[mask]` (or a name bound to it) where `losses` is a criterion's per-item output
-    (`reduction="none"`) and the index is a tensor, not a slice or a literal: the items a mask or
-    an index set selects, as many as this micro-batch's data keeps."""
+    """`losses[mask]` (or a name bound to it) where `losses` holds per-item losses (a criterion's
+    `reduction="none"` output, or element-wise arithmetic such as `(pred - target).pow(2).mean(-1)`)
+    and the index is a tensor, not a slice or a literal: the items a mask or an index set selects, as
+    many as this micro-batch's data keeps."""
     node, before = _bound_value(node, scope, before)
     if not isinstance(node, cst.Subscript) or len(node.slice) != 1 or _is_slice(node):
         return False
@@ -744,8 +745,12 @@ def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
     if not isinstance(index, cst.Index) or dotted(index.value) is None:
         return False
     produced, _ = _bound_value(node.value, scope, before)
-    while isinstance(produced, cst.Call) and cat.LOSS_OPERATIONS.get(call_receiver(produced)[1] or "") is LossOp.KEEPS:
+    while isinstance(produced, cst.Call) and call_receiver(produced)[0] is not None and (
+            cat.LOSS_OPERATIONS.get(call_receiver(produced)[1] or "") is LossOp.KEEPS
+            or call_receiver(produced)[1] in cat.ELEMENTWISE_METHODS):
         produced = call_receiver(produced)[0]  # `F.mse_loss(..., reduction="none").mean(-1)`: per frame still
+    if isinstance(produced, cst.BinaryOperation):
+        return True  # `(pred - target) ** 2`: a value per element
     if not isinstance(produced, cst.Call):
         return False
     reduction = keyword(produced, cat.REDUCTION_KEYWORD)
