@@ -286,7 +286,7 @@ class Window:
         init, step = before[-1].value, steps[0]
         by = increment(step, name)
         if not (isinstance(init, cst.Integer) and init.value == "0" and isinstance(by, cst.Integer)
-                and by.value == "1" and not step.ctx.guards):
+                and by.value == "1" and all(skips_stretch(guard, self) for guard in step.ctx.guards)):
             return None
         return 1 if step.order < first_step else 0
 
@@ -936,11 +936,31 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
             return BOUNDARY if boundary.positive == guard.positive else OFF_BOUNDARY
         elif guard.exit is not None and guard.exit.ends_loop:
             continue  # past a helper's early `return` that is no boundary (`if not grads: return`): its way on
+        elif skips_stretch(guard, window, variant):
+            continue  # what follows runs on every micro-batch the skip leaves
         elif not invariant(guard.test, variant) and not _per_item(window, event, guard, variant):
             if event.kind not in (EventKind.BACKWARD, EventKind.STEP) and _run_phase(guard.test, window, variant):
                 continue  # `if train_steps >= start_clip_iter: clip(...)`: every micro-batch from then on
             return UNKNOWN
     return placement
+
+
+def skips_stretch(guard: Guard, window: Window, variant: set[str] | None = None) -> bool:
+    """`if args.resume and step < resume_step: continue`: the guard of what follows a skip of a stretch
+    of micro-batches (a term of its test is a run phase), which are then not run at all (a resumed
+    run's catching up); on the others, what follows runs as if the test were not there."""
+    if guard.exit is not Exit.CONTINUE:
+        return False
+    if variant is None:
+        variant = assigned_in(window.scope, window.outer[-1] if window.outer else window.loop)
+    return any(_run_phase(term, window, variant) for term in _conjuncts(guard.test))
+
+
+def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The terms of `a and b and c` (the test itself when it is no conjunction)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _conjuncts(test.left) + _conjuncts(test.right)
+    return [test]
 
 
 def _run_phase(test: cst.BaseExpression, window: Window, variant: set[str]) -> bool:
