@@ -78,10 +78,9 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
     if last in cat.ACCELERATOR.names:
         steps = accelerator_accumulation_steps(call)
         accumulates = steps is not None and not (isinstance(steps, cst.Integer) and steps.value == "1")
-        fsdp = keyword(call, cat.FSDP_PLUGIN_KEYWORD)
-        sharded = fsdp is not None and not (isinstance(fsdp, cst.Name) and fsdp.value == "None")
         return frozenset({Role.ACCELERATOR} | ({Role.ACCELERATOR_ACCUMULATES} if accumulates else set())
-                         | ({Role.ACCELERATOR_FSDP} if sharded else set()))
+                         | ({Role.ACCELERATOR_FSDP} if _given(call, cat.FSDP_PLUGIN_KEYWORD) else set())
+                         | ({Role.ACCELERATOR_DEEPSPEED} if _given(call, cat.DEEPSPEED_PLUGIN_KEYWORD) else set()))
     if last in cat.FABRIC.names:
         return frozenset({Role.FABRIC} | (set() if _fabric_may_use_ddp(call) else {Role.FABRIC_WITHOUT_DDP}))
     if last in cat.BOOSTER.names:
@@ -97,6 +96,12 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
             roles.add(Role.TOKEN_LOSS)
         return frozenset(roles)
     return NO_ROLES
+
+
+def _given(call: cst.Call, name: str) -> bool:
+    """The call passes keyword `name` a value other than a literal None (`fsdp_plugin=plugin`)."""
+    value = keyword(call, name)
+    return value is not None and not (isinstance(value, cst.Name) and value.value == "None")
 
 
 def accelerator_accumulation_steps(call: cst.Call) -> cst.BaseExpression | None:

@@ -366,12 +366,8 @@ class FileModel:
         in a window accelerate does not own (no `accumulate()` around it): it divides by N all the same.
         Not one built with a `deepspeed_plugin`: DeepSpeed's engine then counts the micro-batches itself."""
         scaling = backward.api.divides_loss if backward.api is not None else LossScaling.NEVER
-        if scaling is not LossScaling.WITH_ACCUMULATION_STEPS or Role.ACCELERATOR_ACCUMULATES not in backward.roles:
-            return False
-        receiver = call_receiver(backward.node)[0] if isinstance(backward.node, cst.Call) else None
-        built = [d.value for d in backward.scope.defs_of(dotted(receiver) or "") if isinstance(d.value, cst.Call)] \
-            if backward.scope is not None else []
-        return not any(keyword(call, cat.DEEPSPEED_PLUGIN_KEYWORD) is not None for call in built)
+        return scaling is LossScaling.WITH_ACCUMULATION_STEPS and Role.ACCELERATOR_ACCUMULATES in backward.roles \
+            and Role.ACCELERATOR_DEEPSPEED not in backward.roles
 
     def declares_accumulation(self, window: Window, step: Event) -> bool:
         """The loop prepares for accumulation: the loss is divided by N, or the step's gradients are

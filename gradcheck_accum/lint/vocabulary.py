@@ -74,6 +74,8 @@ class Role(Tag):
     ACCELERATOR = "accelerator"
     ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)
     ACCELERATOR_FSDP = "accelerator-fsdp"  # Accelerator(fsdp_plugin=...): prepare() wraps models in FSDP
+    # Accelerator(deepspeed_plugin=...): the DeepSpeed engine counts the micro-batches, accumulate() or not
+    ACCELERATOR_DEEPSPEED = "accelerator-deepspeed"
     FABRIC = "fabric"
     FABRIC_WITHOUT_DDP = "fabric-without-ddp"  # a Fabric whose strategy or devices rule DDP out (or are not known)
     BOOSTER = "booster"  # a ColossalAI Booster
