@@ -362,6 +362,18 @@ ELEMENTWISE_METHODS = frozenset({"pow", "square", "sqrt", "abs", "exp", "log", "
 # (`y.view(-1).long().to(device)`): token ids stay token ids, never the ignored label.
 LABEL_KEEPING_METHODS = frozenset({"view", "reshape", "contiguous", "flatten", "squeeze", "unsqueeze", "long", "int",
                                    "to", "cuda", "clone", "detach", "pin_memory"})
+# Tensor methods that keep which items of a mask are set, up to a fixed number of copies
+# (`mask.unsqueeze(-1).repeat(1, 1, d).float()`): a mask with a fixed count keeps one.
+MASK_KEEPING_METHODS = LABEL_KEEPING_METHODS | frozenset({"float", "bool", "half", "bfloat16", "type_as", "repeat",
+                                                          "expand", "expand_as"})
+# Tensors made with one value everywhere: as many items set in every micro-batch of one shape.
+CONSTANT_FILLS = frozenset({"zeros", "ones", "full", "zeros_like", "ones_like", "full_like"})
+# Calls that return a random order of positions (`torch.rand(n, l).argsort(dim=1)`, `torch.randperm(l)`,
+# `np.random.permutation(l)`): its first k are k distinct positions, and reading a mask through it
+# (`torch.gather(mask, 1, ids_restore)`) moves the set items without changing how many there are.
+PERMUTATIONS = frozenset({"argsort", "randperm", "permutation"})
+PERMUTING_READS = frozenset({"gather", "take_along_dim"})  # `torch.gather(mask, 1, index)`
+SCATTERS = frozenset({"scatter", "scatter_"})  # `mask.scatter_(1, index, 1.0)`: sets the items index names
 SCALER_SWITCH = "enabled"  # GradScaler(enabled=use_amp): with it false, scale() and unscale_() do nothing
 # What hands an optimizer a model's parameters: `Adam(model.parameters())`.
 NAMED_PARAMETERS_METHOD = "named_parameters"  # yields (name, parameter) pairs
@@ -382,6 +394,7 @@ SHAPE_ATTRIBUTE = "shape"
 # Calls that keep a count a count: `n.clamp(min=1)`, `n.float()`, `n.item()`, `int(n)`, `max(n, 1)`.
 COUNT_KEEPING_METHODS = frozenset({"clamp", "clamp_min", "float", "item", "to", "type", "double"})
 COUNT_KEEPING_FUNCTIONS = frozenset({"int", "float", "max"})
+ROUNDING_FUNCTIONS = frozenset({"round", "ceil", "floor", "min"})  # `math.ceil(l * ratio)`: a number still
 SUM_FUNCTION = "sum"  # the builtin: `sum(loss_dict.values())` adds loss terms
 NEXT_BATCH_FUNCTION = "next"  # `batch = next(it)`: a new micro-batch each time it runs
 # The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value.

@@ -123,7 +123,7 @@ class LossTracer:
                 return
             if isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
                 facts.scalings.append(Scaling(node, node.right, True, scope, self._guards))
-                if isinstance(node.operator, cst.Divide) and _counts_items(node.right, scope, before):
+                if isinstance(node.operator, cst.Divide) and self._counts_items(node.right, scope, before):
                     facts.token_level = True  # `/ mask.sum()`, or `/ num_pos` after `num_pos = pos.sum()`
                 self._trace(node.left, scope, before, facts, depth)
                 return
@@ -207,7 +207,7 @@ class LossTracer:
             if d.op.scales:
                 if d.value is not None:
                     facts.scalings.append(Scaling(d.node, d.value, d.op is not DefOp.MULTIPLY, scope, d.ctx.guards))
-                if d.op is DefOp.DIVIDE and d.value is not None and _counts_items(d.value, scope, d.order):
+                if d.op is DefOp.DIVIDE and d.value is not None and self._counts_items(d.value, scope, d.order):
                     facts.token_level = True  # `loss /= mask.sum()`, as `loss = loss / mask.sum()`
             elif d.op is DefOp.LOOP_TARGET:
                 facts.known = False
@@ -426,6 +426,75 @@ class LossTracer:
         if not (Role.CRITERION in roles or (imports.qualify(node.func) or "").startswith("torch")
                 or _is_model_like(callee) or self._is_torch_module(callee, scope)):
             facts.known = False
+
+    def _counts_items(self, divisor: cst.BaseExpression, scope: Scope, before: int) -> bool:
+        """A divisor that is a count of valid items, written in place or bound to a name first
+        (`/ mask.sum()`, `/ num_pos` after `num_pos = pos.sum()`). Not a count of the labels that differ
+        from a sentinel (`(target != ignore_index).sum()`) when the labels are the next tokens of the
+        stream the inputs are cut from: none is the sentinel, so the count is the same in every
+        micro-batch. Nor a count of a mask whose number of set items is fixed (_fixed_count)."""
+        count, at = _bound_value(_count_kept(divisor), scope, before)
+        if not _is_count_of_items(count):
+            return False
+        counted = _counted(count)
+        labels = _compared_with_sentinel(counted)
+        if labels is not None:
+            return not _next_tokens(labels, scope, at, 0)
+        return counted is None or not self._fixed_count(counted, scope, at, 0)
+
+    def _fixed_count(self, mask: cst.BaseExpression, scope: Scope, before: int, depth: int) -> bool:
+        """Does `mask` have the same number of items set in every micro-batch? Random masking at a fixed
+        ratio (masked image modelling) makes such masks: a constant-filled tensor whose items are set
+        at positions the data does not choose (`m = torch.ones(n, l); m[:, :keep] = 0`,
+        `torch.zeros(b, l).scatter_(1, order[:, :k], 1.0)`), reordered by a permutation
+        (`torch.gather(m, 1, ids_restore)`), cast or reshaped; here, in a function of the project that
+        returns it (`x, mask, ids = self.random_masking(x, ratio)`), or in what the caller passes."""
+        if depth > 6:
+            return False
+        mask = _values_kept(mask, cat.MASK_KEEPING_METHODS)
+        if isinstance(mask, cst.Call):
+            return self._fixed_count_made(mask, scope, before, depth)
+        name = dotted(mask)
+        if name is None:
+            return False
+        writes = []
+        for d in reversed(scope.defs_of(name, before)):
+            if d.op is DefOp.ITEM:
+                writes.append(d)
+                continue
+            if not d.op.rebinds or d.ctx.guards or d.ctx.in_handler or d.value is None:
+                return False
+            if not all(_fixed_positions(write, scope) for write in writes):
+                return False
+            where = d.scope or scope  # a parameter's argument is read in the caller
+            if d.op is DefOp.UNPACK and isinstance(d.value, cst.Call) and d.index is not None:
+                returned = self.returns(d.value, where, d.order) if self.returns is not None else None
+                return bool(returned) and all(
+                    isinstance(value, (cst.Tuple, cst.List)) and d.index < len(value.elements)
+                    and self._fixed_count(value.elements[d.index].value, inner, at, depth + 1)
+                    for value, inner, at in returned)
+            return d.op is DefOp.ASSIGN and self._fixed_count(d.value, where, d.order, depth + 1)
+        return False
+
+    def _fixed_count_made(self, call: cst.Call, scope: Scope, before: int, depth: int) -> bool:
+        """_fixed_count of the tensor a call makes."""
+        receiver, method = call_receiver(call)
+        qualified = (scope.imports or self.imports).qualify(call.func)
+        if method in cat.CONSTANT_FILLS and (qualified is not None or receiver is not None):
+            return True  # `torch.ones(n, l)`, `np.zeros(l)`, `x.new_ones(...)` is not among them
+        if qualified is not None and method in cat.PERMUTING_READS | cat.SCATTERS:
+            receiver = positional(call, 0)  # `torch.gather(mask, 1, index)`: the operand comes first
+            arguments = call.args[1:]
+        else:
+            arguments = call.args
+        index = keyword(call, "index") or (arguments[1].value if len(arguments) > 1 and arguments[1].keyword is None
+                                           else None)
+        if method in cat.PERMUTING_READS and receiver is not None and index is not None:
+            return _permutation(index, scope, before) and self._fixed_count(receiver, scope, before, depth + 1)
+        if method in cat.SCATTERS and receiver is not None and index is not None:
+            return _distinct_positions(index, scope, before) and self._fixed_count(receiver, scope, before, depth + 1)
+        returned = self.returns(call, scope, before) if self.returns is not None else None
+        return bool(returned) and all(self._fixed_count(value, where, at, depth + 1) for value, where, at in returned)
 
     def _masked_labels(self, outputs: cst.BaseExpression, scope: Scope, before: int) -> bool:
         """`outputs = model(..., labels=y)` where `y[...] = -100` masks items out in this scope, or
@@ -767,11 +836,11 @@ def _bound_value(node: cst.BaseExpression, scope: Scope, before: int) -> tuple[c
     return node, before
 
 
-def _values_kept(node: cst.BaseExpression) -> cst.BaseExpression:
+def _values_kept(node: cst.BaseExpression, keeping: frozenset[str] = cat.LABEL_KEEPING_METHODS) -> cst.BaseExpression:
     """`y` of `y.view(-1).long().to(device)`."""
     while isinstance(node, cst.Call):
         receiver, method = call_receiver(node)
-        if receiver is None or method not in cat.LABEL_KEEPING_METHODS:
+        if receiver is None or method not in keeping:
             break
         node = receiver
     return node
@@ -810,16 +879,86 @@ def _per_row(count: cst.Call) -> bool:
     return bool(values) and all(_is_number(v) and code(v).replace(" ", "") not in ("0", "-0") for v in values)
 
 
-def _counts_items(divisor: cst.BaseExpression, scope: Scope, before: int) -> bool:
-    """A divisor that is a count of valid items, written in place or bound to a name first
-    (`/ mask.sum()`, `/ num_pos` after `num_pos = pos.sum()`). Not a count of the labels that differ
-    from a sentinel (`(target != ignore_index).sum()`) when the labels are the next tokens of the
-    stream the inputs are cut from: none is the sentinel, so the count is the same in every micro-batch."""
-    count, at = _bound_value(_count_kept(divisor), scope, before)
-    if not _is_count_of_items(count):
+def _permutation(index: cst.BaseExpression, scope: Scope, before: int) -> bool:
+    """`ids_restore` after `ids_restore = torch.argsort(ids_shuffle, dim=1)` (moved or repeated along a
+    new dimension, `ids.unsqueeze(-1).repeat(1, 1, d)`): a random order of positions."""
+    index, _ = _bound_value(_values_kept(index, cat.MASK_KEEPING_METHODS), scope, before)
+    return isinstance(index, cst.Call) and call_receiver(index)[1] in cat.PERMUTATIONS
+
+
+def _distinct_positions(index: cst.BaseExpression, scope: Scope, before: int) -> bool:
+    """The first k of a random order (`ids_shuffle[:, :keep]`, `np.random.permutation(n)[:count]`,
+    `torch.rand(b, l).argsort(dim=1)[:, :count]`): k distinct positions per row, k fixed."""
+    index, at = _bound_value(_values_kept(index, cat.MASK_KEEPING_METHODS), scope, before)
+    return isinstance(index, cst.Subscript) and _is_slice(index) and _set_by_shape(index, scope, at) \
+        and _permutation(index.value, scope, at)
+
+
+def _set_by_shape(cut: cst.Subscript, scope: Scope, before: int) -> bool:
+    """Are the bounds of a cut (`[:, :keep]`) set by numbers, shapes and settings, not by the data's
+    values: `keep = int(L * (1 - ratio))` after `N, L, D = x.shape` keeps as many positions in every
+    micro-batch of one shape, `[:, :batch["prompt_len"]]` a number each batch chooses."""
+    bounds = []
+    for element in cut.slice:
+        if isinstance(element.slice, cst.Slice):
+            bounds += [b for b in (element.slice.lower, element.slice.upper, element.slice.step) if b is not None]
+        elif isinstance(element.slice, cst.Index):
+            bounds.append(element.slice.value)
+    return all(_shaped(bound, scope, before, 0) for bound in bounds)
+
+
+def _shaped(node: cst.BaseExpression, scope: Scope, before: int, depth: int) -> bool:
+    """_set_by_shape of one expression: numbers, names and attributes the data does not write
+    (parameters, settings), a tensor's shape or size, and arithmetic of those."""
+    if depth > 4:
         return False
-    labels = _compared_with_sentinel(_counted(count))
-    return labels is None or not _next_tokens(labels, scope, at, 0)
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.UnaryOperation):
+        return _shaped(node.expression, scope, before, depth)
+    if isinstance(node, cst.BinaryOperation):
+        return _shaped(node.left, scope, before, depth) and _shaped(node.right, scope, before, depth)
+    if isinstance(node, cst.Subscript):
+        return isinstance(node.value, cst.Attribute) and node.value.attr.value == cat.SHAPE_ATTRIBUTE
+    if isinstance(node, cst.Call):
+        receiver, method = call_receiver(node)
+        if method in cat.SIZE_METHODS or method in cat.SIZE_FUNCTIONS:
+            return True
+        module_function = receiver is None or isinstance(receiver, cst.Name) and not scope.defs_of(receiver.value)
+        return module_function and method in cat.COUNT_KEEPING_FUNCTIONS | cat.ROUNDING_FUNCTIONS \
+            and all(_shaped(a.value, scope, before, depth + 1) for a in node.args)
+    name = dotted(node)
+    if name is None:
+        return False
+    defs = scope.defs_of(name, before)
+    return all(d.value is not None and not d.ctx.guards and (
+        d.op is DefOp.UNPACK and _is_size(d.value, scope, d.order) or isinstance(d.value, cst.Attribute)
+        and d.value.attr.value == cat.SHAPE_ATTRIBUTE
+        or d.op is DefOp.ASSIGN and _shaped(d.value, d.scope or scope, d.order, depth + 1)) for d in defs)
+
+
+def _fixed_positions(write: Def, scope: Scope) -> bool:
+    """An item assignment that sets a constant at positions the data does not choose: a slice of
+    every row (`mask[:, :keep] = 0`) or the first k of a random order (`mask[perm[:k]] = 1`)."""
+    statement = write.node
+    if not isinstance(statement, cst.Assign) or len(statement.targets) != 1 or write.value is None \
+            or not (_is_number(write.value) or dotted(write.value) in ("True", "False")):
+        return False
+    target = statement.targets[0].target
+    if not isinstance(target, cst.Subscript):
+        return False
+    for element in target.slice:
+        position = element.slice
+        if isinstance(position, cst.Slice):
+            bounds = (position.lower, position.upper, position.step)
+            if all(b is None or _shaped(b, scope, write.order, 0) for b in bounds):
+                continue
+        elif isinstance(position, cst.Index) and (_is_number(position.value) or dotted(position.value) == "Ellipsis"
+                                                  or _distinct_positions(position.value, scope, write.order)):
+            continue
+        return False
+    return True
+
 
 
 def _compared_with_sentinel(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
