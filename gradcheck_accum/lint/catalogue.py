@@ -366,6 +366,11 @@ LABEL_KEEPING_METHODS = frozenset({"view", "reshape", "contiguous", "flatten", "
 # (`mask.unsqueeze(-1).repeat(1, 1, d).float()`): a mask with a fixed count keeps one.
 MASK_KEEPING_METHODS = LABEL_KEEPING_METHODS | frozenset({"float", "bool", "half", "bfloat16", "type_as", "repeat",
                                                           "expand", "expand_as"})
+# Factors a loss is scaled by that never normalise a window: the number of processes
+# (`loss * dist.get_world_size()` undoes DDP's mean over ranks) and a power of two (a hand-rolled fp16
+# loss scale, `(loss * 2 ** lg_loss_scale).backward()`, undone before the step).
+WORLD_SIZE_FUNCTIONS = frozenset({"torch.distributed.get_world_size"})
+LOSS_SCALE_BASES = frozenset({"2", "2.0", "2."})
 # Tensors made with one value everywhere: as many items set in every micro-batch of one shape.
 CONSTANT_FILLS = frozenset({"zeros", "ones", "full", "zeros_like", "ones_like", "full_like"})
 # Calls that return a random order of positions (`torch.rand(n, l).argsort(dim=1)`, `torch.randperm(l)`,

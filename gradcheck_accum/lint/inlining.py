@@ -408,6 +408,12 @@ class Inliner:
     def runs_project_function(self, walker: ScopeWalker, call: cst.Call) -> bool:
         return self.resolve(walker.scope, call) is not None
 
+    def backpropagates(self, walker: ScopeWalker, call: cst.Call) -> bool:
+        """Does the call run a function of the project that backpropagates (`self.mp_trainer.backward(loss)`
+        whose body calls `loss.backward()`)?"""
+        found = self.resolve(walker.scope, call)
+        return found is not None and bool(self._effects(found[0], found[2], call) & _BACKWARDS)
+
     # -- walking in place ---------------------------------------------------------------------------
     def inline(self, walker: ScopeWalker, call: cst.Call, ctx: Context) -> bool:
         depth = walker.scope.frame.depth if walker.scope.frame is not None else 0
@@ -1041,6 +1047,9 @@ class _ReturnsOnly:
 
     def runs_project_function(self, walker: ScopeWalker, call: cst.Call) -> bool:
         return self.inliner.runs_project_function(walker, call)
+
+    def backpropagates(self, walker: ScopeWalker, call: cst.Call) -> bool:
+        return False  # nothing is walked in place
 
     def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context) -> None:
         return None

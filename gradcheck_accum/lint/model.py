@@ -281,6 +281,8 @@ class FileModel:
         loop = window.loop if window is not None else None
         if self._mentions_n(scaling.factor, window, scaling.scope, 0):
             return True
+        if _fixed_scale(scaling.factor, scaling.scope, scaling.scope.imports or self.imports, 0):
+            return False  # a world size or a loss scale: the same in every run, whatever N is
         if per_micro_batch_count(scaling.factor, scaling.scope, loop):
             # divided: a per-micro-batch mean; multiplied (`loss * bs`): a sum, which may be meant
             # for a nominal batch size and is left alone like any summed loss
@@ -673,6 +675,23 @@ def _entered_on(sync: Event) -> str | None:
 
 
 _ENTER_CONTEXT = "enter_context"  # contextlib.ExitStack: the context stays entered until the `with` ends
+
+
+def _fixed_scale(node: cst.BaseExpression, scope: Scope, imports: ImportMap, depth: int) -> bool:
+    """A factor made of the number of processes (`dist.get_world_size()`), powers of two (a loss scale,
+    `2 ** self.lg_loss_scale`) and numbers, or a name every binding of which is one."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
+        return isinstance(node.left, (cst.Integer, cst.Float)) and node.left.value in cat.LOSS_SCALE_BASES
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Multiply, cst.Divide)):
+        return _fixed_scale(node.left, scope, imports, depth) and _fixed_scale(node.right, scope, imports, depth)
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(node, cst.Call):
+        return (scope.imports or imports).qualify(node.func) in cat.WORLD_SIZE_FUNCTIONS
+    name = dotted(node)
+    defs = scope.defs_of(name) if name is not None and depth < 3 else []
+    return bool(defs) and all(d.op is DefOp.ASSIGN and d.value is not None
+                              and _fixed_scale(d.value, d.scope or scope, imports, depth + 1) for d in defs)
 
 
 def _parts(node: cst.BaseExpression) -> list[cst.BaseExpression]:

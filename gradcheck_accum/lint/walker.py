@@ -440,6 +440,13 @@ class ScopeWalker:
             # the project's own function of that name (`clip_grad_norm_(...)`, a trainer's
             # `self.backward(loss)` or `self.step(batch)`): what it does is in its body
             candidates = ()
+        elif candidates and self.inliner is not None and self.inliner.backpropagates(self, call) \
+                and self.inliner.inline(self, call, ctx):
+            # a method of the project's own class on another object that backpropagates
+            # (`self.mp_trainer.backward(loss)`, whose body calls `loss.backward()` on the loss it is
+            # given, unscaled): walked in place, as its body says, not read as a framework's backward
+            # by its name. Other such methods (a helper's `zero_grad()`) keep the name's meaning.
+            return
         for api in candidates:
             if self._matches(api, call, receiver, target, owner, qual):
                 if api.event is not None:
