@@ -327,8 +327,11 @@ class LossTracer:
             self._settle_ignored(inner)
         if not returned or not inner.known:
             # a value divided by a count of valid items on its way out (`masked_mean(...)`) is a
-            # per-item mean whatever else it reads
+            # per-item mean whatever else it reads, and one divided by a factor on its way out
+            # (`loss = loss / cfg.accum_steps; return loss, correct`) is divided by it, whatever
+            # produced it
             facts.token_level |= inner.token_level
+            facts.scalings.extend(s for s in inner.scalings if s.divides and s not in facts.scalings)
             return False
         facts.absorb(inner)
         return True
