@@ -11,6 +11,8 @@ loss is read the same way by the loss tracer (`returns`). What does not resolve 
 
 from __future__ import annotations
 
+import unicodedata
+
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -74,12 +76,12 @@ class LoadedModule:
             prefix, node = stack.pop()
             for child in _statements(node):
                 if isinstance(child, cst.FunctionDef):
-                    qualname = prefix + child.name.value
+                    qualname = prefix + _identifier(child.name.value)
                     loaded.functions[qualname] = child
                     loaded.qualnames[id(child)] = qualname
                     stack.append((qualname + ".", child))
                 elif isinstance(child, cst.ClassDef):
-                    qualname = prefix + child.name.value
+                    qualname = prefix + _identifier(child.name.value)
                     loaded.classes[qualname] = child
                     loaded.qualnames_of_classes[id(child)] = qualname
                     stack.append((qualname + ".", child))
@@ -1062,6 +1064,12 @@ class Place:
     module: LoadedModule
     node: cst.CSTNode
     message: str
+
+
+def _identifier(name: str) -> str:
+    """A name as Python (and the project summaries, read with `ast`) knows it: NFKC-normalised, so
+    `class Aª` defines `Aa`."""
+    return name if name.isascii() else unicodedata.normalize("NFKC", name)
 
 
 def _name(scope: Scope) -> str:

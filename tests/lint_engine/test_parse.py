@@ -81,3 +81,12 @@ def test_positions_equal_libcsts_own(name, source, monkeypatch):
     assert {n: fast[n] for n in nodes} == {n: expected[n] for n in nodes}
     if name.endswith(".py"):  # real scripts never need the long road (tricky cases may)
         assert not whole
+
+
+def test_non_ascii_names_are_the_ones_python_defines():
+    # Python NFKC-normalises identifiers (`class Aª` defines `Aa`), and the project summaries read with
+    # `ast` hold the normalised names: the classes and methods libcst reports must be looked up by them.
+    source = ("import lightning as L\n\n\nclass Aª(L.LightningModule):\n    def training_step(self, batch, batch_idx):\n"
+              "        loss = self(batch)\n        self.optimizer.zero_grad()\n        return loss\n\n\n"
+              "for i, batch in enumerate(loader):\n    optimizer.zero_grad()\n")
+    assert engine.lint_source(source, "train.py") == engine.lint_source(source.replace("Aª", "Aa"), "train.py")
