@@ -330,7 +330,11 @@ class Project:
                 return found
         name, index = (element.group(1), int(element.group(2))) if element else (written, None)
         ref = self._resolve_global(path, name.split("."), depth + 1)
-        function = self.function(ref) if ref is not None else None
+        return self._produced_class(ref, index, depth) if ref is not None else None
+
+    def _produced_class(self, ref: FunctionRef, index: int | None, depth: int) -> ClassRef | None:
+        """The project class of what a project function returns (element `index` of it)."""
+        function = self.function(ref)
         produced = function.produces if function is not None else None
         if isinstance(produced, list):
             produced = produced[index] if index is not None and index < len(produced) else None
@@ -393,9 +397,16 @@ class Project:
             if not isinstance(cls, ClassRef):
                 continue
             constructor = self.summary(cls.path).classes[cls.qualname].attributes.get(attribute)
-            if constructor is not None:
-                found = self.resolve_class(cls.path, constructor)
-                return found if isinstance(found, ClassRef) else None
+            if constructor is None:
+                continue
+            element = _ELEMENT.fullmatch(constructor)
+            written, index = (element.group(1), int(element.group(2))) if element else (constructor, None)
+            if written.startswith("self."):
+                # `self.model, self.optimizer = self._setup()`: what the instance's own method returns
+                method = self.lookup_method(owner, written.removeprefix("self."))
+                return self._produced_class(method, index, 0) if method is not None else None
+            found = self.resolve_class(cls.path, constructor)
+            return found if isinstance(found, ClassRef) else None
         return None
 
     def lookup_method(self, owner: ClassRef, name: str) -> FunctionRef | None:

@@ -25,7 +25,7 @@ from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 STAR = "*"  # the key prefix of a star import in ModuleSummary.imports
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
 # The summary's shape: caches written for another shape are not read (store.py keys them by it).
-FORMAT = 5
+FORMAT = 6
 # A watched constructor's keyword standing for settings the call does not spell out: `Trainer(**cfg)`,
 # `Trainer.from_argparse_args(args)` (each of them may set any keyword).
 UNSPELLED = "**"
@@ -298,10 +298,14 @@ class _Summarizer:
                 elif not _rewraps(value, target.id):
                     self.summary.bindings[target.id] = made
             elif isinstance(target, (ast.Tuple, ast.List)) and callee:
-                # `model, tokenizer = load(...)`: element i of what a project function returns
+                # `model, tokenizer = load(...)`: element i of what a project function returns, and
+                # `self.model, self.optimizer = self._setup()` binds attributes the same way
                 for i, element in enumerate(target.elts):
                     if isinstance(element, ast.Name):
                         (function.locals if prefix else self.summary.bindings).setdefault(element.id, f"{callee}[{i}]")
+                    elif cls is not None and isinstance(element, ast.Attribute) \
+                            and isinstance(element.value, ast.Name) and element.value.id == "self":
+                        cls.attributes.setdefault(element.attr, f"{callee}[{i}]")
             elif cls is not None and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
                     and target.value.id == "self":
                 if callee:
