@@ -174,9 +174,11 @@ def _comparison(test: cst.Comparison, scope: Scope) -> Boundary | None:
         if kept is not None:  # `acc = (acc + 1) % N` ... `if acc == 0:`
             return Boundary(BoundaryKind.MODULO, resolve_n(kept, scope), isinstance(op, cst.Equal), n=kept,
                             counter=left, offset=0, comparison=test)
-    if isinstance(op, cst.Equal) and dotted(right) is not None and is_accumulation_name(right) \
-            and _counted_and_reset(left, scope):
-        # `count += 1` ... `if count == N: step; count = 0`: a count of the window's micro-batches
+    if isinstance(op, cst.Equal) and dotted(right) is not None and _counted_and_reset(left, scope) \
+            and (is_accumulation_name(right) or _reset_when(left, test, scope)):
+        # `count += 1` ... `if count == N: step; count = 0`: a count of the window's micro-batches.
+        # Reset by this very test, the count runs 1..N and again whatever N is called
+        # (`num_steps_per_update`).
         return Boundary(BoundaryKind.DISTANCE, resolve_n(right, scope), True, n=right, counter=left,
                         comparison=test)
     if isinstance(op, (cst.GreaterThanEqual, cst.GreaterThan)) and dotted(right) is not None \
@@ -239,6 +241,24 @@ def _counted_and_reset(counter: cst.BaseExpression, scope: Scope) -> bool:
     increments = [d for d in defs if d.op is DefOp.ADD and isinstance(d.value, cst.Integer)
                   and d.value.value == "1"]
     return bool(resets) and bool(increments) and len(resets) + len(increments) == len(defs)
+
+
+def _reset_when(counter: cst.BaseExpression, test: cst.BaseExpression, scope: Scope) -> bool:
+    """Is the counter set to 0 in the body of the `if` whose test this is (or one of whose `and` terms
+    it is: `if count == k and phase == "train":`)?"""
+    name = dotted(counter)
+    return name is not None and any(
+        d.op is DefOp.ASSIGN and isinstance(d.value, cst.Integer) and d.value.value == "0"
+        and any(guard.positive and _is_term(test, guard.test) for guard in d.ctx.guards) for d in scope.defs_of(name))
+
+
+def _is_term(term: cst.BaseExpression, test: cst.BaseExpression) -> bool:
+    """`term` is `test`, or one of the terms `test` joins with `and`."""
+    while isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        if _is_term(term, test.right):
+            return True
+        test = test.left
+    return term is test
 
 
 def _advances(value: cst.BaseExpression, name: str) -> bool:
