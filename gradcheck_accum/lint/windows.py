@@ -403,6 +403,27 @@ class Window:
         return next((s for s in self.steps if s.order > later[0].order and self.inside(s)
                      and same_target(zero, s, self.scope)), None)
 
+    def clears_boundary_micro_batch_first(self, zero: Event) -> Event | None:
+        """A guarded window's clear under the step's own boundary test, before that micro-batch's
+        backward (`if (i + 1) % N == 0: optimizer.zero_grad()` at the top of the body, the step at its
+        end): on the window's last micro-batch it wipes the N - 1 micro-batches before it, and only
+        that one reaches the step. A clear that opens the window (`if i % N == 0:`) runs on its first
+        micro-batch instead. The step of the same optimizer after that backward, if any."""
+        boundary = self.boundary
+        if self.shape is not GUARDED or boundary is None or boundary.offset is None or not self.inside(zero) \
+                or self.placement(zero) is not BOUNDARY:
+            return None
+        same_micro_batch = False
+        for guard in zero.ctx.guards:
+            test = analyze(guard.test, guard.scope or self.scope)
+            same_micro_batch |= test is not None and test.same_count(boundary) and test.offset == boundary.offset \
+                and test.positive == guard.positive
+        later = [b for b in self.backwards if b.order > zero.order and self.inside(b)]
+        if not same_micro_batch or not later:
+            return None
+        return next((s for s in self.boundary_steps if s.order > later[0].order and same_target(zero, s, self.scope)),
+                    None)
+
     @property
     def accumulates(self) -> bool:
         """The optimizer steps once per window of several micro-batches."""

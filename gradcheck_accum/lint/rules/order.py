@@ -30,6 +30,14 @@ class ZeroGradEveryMicroBatch(Rule):
                                                     description="Clear gradients after the step"))
             if window.shape not in (WindowShape.GUARDED, WindowShape.NESTED):
                 continue
+            for zero in window.of(EventKind.ZERO_GRAD, direct=True):
+                step = window.clears_boundary_micro_batch_first(zero)
+                if step is not None:
+                    yield Report(zero.node, "gradients are cleared on the window's last micro-batch, before its "
+                                            "backward, so the earlier micro-batches' gradients are wiped and only "
+                                            "that one reaches the step; clear them after the step",
+                                 move_statement(window, zero, step, after=True,
+                                                description="Clear gradients after the step"))
             steps = window.boundary_steps
             for zero in window.of(EventKind.ZERO_GRAD, direct=True):
                 if window.placement(zero) is not Placement.EVERY or not window.inside(zero):
