@@ -372,22 +372,26 @@ class FileModel:
             and Role.ACCELERATOR_DEEPSPEED not in backward.roles
 
     def declares_accumulation(self, window: Window, step: Event) -> bool:
-        """The loop prepares for accumulation: the loss is divided by N, or the step's gradients are
-        cleared under a `% N` test."""
+        """The loop prepares for accumulation: the loss is divided by N, the step's gradients are
+        cleared under a `% N` test, or they are clipped under a `% N` test whose N says accumulation
+        (`if micro_step % accum_steps == 0: clip_grad_norm_(...)`: the clip of a window's close)."""
         for backward in window.backwards:
             if self.divisions_by_n(self.backward_facts(window, backward), window.scope):
                 return True
-        for zero in window.of(EventKind.ZERO_GRAD):
-            if not same_target(zero, step):
+        for event in window.of(EventKind.ZERO_GRAD, EventKind.CLIP):
+            if event.kind is EventKind.ZERO_GRAD and not same_target(event, step):
                 continue
-            for guard in zero.ctx.guards:
+            for guard in event.ctx.guards:
                 if guard in window.backward_guards or any(
-                        guard in b.ctx.guards and b.order > zero.order for b in window.backwards):
+                        guard in b.ctx.guards and b.order > event.order for b in window.backwards):
                     # the backward runs under it too, or one after this clear does: a periodic update
                     # of its own (a lazy regulariser every N iterations), not a window's close
                     continue
                 boundary = analyze(guard.test, window.scope)
-                if boundary is not None and boundary.kind is BoundaryKind.MODULO:
+                if boundary is None or boundary.kind is not BoundaryKind.MODULO:
+                    continue
+                if event.kind is EventKind.ZERO_GRAD or (
+                        boundary.n is not None and self.is_accumulation_count(boundary.n, window, window.scope)):
                     return True
         return False
 

@@ -135,7 +135,7 @@ class StepEveryMicroBatch(Rule):
             every = [s for s in window.steps if not s.via_helper and window.placement(s) is Placement.EVERY]
             steps = [s for s in every if model.declares_accumulation(window, s)]
             if steps:
-                yield Report(steps[0].node, "the loss is prepared for accumulation but the optimizer steps on every "
+                yield Report(steps[0].node, "the loop is prepared for accumulation but the optimizer steps on every "
                                             "micro-batch, so parameters change inside the window; step only when "
                                             "the window is complete")
             elif every and any(model.accelerator_divides_outside_accumulate(b) for b in window.backwards):
