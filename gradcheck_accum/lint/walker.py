@@ -213,7 +213,7 @@ class ScopeWalker:
         elif isinstance(stmt, (cst.For, cst.While)):
             self.walk_loop(stmt, ctx)
         elif isinstance(stmt, cst.With):
-            calls = tuple(call for item in stmt.items for call in iter_calls(item.item))
+            calls = tuple(call for item in stmt.items for call in iter_calls(self._entered(item.item, ctx)))
             for item in stmt.items:
                 self.scan_expression(item.item, ctx)
                 if item.asname is not None and isinstance(item.asname.name, cst.Name):
@@ -236,6 +236,16 @@ class ScopeWalker:
         elif isinstance(stmt, cst.SimpleStatementSuite):
             for small in stmt.body:
                 self.walk_small(small, ctx)
+
+    def _entered(self, item: cst.BaseExpression, ctx: Context) -> cst.BaseExpression:
+        """The context a `with` item enters: the value a plain name was bound to on the way here
+        (`ctx = model.no_sync() if not do_step else nullcontext()`, then `with ctx:`), else the item."""
+        name = item.value if isinstance(item, cst.Name) else None
+        defs = self.scope.defs_of(name) if name else []
+        if defs and defs[-1].op is DefOp.ASSIGN and defs[-1].value is not None \
+                and set(defs[-1].ctx.guards) <= set(ctx.guards):
+            return defs[-1].value
+        return item
 
     def walk_if(self, stmt: cst.If, ctx: Context) -> None:
         decided = self.decided(stmt.test)
