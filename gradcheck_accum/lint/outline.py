@@ -71,8 +71,10 @@ class Outline:
         return reaching
 
     def holds_training_loop(self, top: TopLevel) -> bool:
-        """Does a `for`/`while` loop in this statement reach a backward call?"""
-        return bool(top.loop_calls & self.reaching)
+        """Does a `for`/`while` loop in this statement reach a backward call? When a class of the file
+        backpropagates in its `__call__` (a loss scaler's `scaler(loss, optimizer, update_grad=...)`),
+        any call in a loop may be a call of an instance of it."""
+        return bool(top.loop_calls & self.reaching) or (_CALL_METHOD in self.reaching and bool(top.loop_calls))
 
     def _summarize(self, node: ast.stmt) -> TopLevel:
         top = TopLevel(node)
@@ -95,6 +97,7 @@ class Outline:
         return top
 
 
+_CALL_METHOD = "__call__"  # what calling an instance runs
 # Compound statements keep their statements in these fields (handlers and match cases hold bodies too).
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 # A name followed by "(", allowing what may sit between them in real code: spaces, line breaks,
