@@ -943,6 +943,7 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
         return UNKNOWN
     guards = _guards_below(event, window.loop)
     placement = EVERY
+    unread = False  # under a test the model cannot read: what it runs on depends on it too
     for guard in guards:
         if guard in window.backward_guards or _ends_run(guard, window.scope):
             continue  # the path every gradient is made on; or the run goes on only this way
@@ -962,8 +963,10 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
         elif not invariant(guard.test, variant) and not _per_item(window, event, guard, variant):
             if event.kind not in (EventKind.BACKWARD, EventKind.STEP) and _run_phase(guard.test, window, variant):
                 continue  # `if train_steps >= start_clip_iter: clip(...)`: every micro-batch from then on
-            return UNKNOWN
-    return placement
+            # Unknown, unless a boundary test inside it decides (`if isnan(norm): skip; else: if
+            # (i + 1) % N == 0: step`): then it runs on the boundary, when this test lets it run at all.
+            unread = True
+    return UNKNOWN if unread else placement
 
 
 def skips_stretch(guard: Guard, window: Window, variant: set[str] | None = None) -> bool:
