@@ -424,6 +424,17 @@ class Window:
         return next((s for s in self.boundary_steps if s.order > later[0].order and same_target(zero, s, self.scope)),
                     None)
 
+    def inside_step(self, event: Event) -> bool:
+        """Was the event walked inside one of the window's steps: the body of an optimizer class of the
+        project (`ClipAdam.step` clipping each parameter's gradient before updating it) is part of that step."""
+        steps = {id(step.node) for step in self.steps}
+        frame = event.frame
+        while frame is not None:
+            if id(frame.call) in steps:
+                return True
+            frame = frame.caller.frame
+        return False
+
     @property
     def accumulates(self) -> bool:
         """The optimizer steps once per window of several micro-batches."""

@@ -113,7 +113,8 @@ class ClipEveryMicroBatch(Rule):
                 if placement is _EVERY and window.inside(clip):
                     yield Report(clip.node, "gradients are clipped on every micro-batch, so partial sums are "
                                             "clipped repeatedly; clip once on the boundary, before the step", fix)
-                elif placement is _BOUNDARY and steps and all(s.order < clip.order for s in steps):
+                elif placement is _BOUNDARY and steps and all(s.order < clip.order for s in steps) \
+                        and not window.inside_step(clip):
                     yield Report(clip.node, "gradients are clipped after the optimizer step, where clipping changes "
                                             "nothing; clip on the boundary before the step", fix)
 
@@ -128,7 +129,8 @@ def _clips_after_every_step(window: Window) -> Iterator[Report]:
     if not steps or not backwards or max(b.order for b in backwards) > min(s.order for s in steps):
         return  # a backward after a step (a second model's update): not one gradient per iteration
     for clip in window.of(EventKind.CLIP, direct=True):
-        if window.inside(clip) and window.placement(clip) is _EVERY and all(s.order < clip.order for s in steps):
+        if window.inside(clip) and window.placement(clip) is _EVERY and all(s.order < clip.order for s in steps) \
+                and not window.inside_step(clip):
             yield Report(clip.node, "gradients are clipped after the optimizer step, where clipping changes "
                                     "nothing the optimizer uses; clip before the step",
                          _move_clip(window, clip, steps[0], "Clip before the step"))
