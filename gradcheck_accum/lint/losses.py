@@ -1001,6 +1001,21 @@ def per_micro_batch_count(factor: cst.BaseExpression, scope: Scope, loop: Loop |
         and (d.scope is not None or _fresh(d, loop) or _read_for_returns(scope)) for d in defs)
 
 
+def divided_by_own_count(scaling: Scaling, loop: Loop | None) -> bool:
+    """`out["loss"] / out["effective_ntoken"]`: a loss divided by another value of the same output of
+    this micro-batch's forward (made anew for each micro-batch), a count the forward took from that
+    micro-batch: dividing by it makes a per-micro-batch mean, whatever the count is called."""
+    node = scaling.node
+    if not scaling.divides or not isinstance(node, cst.BinaryOperation) or node.right is not scaling.factor:
+        return False
+    dividend, divisor = node.left, _count_kept(node.right)
+    if not all(isinstance(side, (cst.Subscript, cst.Attribute)) for side in (dividend, divisor)):
+        return False
+    output = _container(dividend)
+    return isinstance(output, cst.Name) and code(_container(divisor)) == output.value \
+        and varies_per_micro_batch(output, scaling.scope, loop)
+
+
 def varies_per_micro_batch(expr: cst.BaseExpression, scope: Scope, loop: Loop | None, depth: int = 0) -> bool:
     """Does `expr` read the current micro-batch's data: a target of `loop` (or of a loop inside it),
     a batch fetched in it (`next(it)`), or what is computed from those, there or in a function
