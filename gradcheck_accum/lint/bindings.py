@@ -15,7 +15,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, keyword, last_part, parameter_names,
                                         positional, walk)
-from gradcheck_accum.lint.vocabulary import NO_ROLES, Role, Scope
+from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, DefOp, Role, Scope
 
 Lookup = Callable[["cst.BaseExpression | None"], frozenset[Role]]  # the roles of an argument expression
 
@@ -307,3 +307,41 @@ def _option_dest(call: cst.Call) -> str | None:
         return None
     long = [f for f in flags if f.startswith("--")]
     return (long or flags)[0].lstrip("-").replace("-", "_")
+
+
+def first_index(source: cst.BaseExpression, scope: Scope) -> int | None:
+    """0 or 1, the first value an `enumerate`/`range` loop index takes; a range starting at a
+    command-line option (`range(args.start_epoch, epochs)`, or a name bound once to one or to a
+    literal) starts at its declared default, as a fresh run does."""
+    if not isinstance(source, cst.Call):
+        return None
+    _, name = call_receiver(source)
+    if name == "enumerate":
+        start = keyword(source, "start") or positional(source, 1)
+        if start is None:
+            return 0
+        return int(start.value) if isinstance(start, cst.Integer) and start.value in ("0", "1") else None
+    if name == "range":
+        args = [a.value for a in source.args]
+        if len(args) == 1:
+            return 0
+        start = args[0]
+        if isinstance(start, cst.Name):  # `start_epoch = args.start_epoch`, bound once and unconditionally
+            defs = scope.defs_of(start.value)
+            if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and not defs[0].ctx.guards and defs[0].value is not None:
+                start = defs[0].value
+        start = command_line_default(start, scope) or start
+        if isinstance(start, cst.Integer) and start.value in ("0", "1"):
+            return int(start.value)
+    return None
+
+
+def pass_from_zero(argument: cst.BaseExpression, ctx: Context, scope: Scope) -> bool:
+    """Is the argument the index of a loop around the call that starts at 0 in a fresh run
+    (`for epoch in range(args.start_epoch, args.epochs): train_one_epoch(..., epoch)`)?"""
+    if not isinstance(argument, cst.Name):
+        return False
+    for loop in reversed(ctx.loops):
+        if isinstance(loop, cst.For) and isinstance(loop.target, cst.Name) and loop.target.value == argument.value:
+            return first_index(loop.iter, scope) == 0
+    return False

@@ -20,7 +20,7 @@ from typing import Callable
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.bindings import module_constants, roles_from_name
+from gradcheck_accum.lint.bindings import module_constants, pass_from_zero, roles_from_name
 from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted, parameter_names
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
 from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED, FunctionSummary
@@ -37,6 +37,7 @@ _SELF = ("self", "cls")
 _ROLE_MAKERS = frozenset().union(*(c.names | {c.qualname.rsplit(".", 1)[-1]} if c.qualname else c.names
                                    for c in cat.CONSTRUCTORS)) | cat.PREPARE_METHODS | {"initialize", "compile"}
 _COUNT = frozenset({Role.ACCUMULATION_COUNT})
+_PASS = frozenset({Role.PASS_FROM_ZERO})
 _BACKWARDS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 _STEPS = frozenset(api.name for api in cat.APIS if api.event is EventKind.STEP)
 _PROPERTIES = frozenset({cat.PROPERTY, "cached_property", "functools.cached_property"})  # read as attributes
@@ -439,6 +440,8 @@ class Inliner:
                     roles = walker.roles(argument)
                     if is_accumulation_count(argument, None, walker.scope):
                         roles |= _COUNT  # kept where every caller passes N (parameter_roles)
+                    if pass_from_zero(argument, ctx, walker.scope):
+                        roles |= _PASS  # kept where every caller passes one (parameter_roles)
                     if roles:
                         self._captured[name] = self._captured.get(name, NO_ROLES) | roles
                     cls = self.class_of_expression(walker.scope, argument)
@@ -758,6 +761,7 @@ class Inliner:
         classes: dict[str, ClassRef] = {}
         callables: dict[str, FunctionRef | None] = {}
         counts: set[str] | None = None  # the parameters every caller binds to N
+        passes: set[str] | None = None  # ... and to the index of its loop over passes, from 0
         for site in self.project.callers(ref):
             if site.caller == ref:
                 continue
@@ -771,12 +775,16 @@ class Inliner:
                 roles[name] = roles.get(name, NO_ROLES) | found
             given = {name for name, found in self._captured.items() if Role.ACCUMULATION_COUNT in found}
             counts = given if counts is None else counts & given
+            given = {name for name, found in self._captured.items() if Role.PASS_FROM_ZERO in found}
+            passes = given if passes is None else passes & given
             for name, cls in self._captured_classes.items():
                 classes.setdefault(name, cls)
             for name, target in self._captured_callables.items():
                 callables[name] = target if callables.get(name, target) == target else None
         for name in set(roles) - (counts or set()):
             roles[name] -= _COUNT  # N from some callers only: what the parameter holds is not known
+        for name in set(roles) - (passes or set()):
+            roles[name] -= _PASS
         if classes:
             self._classes[id(scope)] = classes
         known = {name: target for name, target in callables.items() if target is not None}
@@ -896,7 +904,7 @@ class Inliner:
                 return None
             body, cls = node.body.body, loaded.class_of(ref.qualname)
         scope = Scope(node, getattr(getattr(node, "name", None), "value", MODULE_CODE), _bases(cls),
-                      imports=loaded.imports, foreign=loaded is not self.context.this)
+                      imports=loaded.imports, foreign=loaded is not self.context.this, module=loaded.module)
         if keep:
             self.register(scope, loaded, ref.qualname, self_class)
         else:

@@ -92,6 +92,7 @@ class FileModel:
             # function costs a file with a loop per function the square of its size.
             given = self.inliner.parameter_roles(fn, scope)
             scope.given_counts = frozenset(name for name, roles in given.items() if Role.ACCUMULATION_COUNT in roles)
+            scope.given_passes = frozenset(name for name, roles in given.items() if Role.PASS_FROM_ZERO in roles)
             scope.env = ChainMap({}, given, attrs, globals_env)
             ScopeWalker(scope, self.imports, {}, local_names, counter, inliner=self.inliner,
                         constants=constants).walk_block(fn.body.body, Context())

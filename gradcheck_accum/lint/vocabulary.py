@@ -92,6 +92,9 @@ class Role(Tag):
     # N, handed by every caller to a parameter whose name does not say so (`train_one_epoch(engine,
     # loader, engine.gradient_accumulation_steps())` binds `update_freq`)
     ACCUMULATION_COUNT = "accumulation-count"
+    # the index of a caller's loop over passes that starts at 0 (`for epoch in range(args.start_epoch,
+    # ...)`, default 0: `train_one_epoch(..., epoch)`): 0 in a fresh run's first pass
+    PASS_FROM_ZERO = "pass-from-zero"
 
 
 Roles = frozenset  # frozenset[Role]
@@ -287,7 +290,7 @@ class Scope:
     frame: Frame | None = None  # set when this scope is a called function walked inside a caller
     imports: ImportMap | None = None  # its module's imports, when the module is not the linted file
     foreign: bool = False  # a function of another file, walked because it calls into this one
-    module: cst.Module | None = None  # the linted file's module, for the scopes of that file
+    module: cst.Module | None = None  # the module of the file the scope is in (its declared command line)
     events: list[Event] = field(default_factory=list)
     defs: dict[str, list[Def]] = field(default_factory=dict)
     loops: list[Loop] = field(default_factory=list)
@@ -296,6 +299,7 @@ class Scope:
     # name -> roles, while walking (a function's reads through to its module's globals: model._build)
     env: MutableMapping[str, frozenset[Role]] = field(default_factory=dict)
     given_counts: frozenset[str] = frozenset()  # parameters every caller binds to N (Role.ACCUMULATION_COUNT)
+    given_passes: frozenset[str] = frozenset()  # parameters every caller binds to a pass index from 0
     # id(loop) -> the names bound inside it, indexed on first use once the walk is done (windows.assigned_in)
     assigned_by_loop: dict[int, frozenset[str]] | None = None
     event_orders: list[int] | None = None  # the order of each event, indexed once the walk is done (windows)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.bindings import accelerator_accumulation_steps, command_line_default, is_accumulation_name
+from gradcheck_accum.lint.bindings import accelerator_accumulation_steps, first_index, is_accumulation_name, pass_from_zero
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_calls, iter_names, keyword,
                                         last_part, positional, walk)
@@ -171,7 +171,17 @@ class Window:
         """0 or 1: the value of the boundary test's counter on the first micro-batch, when the code
         makes it certain (`enumerate(x, start=1)`, `step = 0` then `step += 1` before the test,
         `ni = i + nb * epoch` in the first epoch)."""
-        return self._first_value(self.counter, 0)
+        first = self._first_value(self.counter, 0)
+        if first is None and self.boundary is not None and self.boundary_scope is not None:
+            # the micro-batch loop is a function's walked in place of its call (a loss scaler's
+            # `update_grad` argument, tested in the scaler): its counter is read where the loop is
+            counter, scope = bound_argument(self.boundary.counter, self.boundary_scope)
+            name = dotted(counter)
+            while scope is not None and not scope.defs_of(name or ""):  # out to the code that counts
+                scope = scope.frame.caller if scope.frame is not None else None
+            if scope is not None and scope is not self.scope:
+                first = self._first_value(counter, 0, scope)
+        return first
 
     def boundary_skips_first(self) -> bool:
         """`i % N == 0 and i > 0` (or `i != 0`, `i >= 1`): the boundary test also excludes the counter's
@@ -252,11 +262,11 @@ class Window:
         node, scope = bound_argument(node, self.boundary_scope or self.scope)
         return node if scope is self.scope else None
 
-    def _first_value(self, counter: cst.BaseExpression | None, depth: int) -> int | None:
+    def _first_value(self, counter: cst.BaseExpression | None, depth: int, scope: Scope | None = None) -> int | None:
         name = dotted(counter)
         if name is None or depth > 2:
             return None
-        loop, scope = self.loop, self.scope
+        loop, scope = self.loop, scope or self.scope
         defs = scope.defs_of(name)
         target = _loop_target(scope, name, loop)
         if target is not None:
@@ -266,8 +276,8 @@ class Window:
                 and isinstance(inside[0].value.operator, cst.Add):
             value = inside[0].value  # `ni = i + nb * epoch`: the loop index, offset by whole epochs
             for index, offset in ((value.left, value.right), (value.right, value.left)):
-                if dotted(index) is not None and self._zero_in_first_pass(offset):
-                    return self._first_value(index, depth + 1)
+                if dotted(index) is not None and self._zero_in_first_pass(offset, scope):
+                    return self._first_value(index, depth + 1, scope)
             return None
         steps = [d for d in inside if increment(d, name) is not None]
         resets = [d for d in inside if d not in steps]
@@ -340,15 +350,21 @@ class Window:
         steps = self.boundary_steps
         return bool(steps) and any(g in steps[0].ctx.guards for g in d.ctx.guards if analyze(g.test, self.scope))
 
-    def _zero_in_first_pass(self, offset: cst.BaseExpression) -> bool:
+    def _zero_in_first_pass(self, offset: cst.BaseExpression, scope: Scope) -> bool:
         """`nb * epoch`, `epoch * len(loader)`: a multiple of an enclosing loop's index that starts at 0."""
         if not (isinstance(offset, cst.BinaryOperation) and isinstance(offset.operator, cst.Multiply)):
             return False
         for factor in (offset.left, offset.right):
             name = dotted(factor)
+            if name in scope.given_passes:
+                return True  # `epoch`, which every caller binds to its loop's index from 0
+            bound = scope.defs_of(name or "")
+            if len(bound) == 1 and bound[0].scope is not None and bound[0].value is not None \
+                    and pass_from_zero(bound[0].value, bound[0].ctx, bound[0].scope):
+                return True  # the same, in a function walked in place of the call that binds it
             for outer in self.outer:
-                if _loop_target(self.scope, name or "", outer) is not None and isinstance(outer, cst.For) \
-                        and _start_of(outer.iter, self.scope) == 0:
+                if _loop_target(scope, name or "", outer) is not None and isinstance(outer, cst.For) \
+                        and first_index(outer.iter, scope) == 0:
                     return True
         return False
 
@@ -1129,7 +1145,7 @@ def _enumerate_start(loop: Loop, index: int | None, scope: Scope) -> int | None:
     """The first value of the loop's index target, following `it = tqdm(enumerate(x)) if a else enumerate(x)`."""
     if not isinstance(loop, cst.For) or index != 0:
         return None
-    starts = {_start_of(source, scope) for source in _iterated(loop.iter, scope, 0)}
+    starts = {first_index(source, scope) for source in _iterated(loop.iter, scope, 0)}
     return starts.pop() if len(starts) == 1 else None
 
 
@@ -1146,30 +1162,3 @@ def _iterated(node: cst.BaseExpression, scope: Scope, depth: int) -> list[cst.Ba
         if len(defs) == 1 and defs[0].op is DefOp.ASSIGN:
             return _iterated(defs[0].value, scope, depth + 1)
     return [node]
-
-
-def _start_of(source: cst.BaseExpression, scope: Scope) -> int | None:
-    """0 or 1, the first value an `enumerate`/`range` loop index takes; a range starting at a
-    command-line option (`range(args.start_epoch, epochs)`, or a name bound once to one or to a
-    literal) starts at its declared default, as a fresh run does."""
-    if not isinstance(source, cst.Call):
-        return None
-    _, name = call_receiver(source)
-    if name == "enumerate":
-        start = keyword(source, "start") or positional(source, 1)
-        if start is None:
-            return 0
-        return int(start.value) if isinstance(start, cst.Integer) and start.value in ("0", "1") else None
-    if name == "range":
-        args = [a.value for a in source.args]
-        if len(args) == 1:
-            return 0
-        start = args[0]
-        if isinstance(start, cst.Name):  # `start_epoch = args.start_epoch`, bound once and unconditionally
-            defs = scope.defs_of(start.value)
-            if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and not defs[0].ctx.guards and defs[0].value is not None:
-                start = defs[0].value
-        start = command_line_default(start, scope) or start
-        if isinstance(start, cst.Integer) and start.value in ("0", "1"):
-            return int(start.value)
-    return None
