@@ -191,17 +191,23 @@ def module_constants(module: cst.Module, text: str) -> dict[str, bool]:
     """Module-level flags bound once, to a literal, and never again anywhere in the file (no other
     assignment, loop target, import, definition, `global` or `del` of the name): `use_compile = False`.
     A branch they rule out never runs. Nothing, in a file that may rebind names dynamically."""
+    return {name: value if isinstance(value, bool) else value != 0 for name, value in module_literals(module, text).items()}
+
+
+def module_literals(module: cst.Module, text: str) -> dict[str, bool | int]:
+    """module_constants with integers kept as written (`gradient_accumulation_steps = 1`), read from
+    the module's top-level statements and its `if __name__ == "__main__":` block."""
     if any(word in text for word in _REBINDS_GLOBALS):
         return {}
-    values: dict[str, bool] = {}
-    for statement in module.body:
+    values: dict[str, bool | int] = {}
+    for statement in _top_level(module):
         for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
             if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
                 value = small.value
                 if isinstance(value, cst.Name) and value.value in LITERAL_TRUTH:
                     values[small.targets[0].target.value] = LITERAL_TRUTH[value.value]
                 elif isinstance(value, cst.Integer):
-                    values[small.targets[0].target.value] = value.evaluated_value != 0
+                    values[small.targets[0].target.value] = int(value.evaluated_value)
     count: dict[str, int] = {}
     unknown: set[str] = set()
     blocks = (cst.BaseSuite, cst.BaseCompoundStatement, cst.SimpleStatementLine, cst.Else, cst.ExceptHandler,
@@ -235,6 +241,17 @@ def module_constants(module: cst.Module, text: str) -> dict[str, bool]:
         if not isinstance(node, cst.SimpleStatementLine):
             stack.extend(child for child in children(node) if isinstance(child, blocks))
     return {name: value for name, value in values.items() if count.get(name) == 1 and name not in unknown}
+
+
+def _top_level(module: cst.Module) -> list[cst.CSTNode]:
+    """The module's statements, and those of its `if __name__ == "__main__":` block, which runs first
+    whenever the file runs as a script."""
+    statements = list(module.body)
+    for statement in module.body:
+        if isinstance(statement, cst.If) and statement.orelse is None and isinstance(statement.test, cst.Comparison) \
+                and dotted(statement.test.left) == "__name__":
+            statements += list(statement.body.body)
+    return statements
 
 
 def _bound_names(target: cst.CSTNode) -> list[str]:

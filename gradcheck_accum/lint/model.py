@@ -133,7 +133,20 @@ class FileModel:
     # -- the windows --------------------------------------------------------------------------------
     @cached_property
     def windows(self) -> list[Window]:
-        return [w for scope in self.scopes for w in build_windows(scope)]
+        windows = [w for scope in self.scopes for w in build_windows(scope)]
+        for window in windows:
+            if window.shape is WindowShape.GUARDED and self._n_is_one(window):
+                # `gradient_accumulation_steps = 1`, bound once for the whole script: every
+                # micro-batch closes its window, and nothing accumulates
+                window.shape, window.boundary = WindowShape.PLAIN, None
+        return windows
+
+    def _n_is_one(self, window: Window) -> bool:
+        name = dotted(window.n) if window.n is not None else None
+        if name is None or window.scope.defs_of(name) or window.scope.frame is not None:
+            return False
+        value = self.context.this.literals.get(name)
+        return value == 1 and not isinstance(value, bool)
 
     def events(self, kind: EventKind) -> list[tuple[Scope, Event]]:
         """Every event of this kind in the file, with its scope, in program order."""
