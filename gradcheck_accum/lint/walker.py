@@ -7,6 +7,8 @@ from bindings.py; the window model (windows.py) is built from the events.
 
 from __future__ import annotations
 
+from collections import ChainMap
+
 from typing import TYPE_CHECKING, Protocol
 
 from gradcheck_accum.lint import catalogue as cat
@@ -64,6 +66,7 @@ class ScopeWalker:
         self.counter = counter  # shared across scopes so orders are file-wide
         self.inliner = inliner
         self.constants = constants or {}  # module flags bound once to a literal (bindings.module_constants)
+        self._declared_global: frozenset[str] | None = None  # the function's `global` names, once asked
         self.statement: cst.CSTNode | None = None
         # id(test) -> what the project predicate it calls returns, and where (None: it calls none)
         self.predicates: dict[int, tuple[cst.BaseExpression, Scope] | None] = {}
@@ -117,9 +120,21 @@ class ScopeWalker:
     def bind(self, name: str, roles: frozenset[Role], ctx: Context) -> None:
         # A binding outside any branch replaces what the name was; inside one it may or may not run.
         if ctx.conditional:
-            self.env[name] = self.env.get(name, NO_ROLES) | roles
+            self.env[name] = self._before(name) | roles
         else:
             self.env[name] = roles
+
+    def _before(self, name: str) -> frozenset[Role]:
+        """What a name held before a binding that may not run. A plain name a function binds is local to
+        the whole function (unless declared `global`): before its first binding it holds nothing, not
+        the module's value of that name."""
+        env = self.env
+        if isinstance(env, ChainMap) and "." not in name and isinstance(self.scope.node, cst.FunctionDef):
+            if self._declared_global is None:
+                self._declared_global = _declared_global(self.scope.node)
+            if name not in self._declared_global:
+                return env.maps[0].get(name, NO_ROLES)
+        return env.get(name, NO_ROLES)
 
     def add_def(self, d: Def) -> None:
         self.scope.defs.setdefault(d.name, []).append(d)
@@ -558,6 +573,19 @@ def _element_key(node: cst.Subscript) -> str | None:
         return None
     index = node.slice[0].slice.value
     return f"{name}[{index.value}]" if isinstance(index, cst.Integer) else None
+
+
+def _declared_global(function: cst.FunctionDef) -> frozenset[str]:
+    """The names a function declares `global` or `nonlocal` (its own statements, not nested functions')."""
+    names, stack = set(), list(function.body.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(node, (cst.Global, cst.Nonlocal)):
+            names.update(item.name.value for item in node.names)
+        stack.extend(children(node))
+    return frozenset(names)
 
 
 def _bound_method_read(value: cst.BaseExpression) -> Api | None:
