@@ -483,8 +483,8 @@ class LossTracer:
         """_fixed_count of the tensor a call makes."""
         receiver, method = call_receiver(call)
         qualified = (scope.imports or self.imports).qualify(call.func)
-        if method in cat.CONSTANT_FILLS and (qualified is not None or receiver is not None):
-            return True  # `torch.ones(n, l)`, `np.zeros(l)`, `x.new_ones(...)` is not among them
+        if method in cat.CONSTANT_FILLS and qualified is not None:
+            return True  # a module's constructor: `torch.ones(n, l)`, `np.zeros(l)`
         if qualified is not None and method in cat.PERMUTING_READS | cat.SCATTERS:
             receiver = positional(call, 0)  # `torch.gather(mask, 1, index)`: the operand comes first
             arguments = call.args[1:]
