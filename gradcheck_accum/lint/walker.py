@@ -66,7 +66,7 @@ class ScopeWalker:
         self.counter = counter  # shared across scopes so orders are file-wide
         self.inliner = inliner
         self.constants = constants or {}  # module flags bound once to a literal (bindings.module_constants)
-        self._declared_global: frozenset[str] | None = None  # the function's `global` names, once asked
+        self._outer_names: set[str] | frozenset[str] | None = None  # see _before
         self.statement: cst.CSTNode | None = None
         # id(test) -> what the project predicate it calls returns, and where (None: it calls none)
         self.predicates: dict[int, tuple[cst.BaseExpression, Scope] | None] = {}
@@ -126,14 +126,15 @@ class ScopeWalker:
 
     def _before(self, name: str) -> frozenset[Role]:
         """What a name held before a binding that may not run. A plain name a function binds is local to
-        the whole function (unless declared `global`): before its first binding it holds nothing, not
-        the module's value of that name."""
-        env = self.env
-        if isinstance(env, ChainMap) and "." not in name and isinstance(self.scope.node, cst.FunctionDef):
-            if self._declared_global is None:
-                self._declared_global = _declared_global(self.scope.node)
-            if name not in self._declared_global:
-                return env.maps[0].get(name, NO_ROLES)
+        the whole function (unless declared `global`): before its first binding it holds nothing (a
+        parameter, what the caller passed), not the module's value of that name."""
+        env, function = self.env, self.scope.node
+        if isinstance(env, ChainMap) and isinstance(function, cst.FunctionDef) and "." not in name \
+                and name not in env.maps[0]:
+            if self._outer_names is None:  # parameters and `global` names: bound before the body runs
+                self._outer_names = parameter_names(function, starred=True) | _declared_global(function)
+            if name not in self._outer_names:
+                return NO_ROLES
         return env.get(name, NO_ROLES)
 
     def add_def(self, d: Def) -> None:
