@@ -102,6 +102,9 @@ _E = EventKind
 _FIRST, _NOTHING = Operand.FIRST_ARGUMENT, Operand.NOTHING
 
 # `with model.no_sync():` on a DistributedDataParallel model
+# `with accelerator.accumulate(model):`, also entered through a bound method bound to a name first
+ACCELERATE_ACCUMULATE = Api("accumulate", _E.SYNC_CONTROL, _ACCELERATE, receiver=Role.ACCELERATOR, has_receiver=None,
+                            target=_FIRST)
 DDP_NO_SYNC = Api("no_sync", _E.SYNC_CONTROL, _DDP, receiver_lacks=frozenset({Role.ACCELERATOR, Role.FABRIC}),
                   has_receiver=None)
 # `model.require_backward_grad_sync = is_last`: what DDP.no_sync() sets, by hand
@@ -159,7 +162,7 @@ APIS: tuple[Api, ...] = (
     Api("compile", _E.COMPILE, qualname="torch.compile", has_receiver=None, target=_NOTHING),
     # gradient synchronisation
     Api("no_sync", _E.SYNC_CONTROL, _ACCELERATE, receiver=Role.ACCELERATOR, has_receiver=None, target=_FIRST),
-    Api("accumulate", _E.SYNC_CONTROL, _ACCELERATE, receiver=Role.ACCELERATOR, has_receiver=None, target=_FIRST),
+    ACCELERATE_ACCUMULATE,
     Api("no_backward_sync", _E.SYNC_CONTROL, _FABRIC, receiver=Role.FABRIC, has_receiver=None, target=_FIRST),
     DDP_NO_SYNC,
     Api("set_gradient_accumulation_boundary", _E.SYNC_CONTROL, _DEEPSPEED, has_receiver=None, target=_FIRST),

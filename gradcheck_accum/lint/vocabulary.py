@@ -95,6 +95,9 @@ class Role(Tag):
     # the index of a caller's loop over passes that starts at 0 (`for epoch in range(args.start_epoch,
     # ...)`, default 0: `train_one_epoch(..., epoch)`): 0 in a fresh run's first pass
     PASS_FROM_ZERO = "pass-from-zero"
+    # an Accelerator's bound `accumulate` method (`self.accum_scope = self.accelerator.accumulate`),
+    # entered later by calling it: `with self.accum_scope(model):`
+    ACCUMULATE_CONTEXT = "accumulate-context"
 
 
 Roles = frozenset  # frozenset[Role]
@@ -307,6 +310,8 @@ class Scope:
     # name -> (how many bindings it had, whether one of them aliases an accumulation count), for
     # predicates.is_accumulation_count, asked of every name read in a loss or a boundary
     accumulation_aliases: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    # a root scope: the calls of a bound `accumulate` (Role.ACCUMULATE_CONTEXT) its `with` items enter
+    accumulate_entries: set[int] = field(default_factory=set)
 
     def defs_of(self, name: str, before: int | None = None) -> list[Def]:
         """The bindings of `name` here (those before program point `before`). The walk appends them in

@@ -104,6 +104,10 @@ class ScopeWalker:
         if isinstance(node, cst.Subscript):  # `prepared[0]`: an element of a sequence bound element by element
             key = _element_key(node)
             return self.env.get(key, NO_ROLES) if key else NO_ROLES
+        if isinstance(node, cst.Attribute) and node.attr.value == cat.ACCELERATE_ACCUMULATE.name:
+            owner = self.roles(node.value)
+            if Role.ACCELERATOR in owner:  # `accelerator.accumulate`, the bound method, entered later
+                return owner | {Role.ACCUMULATE_CONTEXT}
         if isinstance(node, cst.Attribute) and node.attr.value == "module":
             # ddp_model.module is what DDP wrapped: compiled if it wrapped a compiled module.
             if Role.WRAPS_COMPILED in self.roles(node.value):
@@ -485,6 +489,13 @@ class ScopeWalker:
                 return
         if self.inliner is not None and self.inliner.inline(self, call, ctx):
             return  # a function with effects: walked in place of the call
+        bound = self.roles(call.func) if receiver is not None or dotted(call.func) else NO_ROLES
+        if Role.ACCUMULATE_CONTEXT in bound:
+            # `with self.accum_scope(model):` where `self.accum_scope = self.accelerator.accumulate`
+            self.root.accumulate_entries.add(id(call))
+            self._emit_call(cat.ACCELERATE_ACCUMULATE, call, None, dotted(positional(call, 0)),
+                            bound - {Role.ACCUMULATE_CONTEXT}, ctx)
+            return
         callee = dotted(call.func)
         # the models a project function called in a loop calls itself (`self.compute_loss(batch)`
         # calling `self.model(x)`): that call is their forward

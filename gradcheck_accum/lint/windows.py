@@ -844,12 +844,21 @@ def _is_chunking(source: cst.BaseExpression) -> bool:
 
 
 def _accumulate_call(event: Event) -> cst.Call | None:
-    """The `accelerator.accumulate(...)` call of a `with` around the event, if any."""
+    """The `accelerator.accumulate(...)` call of a `with` around the event (or the call of a name bound
+    to that method, `self.accum_scope(model)`), if any."""
+    entered = _root(event.scope).accumulate_entries if event.scope is not None else set()
     for call in event.ctx.withs:
         receiver, method = call_receiver(call)
-        if method == "accumulate" and receiver is not None:
+        if method == cat.ACCELERATE_ACCUMULATE.name and receiver is not None or id(call) in entered:
             return call
     return None
+
+
+def _root(scope: Scope) -> Scope:
+    """The scope a walk started from: a function walked in place of a call is walked from its caller's."""
+    while scope.frame is not None:
+        scope = scope.frame.caller
+    return scope
 
 
 def inner_count(loop: Loop) -> cst.BaseExpression | None:
