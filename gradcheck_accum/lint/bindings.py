@@ -183,21 +183,25 @@ def prepared_roles(roles: frozenset[Role], owner: frozenset[Role]) -> frozenset[
 
 # Code that may rebind a module's names behind the analysis's back (nanoGPT's
 # `exec(open("configurator.py").read())` overrides its flags from the command line).
-_REBINDS_GLOBALS = ("exec(", "globals()", "vars()", "setattr(", "__dict__", ":=")
+# Code that may rebind a module's names behind its assignments: running text, writing into the module's
+# namespace (`globals()[k] = v`, `globals().update(cfg)`; reading it, `globals().items()`, binds nothing)
+_REBINDS_GLOBALS = re.compile(r"\bexec\s*\(|\b(?:globals|vars)\(\)\s*(?:\[[^\]]*\]\s*=[^=]|\.(?:update|setdefault|pop)\b)"
+                              r"|\bsetattr\s*\(|__dict__|:=")
 LITERAL_TRUTH = {"True": True, "False": False, "None": False}  # what a literal is worth as a test
 
 
-def module_constants(module: cst.Module, text: str) -> dict[str, bool]:
+def module_constants(module: cst.Module, code: str) -> dict[str, bool]:
     """Module-level flags bound once, to a literal, and never again anywhere in the file (no other
     assignment, loop target, import, definition, `global` or `del` of the name): `use_compile = False`.
     A branch they rule out never runs. Nothing, in a file that may rebind names dynamically."""
-    return {name: value if isinstance(value, bool) else value != 0 for name, value in module_literals(module, text).items()}
+    return {name: value if isinstance(value, bool) else value != 0 for name, value in module_literals(module, code).items()}
 
 
-def module_literals(module: cst.Module, text: str) -> dict[str, bool | int]:
+def module_literals(module: cst.Module, code: str) -> dict[str, bool | int]:
     """module_constants with integers kept as written (`gradient_accumulation_steps = 1`), read from
-    the module's top-level statements and its `if __name__ == "__main__":` block."""
-    if any(word in text for word in _REBINDS_GLOBALS):
+    the module's top-level statements and its `if __name__ == "__main__":` block. `code`: the module's
+    text with strings and comments blanked (a commented-out `exec(...)` rebinds nothing)."""
+    if _REBINDS_GLOBALS.search(code):
         return {}
     values: dict[str, bool | int] = {}
     for statement in _top_level(module):

@@ -22,6 +22,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import module_constants, module_literals, pass_from_zero, roles_from_name
 from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted, parameter_names
+from gradcheck_accum.lint.outline import blank_strings_and_comments
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
 from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED, FunctionSummary
 from gradcheck_accum.lint.predicates import bound_argument, is_accumulation_count
@@ -67,11 +68,16 @@ class LoadedModule:
 
     @cached_property
     def constants(self) -> dict[str, bool]:
-        return module_constants(self.module, self.text)
+        return module_constants(self.module, self.code)
 
     @cached_property
     def literals(self) -> dict[str, bool | int]:
-        return module_literals(self.module, self.text)
+        return module_literals(self.module, self.code)
+
+    @cached_property
+    def code(self) -> str:
+        """The text with strings and comments blanked."""
+        return blank_strings_and_comments(self.text)
 
     @classmethod
     def build(cls, path: Path, module: cst.Module, text: str) -> "LoadedModule":
