@@ -249,16 +249,15 @@ def _reset_when(counter: cst.BaseExpression, test: cst.BaseExpression, scope: Sc
     name = dotted(counter)
     return name is not None and any(
         d.op is DefOp.ASSIGN and isinstance(d.value, cst.Integer) and d.value.value == "0"
-        and any(guard.positive and _is_term(test, guard.test) for guard in d.ctx.guards) for d in scope.defs_of(name))
+        and any(guard.positive and any(term is test for term in conjuncts(guard.test)) for guard in d.ctx.guards)
+        for d in scope.defs_of(name))
 
 
-def _is_term(term: cst.BaseExpression, test: cst.BaseExpression) -> bool:
-    """`term` is `test`, or one of the terms `test` joins with `and`."""
-    while isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        if _is_term(term, test.right):
-            return True
-        test = test.left
-    return term is test
+def conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The terms of `a and b and c` (the test itself when it is no conjunction)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return conjuncts(test.left) + conjuncts(test.right)
+    return [test]
 
 
 def _advances(value: cst.BaseExpression, name: str) -> bool:

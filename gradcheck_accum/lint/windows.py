@@ -22,8 +22,8 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_calls, iter_names, keyword,
                                         last_part, positional, walk)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
-from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, is_accumulation_count,
-                                             reads_length)
+from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, conjuncts,
+                                             is_accumulation_count, reads_length)
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Exit, Framework, Guard, Role, Scope, Tag
 
 if TYPE_CHECKING:
@@ -1013,14 +1013,7 @@ def skips_stretch(guard: Guard, window: Window, variant: set[str] | None = None)
         return False
     if variant is None:
         variant = assigned_in(window.scope, window.outer[-1] if window.outer else window.loop)
-    return any(_run_phase(term, window, variant) for term in _conjuncts(guard.test))
-
-
-def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """The terms of `a and b and c` (the test itself when it is no conjunction)."""
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return _conjuncts(test.left) + _conjuncts(test.right)
-    return [test]
+    return any(_run_phase(term, window, variant) for term in conjuncts(guard.test))
 
 
 def _run_phase(test: cst.BaseExpression, window: Window, variant: set[str]) -> bool:
