@@ -901,13 +901,13 @@ def _set_by_shape(cut: cst.Subscript, scope: Scope, before: int) -> bool:
     """Are the bounds of a cut (`[:, :keep]`) set by numbers, shapes and settings, not by the data's
     values: `keep = int(L * (1 - ratio))` after `N, L, D = x.shape` keeps as many positions in every
     micro-batch of one shape, `[:, :batch["prompt_len"]]` a number each batch chooses."""
-    bounds = []
-    for element in cut.slice:
-        if isinstance(element.slice, cst.Slice):
-            bounds += [b for b in (element.slice.lower, element.slice.upper, element.slice.step) if b is not None]
-        elif isinstance(element.slice, cst.Index):
-            bounds.append(element.slice.value)
-    return all(_shaped(bound, scope, before, 0) for bound in bounds)
+    return all(_slice_set_by_shape(element.slice, scope, before) if isinstance(element.slice, cst.Slice)
+               else _shaped(element.slice.value, scope, before, 0) for element in cut.slice)
+
+
+def _slice_set_by_shape(cut: cst.Slice, scope: Scope, before: int) -> bool:
+    """_set_by_shape of one `lower:upper:step`."""
+    return all(bound is None or _shaped(bound, scope, before, 0) for bound in (cut.lower, cut.upper, cut.step))
 
 
 def _shaped(node: cst.BaseExpression, scope: Scope, before: int, depth: int) -> bool:
@@ -953,15 +953,13 @@ def _fixed_positions(write: Def, scope: Scope) -> bool:
     for element in target.slice:
         position = element.slice
         if isinstance(position, cst.Slice):
-            bounds = (position.lower, position.upper, position.step)
-            if all(b is None or _shaped(b, scope, write.order, 0) for b in bounds):
+            if _slice_set_by_shape(position, scope, write.order):
                 continue
         elif isinstance(position, cst.Index) and (_is_number(position.value) or dotted(position.value) == "Ellipsis"
                                                   or _distinct_positions(position.value, scope, write.order)):
             continue
         return False
     return True
-
 
 
 def _compared_with_sentinel(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
