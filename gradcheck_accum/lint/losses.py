@@ -999,7 +999,13 @@ def per_micro_batch_count(factor: cst.BaseExpression, scope: Scope, loop: Loop |
         and (d.scope is not None or _fresh(d, loop) or _read_for_returns(scope)) for d in defs)
 
 
-def divided_by_own_count(scaling: Scaling, loop: Loop | None) -> bool:
+def scaled_by_own_micro_batch(scaling: Scaling, loop: Loop | None) -> bool:
+    """Is the loss scaled by a count or the size of its own micro-batch: a factor that is one
+    (per_micro_batch_count), or another value of the same forward output (_divided_by_own_count)?"""
+    return per_micro_batch_count(scaling.factor, scaling.scope, loop) or _divided_by_own_count(scaling, loop)
+
+
+def _divided_by_own_count(scaling: Scaling, loop: Loop | None) -> bool:
     """`out["loss"] / out["effective_ntoken"]`: a loss divided by another value of the same output of
     this micro-batch's forward (made anew for each micro-batch), a count the forward took from that
     micro-batch: dividing by it makes a per-micro-batch mean, whatever the count is called."""

@@ -18,8 +18,8 @@ from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift
                                           pass_length, unstepped_tail)
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
-from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, divided_by_own_count, per_micro_batch_count,
-                                         returned_loss, summed_loss_name, varies_per_micro_batch)
+from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returned_loss, scaled_by_own_micro_batch,
+                                         summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
                                         iter_calls, keyword, last_part, positional, source, walk)
 from gradcheck_accum.lint.paths import decision
@@ -297,7 +297,7 @@ class FileModel:
             return True
         if _fixed_scale(scaling.factor, scaling.scope, scaling.scope.imports or self.imports, 0):
             return False  # a world size or a loss scale: the same in every run, whatever N is
-        if per_micro_batch_count(scaling.factor, scaling.scope, loop) or divided_by_own_count(scaling, loop):
+        if scaled_by_own_micro_batch(scaling, loop):
             # divided: a per-micro-batch mean; multiplied (`loss * bs`): a sum, which may be meant
             # for a nominal batch size and is left alone like any summed loss
             return not scaling.divides
@@ -322,8 +322,7 @@ class FileModel:
     def averaged_per_micro_batch(self, facts: LossFacts, window: Window | None) -> bool:
         """Is the traced loss divided by a count or the size of its own micro-batch (a sum made a mean)?"""
         loop = window.loop if window is not None else None
-        return any(s.divides and (per_micro_batch_count(s.factor, s.scope, loop) or divided_by_own_count(s, loop))
-                   for s in facts.scalings)
+        return any(s.divides and scaled_by_own_micro_batch(s, loop) for s in facts.scalings)
 
     @staticmethod
     def summed_loss_name(event: Event) -> str | None:
