@@ -39,6 +39,7 @@ _ROLE_MAKERS = frozenset().union(*(c.names | {c.qualname.rsplit(".", 1)[-1]} if 
                                    for c in cat.CONSTRUCTORS)) | cat.PREPARE_METHODS | {"initialize", "compile"}
 _COUNT = frozenset({Role.ACCUMULATION_COUNT})
 _PASS = frozenset({Role.PASS_FROM_ZERO})
+_EVERY_CALLER = _COUNT | _PASS  # roles a parameter keeps only when every caller's argument has them
 _BACKWARDS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 _STEPS = frozenset(api.name for api in cat.APIS if api.event is EventKind.STEP)
 _PROPERTIES = frozenset({cat.PROPERTY, "cached_property", "functools.cached_property"})  # read as attributes
@@ -770,8 +771,8 @@ class Inliner:
         roles: dict[str, frozenset[Role]] = {}
         classes: dict[str, ClassRef] = {}
         callables: dict[str, FunctionRef | None] = {}
-        counts: set[str] | None = None  # the parameters every caller binds to N
-        passes: set[str] | None = None  # ... and to the index of its loop over passes, from 0
+        # the parameters every caller binds to N, and to the index of its loop over passes from 0
+        everywhere: dict[Role, set[str] | None] = {role: None for role in _EVERY_CALLER}
         for site in self.project.callers(ref):
             if site.caller == ref:
                 continue
@@ -783,18 +784,16 @@ class Inliner:
                 self._capturing = None
             for name, found in self._captured.items():
                 roles[name] = roles.get(name, NO_ROLES) | found
-            given = {name for name, found in self._captured.items() if Role.ACCUMULATION_COUNT in found}
-            counts = given if counts is None else counts & given
-            given = {name for name, found in self._captured.items() if Role.PASS_FROM_ZERO in found}
-            passes = given if passes is None else passes & given
+            for role, names in everywhere.items():
+                given = {name for name, found in self._captured.items() if role in found}
+                everywhere[role] = given if names is None else names & given
             for name, cls in self._captured_classes.items():
                 classes.setdefault(name, cls)
             for name, target in self._captured_callables.items():
                 callables[name] = target if callables.get(name, target) == target else None
-        for name in set(roles) - (counts or set()):
-            roles[name] -= _COUNT  # N from some callers only: what the parameter holds is not known
-        for name in set(roles) - (passes or set()):
-            roles[name] -= _PASS
+        for role, names in everywhere.items():
+            for name in set(roles) - (names or set()):
+                roles[name] -= {role}  # from some callers only: what the parameter holds is not known
         if classes:
             self._classes[id(scope)] = classes
         known = {name: target for name, target in callables.items() if target is not None}
