@@ -354,6 +354,7 @@ class Inliner:
         # id(scope) -> its file, qualname, and the class `self` is an instance of when it is a subclass
         # of the method's class (a base's loop calling `self.train_step()` runs the subclass's)
         self._origin: dict[int, tuple[LoadedModule, str, ClassRef | None]] = {}
+        self._call_counters: dict[int, str] = {}  # id(loop over a method's calls) -> the attribute counting them
         self.roots: list[Scope] = []  # functions of other files that call into this one in a loop
         self.frames: list[Scope] = []  # every scope walked in place of a call, in walking order
         self._returns: dict[int, list[tuple[cst.BaseExpression, Scope, int]] | None] = {}
@@ -849,6 +850,37 @@ class Inliner:
         self.roots.extend(walked)
         return walked
 
+    def walk_call_counted(self, scopes: list[Scope], steps_on_count: Callable[[Scope, str], bool]) -> list[Scope]:
+        """Methods that count their own calls in an attribute and step when the count reaches N
+        (`self.n_accumulated += 1` ... `if self.n_accumulated >= self.accum_iters: optimizer.step()`):
+        each call is a micro-batch, so such a method is walked as the body of a loop over its calls.
+        Only those no call in the project is known to run: a caller that resolves is walked as it is,
+        and a model built through a registry (`MODEL_REGISTRY.get(opt["type"])(opt)`) leaves its
+        caller's loop unknown. The loop has no end: whether an epoch's last micro-batches are lost is
+        the caller's to say, so nothing is said of it. `steps_on_count(loop, counter)`: does the
+        walked loop step on a boundary of that count (the file model's windows say)?"""
+        this = self.context.this
+        walked = []
+        for scope in scopes:
+            qualname = this.qualnames.get(id(scope.node))
+            counter = _own_call_counter(scope)
+            if qualname is None or scope.owner is None or counter is None:
+                continue
+            cls = ClassRef(this.path, this.qualnames_of_classes[id(scope.owner)])
+            if self.project.callers(FunctionRef(this.path, qualname)) or any(
+                    driver.hook == scope.name and self.project.derives_from(cls, driver.bases) for driver in cat.DRIVERS):
+                continue
+            function = scope.node
+            arguments = ", ".join(p.name.value for p in function.params.params[1:] if p.default is None)
+            loaded = _synthetic_module(f"def {scope.name}_calls(self, {arguments}):\n    while True:\n"
+                                       f"        self.{scope.name}({arguments})\n", f"<calls of {scope.name}>")
+            root = self._walk_synthetic(loaded, cls)
+            if steps_on_count(root, counter):
+                self._call_counters[id(root)] = counter
+                walked.append(root)
+        self.roots.extend(walked)
+        return walked
+
     def _switched_off(self, cls: ClassRef, switch: str) -> bool:
         """`automatic_optimization = False` in the class body or a method, here or in a project base."""
         for base in self.project.mro(cls):
@@ -881,7 +913,12 @@ class Inliner:
         return memo[key]
 
     def _walk_driver(self, driver: cat.Driver, cls: ClassRef) -> Scope:
-        loaded = _driver_module(driver)
+        label = f"<{driver.framework.value} {'manual' if driver.manual else 'automatic'} loop>"
+        return self._walk_synthetic(_synthetic_module(driver.source, label), cls)
+
+    def _walk_synthetic(self, loaded: LoadedModule, cls: ClassRef) -> Scope:
+        """A loop written here as code (a framework's, or one over a method's calls), walked with
+        `self` an instance of `cls`."""
         function = next(iter(loaded.functions.values()))
         scope = Scope(function, function.name.value, imports=loaded.imports, foreign=True)
         self._origin[id(scope)] = (loaded, function.name.value, cls)
@@ -1030,6 +1067,9 @@ class Inliner:
         root, outer = scope, hops[-1]
         callee, inner = _name(outer), _name(hops[0])
         runs = f"`{inner}` runs it" + (f" (through `{callee}`)" if len(hops) > 1 else "")
+        counter = self._call_counters.get(id(root))
+        if counter is not None:
+            return f"{runs}, and counts its calls in `{counter}`: each call is one micro-batch", []
         driver = self._driver_of(root)
         if driver is not None:
             mode = "manual optimisation" if driver.manual else f"automatic optimisation ({driver.configured_by})"
@@ -1045,7 +1085,7 @@ class Inliner:
         origin = self._origin.get(id(scope))
         if origin is None:
             return None
-        return next((d for d in cat.DRIVERS if _DRIVER_MODULES.get(d.source) is origin[0]), None)
+        return next((d for d in cat.DRIVERS if _SYNTHETIC_MODULES.get(d.source) is origin[0]), None)
 
 
 class _ReturnsOnly:
@@ -1093,7 +1133,7 @@ def _name(scope: Scope) -> str:
     return scope.name
 
 
-_DRIVER_MODULES: dict[str, LoadedModule] = {}
+_SYNTHETIC_MODULES: dict[str, LoadedModule] = {}
 
 
 def _parse_trusted(text: str) -> "cst.Module | None":
@@ -1104,13 +1144,26 @@ def _parse_trusted(text: str) -> "cst.Module | None":
         return None
 
 
-def _driver_module(driver: cat.Driver) -> LoadedModule:
-    """A driver's source, parsed once per process."""
-    loaded = _DRIVER_MODULES.get(driver.source)
+def _synthetic_module(source: str, label: str) -> LoadedModule:
+    """A loop the engine writes as code (catalogue.Driver.source, a loop over a method's calls),
+    parsed once per process."""
+    loaded = _SYNTHETIC_MODULES.get(source)
     if loaded is None:
-        path = Path(f"<{driver.framework.value} {'manual' if driver.manual else 'automatic'} loop>")
-        loaded = _DRIVER_MODULES[driver.source] = LoadedModule.build(path, cst.parse_module(driver.source), driver.source)
+        loaded = _SYNTHETIC_MODULES[source] = LoadedModule.build(Path(label), cst.parse_module(source), source)
     return loaded
+
+
+def _own_call_counter(scope: Scope) -> str | None:
+    """The attribute a method counts its calls in (`self.n_accumulated += 1`, outside any loop of
+    its own), when it also backpropagates (a loop over loss terms may) and steps under a test
+    outside any loop: a candidate for a loop over its calls (walk_call_counted keeps it when that
+    loop has a boundary on the count)."""
+    counted = [name for name, defs in scope.defs.items() if name.startswith("self.")
+               and any(d.op is DefOp.ADD and not d.ctx.loops for d in defs)]
+    if not counted or not any(e.kind is EventKind.BACKWARD for e in scope.events):
+        return None
+    steps = any(e.kind is EventKind.STEP and e.ctx.guards and not e.ctx.loops for e in scope.events)
+    return counted[0] if steps else None
 
 
 def _entry_call(scope: Scope) -> cst.Call | None:

@@ -106,6 +106,7 @@ class FileModel:
         if not self.context.alone:
             self.scopes.extend(self.inliner.walk_callers())
         self.scopes.extend(self.inliner.walk_drivers())
+        self.scopes.extend(self.inliner.walk_call_counted(self.scopes, _steps_on_count))
 
     def foreign_nodes(self) -> dict[int, tuple[cst.Call | None, Scope]]:
         """Nodes of other files that the model walked in place of calls, by id, with the call of this
@@ -866,3 +867,10 @@ def _scaler_as_written(backward: Event) -> str | None:
         if method == "scale" and receiver is not None:
             return dotted(receiver)
     return None
+
+
+def _steps_on_count(scope: Scope, counter: str) -> bool:
+    """Does a window of the scope step on a boundary of `counter` (a loop over a method's calls,
+    inlining.Inliner.walk_call_counted)?"""
+    return any(w.shape is WindowShape.GUARDED and w.boundary is not None and w.boundary.counter is not None
+               and dotted(w.boundary.counter) == counter for w in build_windows(scope))

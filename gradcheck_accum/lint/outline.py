@@ -27,6 +27,7 @@ class TopLevel:
     node: ast.stmt
     loop_calls: set[str] = field(default_factory=set)  # names called inside its loops
     defines: set[str] = field(default_factory=set)  # names of the functions and classes defined in it, at any depth
+    counting: set[str] = field(default_factory=set)  # its classes' methods that add to a `self.` attribute
     imports: bool = False
 
 
@@ -73,8 +74,11 @@ class Outline:
     def holds_training_loop(self, top: TopLevel) -> bool:
         """Does a `for`/`while` loop in this statement reach a backward call? When a class of the file
         backpropagates in its `__call__` (a loss scaler's `scaler(loss, optimizer, update_grad=...)`),
-        any call in a loop may be a call of an instance of it."""
-        return bool(top.loop_calls & self.reaching) or (_CALL_METHOD in self.reaching and bool(top.loop_calls))
+        any call in a loop may be a call of an instance of it.
+        A method that counts its calls in an attribute (`self.n_accumulated += 1`) and backpropagates
+        may be a loop's body by itself: each call a micro-batch (inlining.Inliner.walk_call_counted)."""
+        return (bool(top.loop_calls & self.reaching) or (_CALL_METHOD in self.reaching and bool(top.loop_calls))
+                or bool(top.counting & self.reaching))
 
     def _summarize(self, node: ast.stmt) -> TopLevel:
         top = TopLevel(node)
@@ -88,6 +92,10 @@ class Outline:
                 self.calls_of.setdefault(current.name, set()).update(self.called_in(current))
             elif isinstance(current, ast.ClassDef):
                 top.defines.add(current.name)  # `Net(...)` builds an instance whose forward a later call runs
+                for method in current.body:
+                    if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                            _ADDS_TO_SELF.search(self.code, *self.span(method)):
+                        top.counting.add(method.name)
             elif isinstance(current, (ast.Import, ast.ImportFrom)):
                 top.imports = True
             for name in _BODIES:
@@ -105,6 +113,7 @@ _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 # backtrack exponentially).
 _CALL = re.compile(r"\b(\w+)(?:\s|\\|#[^\n]*\n)*\(")
 _NEWLINE = re.compile("\n")
+_ADDS_TO_SELF = re.compile(r"\bself\.\w+\s*\+=")
 
 
 def one_newline(text: str) -> str:

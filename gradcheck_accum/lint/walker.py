@@ -16,8 +16,8 @@ from gradcheck_accum.lint.bindings import (LITERAL_TRUTH, constructor_roles, dee
                                            prepared_roles, roles_from_name, unpacked_roles)
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, item_name, iter_calls, iter_names,
-                                        keyword, last_part, parameter_names, positional)
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, full_names, item_name, iter_calls,
+                                        iter_names, keyword, last_part, parameter_names, positional)
 from gradcheck_accum.lint.predicates import caller_name
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
@@ -47,6 +47,7 @@ _AUGMENTED = {"AddAssign": DefOp.ADD, "DivideAssign": DefOp.DIVIDE, "MultiplyAss
               "SubtractAssign": DefOp.SUBTRACT, "FloorDivideAssign": DefOp.FLOOR_DIVIDE}
 _ORIG_MOD = cat.COMPILED_INNER  # the module a torch.compile wrapper wraps
 _SELF = ("self", "cls")
+_BACKWARD_METHODS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 
 
 class ScopeWalker:
@@ -297,6 +298,16 @@ class ScopeWalker:
         return self.constants[test.value]
 
     def walk_loop(self, loop: Loop, ctx: Context) -> None:
+        if _over_loss_terms(loop):
+            # its passes are parts of one micro-batch's backward: walked once, as straight code
+            self.scan_expression(loop.iter, ctx)
+            for i, target in enumerate(_targets(loop.target)):
+                self.add_def(Def(target, loop.iter, self.tick(), ctx, op=DefOp.LOOP_TARGET, index=i, node=loop))
+                self.bind(target, NO_ROLES, ctx)
+            self.walk_block(loop.body.body, ctx)
+            if loop.orelse is not None:
+                self.walk_block(loop.orelse.body.body, ctx)
+            return
         self.root.loops.append(loop)
         inner = ctx.push_loop(loop)
         self.root.loop_start[id(loop)] = self.counter[0] + 1
@@ -684,6 +695,38 @@ def _exit(block: cst.BaseSuite) -> Exit | None:
 
 
 _EXITS = {"Continue": Exit.CONTINUE, "Break": Exit.BREAK, "Return": Exit.RETURN, "Raise": Exit.RAISE}
+
+
+def _over_loss_terms(loop: Loop) -> bool:
+    """A loop over the terms of one loss, each backpropagated through the graph they share
+    (`for term in losses: scaler.scale(term / N).backward(retain_graph=not last)`): not a loop of
+    micro-batches. Read from the loop's own statements: a backward that keeps the graph, of a loop
+    target or of a name the body computes from one."""
+    if not isinstance(loop, cst.For):
+        return False
+    derived = set(_targets(loop.target))
+    for line in loop.body.body:
+        for small in line.body if isinstance(line, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                name = dotted(small.targets[0].target)
+                if name is not None and _reads(small.value, derived):
+                    derived.add(name)
+            elif isinstance(small, cst.Expr) and _keeps_graph(small.value) and _reads(small.value.func, derived) | \
+                    any(_reads(arg.value, derived) for arg in small.value.args if arg.keyword is None):
+                return True
+    return False
+
+
+def _keeps_graph(node: cst.BaseExpression) -> bool:
+    """`x.backward(..., retain_graph=<anything but False>)`."""
+    if not isinstance(node, cst.Call) or call_receiver(node)[1] not in _BACKWARD_METHODS:
+        return False
+    kept = keyword(node, "retain_graph")
+    return kept is not None and not (isinstance(kept, cst.Name) and kept.value == "False")
+
+
+def _reads(node: cst.BaseExpression, names: set[str]) -> bool:
+    return any(name.split(".")[0] in names for name in full_names(node))
 
 
 def _targets(target: cst.BaseExpression) -> list[str]:
