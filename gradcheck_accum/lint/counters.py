@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (call_receiver, children, contains, dotted, iter_names, keyword, last_part,
-                                        positional, source)
+from gradcheck_accum.lint.names import (call_receiver, children, contains, dotted, item_name, iter_names, keyword,
+                                        last_part, positional, source)
 from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import BoundaryKind, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import DefOp, Event, EventKind, Scope, Tag
@@ -317,14 +317,18 @@ def _lifetime(node: cst.BaseExpression, window: Window, depth: int) -> Lifetime 
         return Lifetime.UNKNOWN
     if isinstance(node, cst.Integer):
         return None
+    scope, loop = window.scope, window.loop
     if isinstance(node, cst.Subscript):
-        return Lifetime.ACROSS_PASSES  # `state["step"]`: a container entry outlives the loop
-    name = dotted(node)
+        # `state["step"]`: a container entry outlives the loop, unless the loop sets it from its own
+        # count (`info["batch_idx"] = batch_idx`, read by a helper the loop calls)
+        entry = item_name(node)
+        if entry is None or not any(loop in d.ctx.loops for d in scope.defs_of(entry)):
+            return Lifetime.ACROSS_PASSES
+    name = dotted(node) or item_name(node)
     if name is None:
         if isinstance(node, cst.BinaryOperation):
             return _combine(_lifetime(node.left, window, depth + 1), _lifetime(node.right, window, depth + 1))
         return Lifetime.UNKNOWN
-    scope, loop = window.scope, window.loop
     defs = scope.defs_of(name)
     targets = [d for d in defs if d.op is DefOp.LOOP_TARGET]
     if any(d.node is loop for d in targets):

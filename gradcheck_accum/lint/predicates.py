@@ -344,11 +344,15 @@ def resolve_n(node: cst.BaseExpression, scope: Scope) -> str:
 def bound_argument(node: cst.BaseExpression, scope: Scope) -> tuple[cst.BaseExpression, Scope]:
     """For a parameter of a called function walked in place of its call, the argument it was bound
     to and the caller's scope (repeatedly, through several calls); anything else as it is."""
+    if isinstance(node, cst.Subscript) and scope.frame is not None:
+        # `info["batch_idx"]` where `info` is the caller's dict: that entry of it
+        container, caller = bound_argument(node.value, scope)
+        return (node.with_changes(value=container), caller) if caller is not scope else (node, scope)
     for _ in range(8):
         name = dotted(node)
         if name is None or scope.frame is None:
             break
-        defs = scope.defs_of(name)
+        defs = [d for d in scope.defs_of(name) if d.op is not DefOp.ITEM]  # filling it keeps the object
         if len(defs) == 1 and defs[0].scope is not None and defs[0].value is not None:
             node, scope = defs[0].value, defs[0].scope
             continue
