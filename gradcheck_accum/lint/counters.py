@@ -344,6 +344,8 @@ def _lifetime(node: cst.BaseExpression, window: Window, depth: int) -> Lifetime 
         start = scope.loop_start.get(id(loop), 0)
         inits = [d for d in defs if loop not in d.ctx.loops and d.order < start and d.op.rebinds]
         if not inits:
+            if _reset_after(defs, window):
+                return Lifetime.PER_PASS  # `self.step = 0` once the pass is over: the next starts from it
             return Lifetime.ACROSS_PASSES if "." in name or _is_parameter(scope, name) else Lifetime.UNKNOWN
         init = inits[-1]
         outer = window.outer
@@ -379,6 +381,20 @@ def _index_lifetime(loop: Loop) -> Lifetime:
         if start is not None and not isinstance(start, cst.Integer):
             return Lifetime.ACROSS_PASSES
     return Lifetime.PER_PASS
+
+
+def _reset_after(defs: list[Def], window: Window) -> bool:
+    """Is the counter set to a constant after the loop, in the block the loop sits in and under the
+    same tests, whatever the pass did (`self.step = 0` at the end of a method that runs one epoch)?"""
+    loop = window.loop
+    end = window.scope.loop_end.get(id(loop), 0)
+    inside = next((e for e in window.events if loop in e.ctx.loops), None)
+    if inside is None:
+        return False
+    level = inside.ctx.loops.index(loop)
+    around = tuple(g for g in inside.ctx.guards if g.depth <= level)
+    return any(d.order > end and _is_constant(d) and d.ctx.loops == window.outer and d.ctx.guards == around
+               and not d.ctx.in_handler for d in defs)
 
 
 def _is_constant(d: Def) -> bool:
@@ -417,7 +433,8 @@ def pass_boundary_clear(window: Window) -> Event | None:
         if not window.path.allows(event):
             continue
         before = block_start <= event.order < start
-        after = outer and end < event.order <= (block_end or 0)
+        # after it: in the enclosing loop's body, or (a function that runs one pass) to the function's end
+        after = end < event.order <= block_end if outer else end < event.order
         if not (before or after):
             continue
         if not all(invariant(g.test, variant) for g in event.ctx.guards if g.depth >= len(outer)):
