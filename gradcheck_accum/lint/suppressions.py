@@ -155,5 +155,5 @@ def without_codes(comment: str, stale: list[str]) -> str:
     text = _IGNORE.sub(lambda m: strip(m, "# accumcheck: ignore[", "]") if m.group("codes") is not None
                        else m.group(0), text)
     text = text.strip()
-    # What followed the removed directive stays a comment: `# noqa: ACC101 * 10` -> `# * 10`.
+    # What followed the removed directive stays a comment: removing a `noqa: ACC101 * 10` directive leaves `# * 10`.
     return text if not text or text.startswith("#") else f"# {text}"

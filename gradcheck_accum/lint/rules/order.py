@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradcheck_accum.lint.fixes import move_statement
-from gradcheck_accum.lint.model import EventKind, Fact, FileModel, Framework, Placement, WindowShape, same_target
+from gradcheck_accum.lint.model import (EventKind, Fact, FileModel, Framework, Placement, Repetition, WindowShape,
+                                        same_target)
 from gradcheck_accum.lint.rule import Report, Rule
 
 
@@ -74,6 +75,8 @@ class GradientsNeverCleared(Rule):
                 continue  # cleared under a condition we cannot read, or maybe once before this window
             if window.repeats_fixed_input:
                 continue  # steps on one batch built before the loop: no training loop
+            if window.shape is WindowShape.NESTED and model.repetition(window) is not Repetition.REPEATED:
+                continue  # one window per call, and no loop is known to call it again with that optimizer
             optimizers = {s.target for s in steps}
             # An optimizer built inside the loop starts fresh every iteration (often on fresh tensors).
             if any(window.assigned_in_nest(name) for name in optimizers if name):
