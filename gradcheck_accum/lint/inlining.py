@@ -32,6 +32,7 @@ from gradcheck_accum.lint.walker import ScopeWalker
 MAX_DEPTH = 4  # calls walked in place within calls walked in place
 MAX_IMPLEMENTATIONS = 6  # a call to an annotated parameter is read through at most this many classes' __call__
 _SELF = ("self", "cls")
+_PARTIAL = "functools.partial"  # a callable that calls its first argument with the others first
 
 
 # Calls that make an object with a role (catalogue constructors, prepare/setup/initialize, compile)
@@ -355,6 +356,7 @@ class Inliner:
         # of the method's class (a base's loop calling `self.train_step()` runs the subclass's)
         self._origin: dict[int, tuple[LoadedModule, str, ClassRef | None]] = {}
         self._call_counters: dict[int, str] = {}  # id(loop over a method's calls) -> the attribute counting them
+        self._partials: dict[int, tuple[cst.Call, cst.Call]] = {}  # id(call) -> (the call, the call it makes)
         self.roots: list[Scope] = []  # functions of other files that call into this one in a loop
         self.frames: list[Scope] = []  # every scope walked in place of a call, in walking order
         self._returns: dict[int, list[tuple[cst.BaseExpression, Scope, int]] | None] = {}
@@ -390,7 +392,7 @@ class Inliner:
 
     def _resolve(self, scope: Scope, call: cst.Call) -> tuple[FunctionRef, LoadedModule, cst.FunctionDef] | None:
         origin = self._origin.get(id(scope))
-        text = _callee_text(call)
+        text = _callee_text(self.made_call(scope, call))
         if origin is None or text is None:
             return None
         module, qualname, self_class = origin
@@ -419,6 +421,28 @@ class Inliner:
         if function is None:
             return None
         return ref, loaded, function
+
+    def made_call(self, scope: Scope, call: cst.Call) -> cst.Call:
+        """The call a call of a name bound once to `functools.partial(f, *args, **kwargs)` makes:
+        `f(*args, <the call's arguments>, **kwargs)` (`compute_losses = functools.partial(
+        self.diffusion.training_losses, model, micro, t)` then `compute_losses()`); other calls as
+        they are."""
+        known = self._partials.get(id(call))
+        if known is not None:
+            return known[1]
+        if not isinstance(call.func, cst.Name):
+            return call
+        defs = scope.defs_of(call.func.value)
+        bound = defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN else None
+        imports = self._origin[id(scope)][0].imports if id(scope) in self._origin else None
+        if not isinstance(bound, cst.Call) or not bound.args or bound.args[0].keyword or bound.args[0].star or \
+                (imports.qualify(bound.func) if imports is not None else None) != _PARTIAL:
+            return call
+        given = [a for a in bound.args[1:] if a.keyword is None and not a.star]
+        named = [a for a in bound.args[1:] if a.keyword is not None or a.star]
+        made = cst.Call(func=bound.args[0].value, args=[*given, *call.args, *named])
+        self._partials[id(call)] = (call, made)  # the call is kept: its id stays its own
+        return made
 
     def runs_project_function(self, walker: ScopeWalker, call: cst.Call) -> bool:
         return self.resolve(walker.scope, call) is not None
@@ -552,6 +576,7 @@ class Inliner:
                       for_returns=caller.root is None)
         scope = Scope(function, function.name.value, _bases(cls), frame=frame,
                       imports=loaded.imports if foreign else None)
+        call = self.made_call(caller.scope, call)  # its arguments: a partial's first, then the call's
         receiver = _receiver(call, function, cls)
         same_self = receiver is not None and dotted(receiver) in _SELF
         caller_self = self._origin.get(id(caller.scope), (None, None, None))[2]
