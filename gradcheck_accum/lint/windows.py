@@ -880,7 +880,7 @@ def inner_count(loop: Loop) -> cst.BaseExpression | None:
 def assigned_in(scope: Scope, loop: Loop) -> set[str]:
     """Names that may change from one iteration of `loop` to the next: bound inside it, here or in a
     function called inside it and walked in place (its parameters only when their argument may)."""
-    own = set(_bound_by_loop(scope).get(id(loop), ()))
+    own = _settled(set(_bound_by_loop(scope).get(id(loop), ())), scope)
     if scope.called_frames is None:  # the scopes walked in place of calls, callers first; once per scope
         called = {id(e.scope): e.scope for e in scope.events if e.scope is not None and e.scope is not scope}
         # and those of the predicates tests call (`if self._is_update_step(step):`)
@@ -898,7 +898,39 @@ def assigned_in(scope: Scope, loop: Loop) -> set[str]:
             caller = variant.get(id(argument.scope)) if argument is not None else None
             if caller is None or argument.value is None or not invariant(argument.value, caller):
                 names.add(name)
+        variant[id(frame)] = _settled(names, frame)
     return set().union(*variant.values())
+
+
+def _settled(names: set[str], scope: Scope) -> set[str]:
+    """Of the names a scope binds inside a loop, those that may change from one iteration to the next:
+    a name bound once, to a plain value that reads only names that do not change and calls nothing
+    (`use_amp = args.use_amp` at the top of a function an epoch loop calls), is the same every time."""
+    variant = set(names)
+    settled = True
+    while settled:
+        settled = False
+        for name in sorted(variant):
+            defs = scope.defs.get(name, [])
+            value = defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].scope is None else None
+            if value is not None and _plain(value) and invariant(value, variant - {name}):
+                variant.discard(name)
+                settled = True
+    return variant
+
+
+def _plain(value: cst.BaseExpression) -> bool:
+    """Names, attributes, literals and the operators between them: a value no later statement can change
+    in place (a list or a dict could be appended to)."""
+    if isinstance(value, (cst.Name, cst.Attribute, cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    if isinstance(value, cst.UnaryOperation):
+        return _plain(value.expression)
+    if isinstance(value, (cst.BinaryOperation, cst.BooleanOperation)):
+        return _plain(value.left) and _plain(value.right)
+    if isinstance(value, cst.Comparison):
+        return _plain(value.left) and all(_plain(c.comparator) for c in value.comparisons)
+    return False
 
 
 def _bound_by_loop(scope: Scope) -> dict[int, frozenset[str]]:
