@@ -407,6 +407,15 @@ class LossTracer:
         callee = dotted(node.func)
         imports = scope.imports or self.imports
         roles = constructor_roles(node, imports, no_roles) | self._roles_of(callee, scope)
+        reduction = keyword(node, cat.REDUCTION_KEYWORD)
+        if Role.CRITERION in roles and reduction is not None and not isinstance(reduction, cst.SimpleString):
+            # `reduction=reduction`: the literal the name holds here, or a parameter's default
+            named = _string_value(reduction, scope, before)
+            if named is None:
+                facts.known = False  # a sum or a mean, as the caller decides
+                return
+            roles = roles - {Role.SUM_LOSS, Role.TOKEN_LOSS} | (
+                {Role.SUM_LOSS} if named == "sum" else {Role.TOKEN_LOSS} & roles if named == "mean" else set())
         if Role.SUM_LOSS in roles:
             facts.sum_reduced = True
         if Role.TOKEN_LOSS in roles and Role.SUM_LOSS not in roles:
@@ -827,6 +836,26 @@ def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
         return False
     reduction = keyword(produced, cat.REDUCTION_KEYWORD)
     return isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "none"
+
+
+def _string_value(node: cst.BaseExpression, scope: Scope, before: int, depth: int = 0) -> str | None:
+    """The string a name holds where it is read: its one binding to a literal (through the argument of
+    a parameter of a function walked in place), or the default of a parameter no call passes."""
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    if not isinstance(node, cst.Name) or depth > 4:
+        return None
+    defs = scope.defs_of(node.value, before)
+    if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].value is not None:
+        return _string_value(defs[0].value, defs[0].scope or scope, defs[0].order, depth + 1)
+    function = scope.node
+    if defs or not isinstance(function, cst.FunctionDef):
+        return None
+    for param in (*function.params.params, *function.params.kwonly_params):
+        if param.name.value == node.value and param.default is not None:
+            return _string_value(param.default, scope, before, depth + 1)
+    return None
 
 
 def _bound_value(node: cst.BaseExpression, scope: Scope, before: int) -> tuple[cst.BaseExpression, int]:
