@@ -775,6 +775,13 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
     start = scope.loop_start.get(id(loop), 0)
     inside = [e for e in events if loop in e.ctx.loops]
     after = [e for e in events if e.order > end and loop not in e.ctx.loops]
+    # A loop nested here whose every pass is a whole update (backward, then step: extra updates on a
+    # hard batch) is a plain loop of its own, not part of this window; and a plain loop nested in
+    # another has nothing to do with what that loop's body does after it.
+    updating = _self_updating_loops(inside, loop)
+    inside = [e for e in inside if not updating.intersection(map(id, e.ctx.loops))]
+    if outer and id(loop) in _self_updating_loops([e for e in events if loop in e.ctx.loops], None):
+        after = [e for e in after if e.ctx.loops != outer]
     window = Window(scope, loop, UNGUARDED, events=inside + after, outer=outer, path=path)
     for event in after:
         window.placements[id(event)] = AFTER
@@ -837,6 +844,30 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
             window.placements[id(event)] = BOUNDARY
         window.events.sort(key=lambda e: e.order)
     return window
+
+
+def _self_updating_loops(events: list[Event], below: Loop | None) -> set[int]:
+    """The loops (inside `below`, or any: None) whose body backpropagates and then steps on the same
+    pass, the step under no test but the backward's own and the exits that end the loop: each pass
+    is a whole update."""
+    found = set()
+    for step in events:
+        loops = step.ctx.loops
+        if step.kind is not EventKind.STEP or not loops or (below is not None and loops[-1] is below) or \
+                (below is not None and below not in loops):
+            continue
+        inner = loops[-1]
+        level = len(loops) - 1
+        for backward in events:
+            if backward.kind is EventKind.BACKWARD and backward.order < step.order and backward.ctx.loops \
+                    and backward.ctx.loops[-1] is inner:
+                # the same test twice (`if fp16: scale(loss).backward()` ... `if fp16: scaler.step(opt)`) is one path
+                tests = {(code(g.test), g.positive) for g in backward.ctx.guards}
+                if all(g.exit is not None or (code(g.test), g.positive) in tests
+                       for g in step.ctx.guards if g.depth > level):
+                    found.add(id(inner))
+                    break
+    return found
 
 
 def _is_chunking(source: cst.BaseExpression) -> bool:
