@@ -28,8 +28,8 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, contains, dotted, item_name, iter_names, keyword,
                                         last_part, positional, source)
 from gradcheck_accum.lint.paths import invariant
-from gradcheck_accum.lint.predicates import BoundaryKind, is_accumulation_count
-from gradcheck_accum.lint.vocabulary import DefOp, Event, EventKind, Scope, Tag
+from gradcheck_accum.lint.predicates import BoundaryKind, analyze, is_accumulation_count
+from gradcheck_accum.lint.vocabulary import DefOp, Event, EventKind, Guard, Scope, Tag
 from gradcheck_accum.lint.windows import Placement, Window, assigned_in, increment, same_target
 
 if TYPE_CHECKING:
@@ -437,11 +437,24 @@ def pass_boundary_clear(window: Window) -> Event | None:
         after = end < event.order <= block_end if outer else end < event.order
         if not (before or after):
             continue
-        if not all(invariant(g.test, variant) for g in event.ctx.guards if g.depth >= len(outer)):
+        if not all(invariant(g.test, variant) or after and _off_last_boundary(g, window)
+                   for g in event.ctx.guards if g.depth >= len(outer)):
             continue
         if any(same_target(event, step) for step in steps):
             return event
     return None
+
+
+def _off_last_boundary(guard: Guard, window: Window) -> bool:
+    """After the loop, a test that the last micro-batch closed no window: the window's own boundary test,
+    negated, on its counter (`if i % N != N - 1: optimizer.zero_grad()`): it clears exactly the tail."""
+    found = analyze(guard.test, guard.scope or window.scope)
+    boundary = window.boundary
+    if found is None or boundary is None:
+        return False
+    effective = found if guard.positive else found.flipped()
+    return effective.same_count(boundary) and effective.offset == boundary.offset \
+        and effective.positive != boundary.positive
 
 
 # -- distance boundaries --------------------------------------------------------------------------
