@@ -253,6 +253,8 @@ def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int) ->
     if node is None or depth > 3:
         return PassKind.UNKNOWN
     scope = window.scope
+    if isinstance(node, cst.Call) and id(node) in scope.iterated:  # a generator passing its argument's items on
+        return _source_kind(scope.iterated[id(node)], window, depth + 1)
     if isinstance(node, cst.Call):
         callee = call_receiver(node)[1] or ""
         if callee in ("enumerate", "tqdm", "iter"):  # `iter(loader)` is as finite as the loader

@@ -444,6 +444,20 @@ class Inliner:
         self._partials[id(call)] = (call, made)  # the call is kept: its id stays its own
         return made
 
+    def iterated_argument(self, scope: Scope, call: cst.Call) -> cst.BaseExpression | None:
+        """The argument a call hands to a project generator that yields each item of it, in one loop
+        over that parameter (`def log_every(self, iterable, freq): for obj in iterable: ...; yield obj`):
+        iterating the call is iterating the argument, as finite as it is."""
+        found = self.resolve(scope, call)
+        if found is None:
+            return None
+        ref, loaded, function = found
+        parameter = _yields_each_item_of(function)
+        if parameter is None:
+            return None
+        receiver = _receiver(self.made_call(scope, call), function, loaded.class_of(ref.qualname))
+        return dict(_arguments(self.made_call(scope, call), function, receiver)).get(parameter)
+
     def runs_project_function(self, walker: ScopeWalker, call: cst.Call) -> bool:
         return self.resolve(walker.scope, call) is not None
 
@@ -1138,6 +1152,9 @@ class _ReturnsOnly:
     def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context) -> None:
         return None
 
+    def iterated_argument(self, scope: Scope, call: cst.Call) -> cst.BaseExpression | None:
+        return None  # no loop here is a window
+
 
 @dataclass(frozen=True)
 class Place:
@@ -1176,6 +1193,36 @@ def _synthetic_module(source: str, label: str) -> LoadedModule:
     if loaded is None:
         loaded = _SYNTHETIC_MODULES[source] = LoadedModule.build(Path(label), cst.parse_module(source), source)
     return loaded
+
+
+def _yields_each_item_of(function: cst.FunctionDef) -> str | None:
+    """The parameter a generator passes through: its one `yield` is of the target of a `for` over that
+    parameter (`for obj in iterable: ... yield obj`), and nothing else loops around it."""
+    parameters = set(parameter_names(function))
+    yields: list[tuple[cst.Yield, tuple[cst.For, ...]]] = []
+    stack: list[tuple[cst.CSTNode, tuple[cst.For, ...]]] = [(function.body, ())]
+    while stack:
+        node, loops = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.Yield):
+            yields.append((node, loops))
+        if isinstance(node, cst.While):
+            return None  # a loop that may go on past its data
+        inner = loops + (node,) if isinstance(node, cst.For) else loops
+        stack.extend((child, inner) for child in children(node))
+    if len(yields) != 1:
+        return None
+    (found, loops), = yields
+    if len(loops) != 1 or not isinstance(found.value, cst.Name):
+        return None
+    target, source = loops[0].target, loops[0].iter
+    if isinstance(source, cst.Call) and call_receiver(source) == (None, "enumerate") and source.args \
+            and isinstance(target, cst.Tuple) and len(target.elements) == 2:
+        target, source = target.elements[1].value, source.args[0].value  # `for i, obj in enumerate(iterable)`
+    if dotted(target) != found.value.value:
+        return None
+    return dotted(source) if dotted(source) in parameters else None
 
 
 def _own_call_counter(scope: Scope) -> str | None:

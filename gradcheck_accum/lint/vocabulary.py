@@ -312,6 +312,9 @@ class Scope:
     accumulation_aliases: dict[str, tuple[int, bool]] = field(default_factory=dict)
     # a root scope: the calls of a bound `accumulate` (Role.ACCUMULATE_CONTEXT) its `with` items enter
     accumulate_entries: set[int] = field(default_factory=set)
+    # a root scope: id(call) in a loop's iterable -> what that call iterates, when it runs a project
+    # generator that yields each item of an argument (`metric_logger.log_every(data_loader, 10)`)
+    iterated: dict[int, cst.BaseExpression] = field(default_factory=dict)
 
     def defs_of(self, name: str, before: int | None = None) -> list[Def]:
         """The bindings of `name` here (those before program point `before`). The walk appends them in

@@ -313,6 +313,11 @@ class ScopeWalker:
         self.root.loop_start[id(loop)] = self.counter[0] + 1
         if isinstance(loop, cst.For):
             self.scan_expression(loop.iter, ctx)
+            if self.inliner is not None:
+                for call in iter_calls(loop.iter):
+                    iterated = self.inliner.iterated_argument(self.scope, call)
+                    if iterated is not None:
+                        self.root.iterated[id(call)] = iterated
             for i, target in enumerate(_targets(loop.target)):
                 self.add_def(Def(target, loop.iter, self.tick(), inner, op=DefOp.LOOP_TARGET, index=i, node=loop))
                 self.bind(target, NO_ROLES, inner)
