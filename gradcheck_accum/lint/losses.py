@@ -518,13 +518,31 @@ class LossTracer:
         for call in calls:
             labels = keyword(call, "labels")
             name = dotted(labels)
-            if name and any(d.op is DefOp.ITEM and _is_ignored_label(d.value) for d in scope.defs_of(name)):
+            if name and self._labels_masked(name, scope, 0):
                 return True
             given = [a.value for a in call.args if a.star == "**"]
             if labels is not None:
                 given.append(_container(labels))  # `batch["labels"].to(device)`: what `batch` is
             if any(self._collated_with_masking(batch, scope, 0) for batch in given):
                 return True
+        return False
+
+    def _labels_masked(self, name: str, scope: Scope, depth: int) -> bool:
+        """Does the name hold labels with items set to the ignored label: `y[...] = -100` here, or in
+        the project function that returns them (`inputs, labels = mask_tokens(batch, tokenizer)`)?"""
+        for d in scope.defs_of(name):
+            if d.op is DefOp.ITEM and _is_ignored_label(d.value):
+                return True
+            if d.op not in (DefOp.ASSIGN, DefOp.UNPACK) or not isinstance(d.value, cst.Call) or depth > 2 \
+                    or self.returns is None:
+                continue
+            for value, where, _ in self.returns(d.value, d.scope or scope, d.order) or ():
+                if d.op is DefOp.UNPACK:
+                    value = value.elements[d.index].value if isinstance(value, cst.Tuple) and d.index is not None \
+                        and d.index < len(value.elements) else None
+                returned = dotted(value) if value is not None else None
+                if returned and self._labels_masked(returned, where, depth + 1):
+                    return True
         return False
 
     def _collated_with_masking(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
