@@ -290,6 +290,7 @@ DEEPSPEED_GLOBAL_BATCH_KEY = "train_batch_size"
 FSDP_PLUGIN_KEYWORD = "fsdp_plugin"
 ACCUMULATION_PLUGIN_STEPS = "num_steps"
 REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
+RETAIN_GRAPH_KEYWORD = "retain_graph"  # `loss.backward(retain_graph=True)` keeps the graph for another backward
 IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid items only
 
 # Calls whose results are the prepared objects, element by element.

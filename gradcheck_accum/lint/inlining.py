@@ -455,8 +455,8 @@ class Inliner:
         parameter = _yields_each_item_of(function)
         if parameter is None:
             return None
-        receiver = _receiver(self.made_call(scope, call), function, loaded.class_of(ref.qualname))
-        return dict(_arguments(self.made_call(scope, call), function, receiver)).get(parameter)
+        made = self.made_call(scope, call)
+        return dict(_arguments(made, function, _receiver(made, function, loaded.class_of(ref.qualname)))).get(parameter)
 
     def runs_project_function(self, walker: ScopeWalker, call: cst.Call) -> bool:
         return self.resolve(walker.scope, call) is not None

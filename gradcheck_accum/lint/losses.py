@@ -19,7 +19,7 @@ from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, dotted, full_names, item_name,
                                         iter_names, keyword, parameter_names, positional)
-from gradcheck_accum.lint.predicates import is_accumulation_count
+from gradcheck_accum.lint.predicates import is_accumulation_count, parameter_value
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Def, DefOp, Guard, Role, Scope
 
 if TYPE_CHECKING:
@@ -857,23 +857,18 @@ def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
 
 
 def _string_value(node: cst.BaseExpression, scope: Scope, before: int, depth: int = 0) -> str | None:
-    """The string a name holds where it is read: its one binding to a literal (through the argument of
-    a parameter of a function walked in place), or the default of a parameter no call passes."""
+    """The string a name holds where it is read: its one binding to a literal, or what a parameter holds
+    (predicates.parameter_value: the argument of the call it is walked for, or its default)."""
     if isinstance(node, cst.SimpleString):
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     if not isinstance(node, cst.Name) or depth > 4:
         return None
     defs = scope.defs_of(node.value, before)
-    if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].value is not None:
-        return _string_value(defs[0].value, defs[0].scope or scope, defs[0].order, depth + 1)
-    function = scope.node
-    if defs or not isinstance(function, cst.FunctionDef):
-        return None
-    for param in (*function.params.params, *function.params.kwonly_params):
-        if param.name.value == node.value and param.default is not None:
-            return _string_value(param.default, scope, before, depth + 1)
-    return None
+    if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].value is not None and defs[0].scope is None:
+        return _string_value(defs[0].value, scope, defs[0].order, depth + 1)
+    passed = parameter_value(node.value, scope)
+    return _string_value(passed[0], passed[1], _END, depth + 1) if passed is not None else None
 
 
 def _bound_value(node: cst.BaseExpression, scope: Scope, before: int) -> tuple[cst.BaseExpression, int]:

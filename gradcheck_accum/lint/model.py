@@ -224,7 +224,7 @@ class FileModel:
             made_under = {(id(g.owner), g.positive) for g in d.ctx.guards}
             following = [b for b in backwards if d.order < b.order and not any(
                 (id(g.owner), not g.positive) in made_under for g in b.ctx.guards)]
-            return not following or any(keyword(b.node, "retain_graph") is None and {
+            return not following or any(keyword(b.node, cat.RETAIN_GRAPH_KEYWORD) is None and {
                 (id(g.owner), g.positive) for g in b.ctx.guards} <= made_under for b in following)
         return all(freed(d) for d in made)
 

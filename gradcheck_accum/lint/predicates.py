@@ -365,6 +365,28 @@ def bound_argument(node: cst.BaseExpression, scope: Scope) -> tuple[cst.BaseExpr
     return node, scope
 
 
+def parameter_value(name: str, scope: Scope) -> tuple[cst.BaseExpression, Scope] | None:
+    """What a parameter of the scope's function holds: the argument the call it is walked for binds
+    to it (read in the caller's scope), or its default when nothing binds it; None for a name that is
+    no parameter, one bound again in the function, or one the call may pass through `**kwargs`."""
+    function = scope.node
+    if not isinstance(function, cst.FunctionDef):
+        return None
+    params = function.params
+    param = next((p for p in [*params.posonly_params, *params.params, *params.kwonly_params]
+                  if p.name.value == name), None)
+    if param is None:
+        return None
+    defs = scope.defs_of(name)
+    if not defs:
+        if param.default is None or any(a.star for a in getattr(scope.frame.call if scope.frame else None, "args", ())):
+            return None
+        return param.default, scope
+    if len(defs) == 1 and defs[0].scope is not None and defs[0].value is not None:
+        return defs[0].value, defs[0].scope
+    return None
+
+
 def caller_name(name: str, scope: Scope) -> str:
     """A dotted name in a called function walked in place, as the outermost caller spells it when
     its head is a parameter (`opt.step` in `update(opt)` called as `update(optimizer)`:

@@ -18,7 +18,7 @@ from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, full_names, item_name, iter_calls,
                                         iter_names, keyword, last_part, parameter_names, positional)
-from gradcheck_accum.lint.predicates import caller_name
+from gradcheck_accum.lint.predicates import caller_name, parameter_value
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
 _COMPILED = frozenset({Role.COMPILED})
@@ -193,22 +193,8 @@ class ScopeWalker:
 
     def _literal_parameter(self, node: cst.BaseExpression) -> str | None:
         """`True`, `False` or `None`: what the call gives a parameter of the function walked in place."""
-        if not isinstance(node, cst.Name) or not isinstance(self.scope.node, cst.FunctionDef):
-            return None
-        params = self.scope.node.params
-        param = next((p for p in [*params.posonly_params, *params.params, *params.kwonly_params]
-                      if p.name.value == node.value), None)
-        if param is None:
-            return None
-        defs = self.scope.defs_of(node.value)
-        if not defs:
-            if any(a.star for a in getattr(self.scope.frame.call, "args", ())):
-                return None  # `f(**kwargs)` may pass it
-            value = param.default  # not passed: its default
-        elif len(defs) == 1 and defs[0].scope is not None:
-            value = defs[0].value  # the argument of the call (its only binding so far)
-        else:
-            return None
+        found = parameter_value(node.value, self.scope) if isinstance(node, cst.Name) else None
+        value = found[0] if found is not None else None
         return value.value if isinstance(value, cst.Name) and value.value in ("True", "False", "None") else None
 
     # -- statements ---------------------------------------------------------------------------
@@ -716,8 +702,8 @@ def _over_loss_terms(loop: Loop) -> bool:
                 name = dotted(small.targets[0].target)
                 if name is not None and _reads(small.value, derived):
                     derived.add(name)
-            elif isinstance(small, cst.Expr) and _keeps_graph(small.value) and _reads(small.value.func, derived) | \
-                    any(_reads(arg.value, derived) for arg in small.value.args if arg.keyword is None):
+            elif isinstance(small, cst.Expr) and _keeps_graph(small.value) and (_reads(small.value.func, derived) or any(
+                    _reads(arg.value, derived) for arg in small.value.args if arg.keyword is None)):
                 return True
     return False
 
@@ -726,7 +712,7 @@ def _keeps_graph(node: cst.BaseExpression) -> bool:
     """`x.backward(..., retain_graph=<anything but False>)`."""
     if not isinstance(node, cst.Call) or call_receiver(node)[1] not in _BACKWARD_METHODS:
         return False
-    kept = keyword(node, "retain_graph")
+    kept = keyword(node, cat.RETAIN_GRAPH_KEYWORD)
     return kept is not None and not (isinstance(kept, cst.Name) and kept.value == "False")
 
 
