@@ -19,7 +19,7 @@ from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, dotted, full_names, item_name,
                                         iter_names, keyword, parameter_names, positional)
-from gradcheck_accum.lint.predicates import is_accumulation_count, parameter_value
+from gradcheck_accum.lint.predicates import is_accumulation_count, measures_a_tensor, parameter_value
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Def, DefOp, Guard, Role, Scope
 
 if TYPE_CHECKING:
@@ -1154,12 +1154,8 @@ def _is_size(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
         defs = scope.defs_of(node.value, before)
         return bool(defs) and all(d.op is DefOp.ASSIGN and d.value is not None and not isinstance(d.value, cst.Name)
                                   and _is_size(d.value, scope, d.order) for d in defs)
-    if isinstance(node, cst.Subscript):
-        return isinstance(node.value, cst.Attribute) and node.value.attr.value == cat.SHAPE_ATTRIBUTE
-    if not isinstance(node, cst.Call):
-        return False
-    receiver, method = call_receiver(node)
-    return method in (cat.SIZE_FUNCTIONS if receiver is None else cat.SIZE_METHODS)
+    return measures_a_tensor(node) or isinstance(node, cst.Call) and call_receiver(node)[0] is None \
+        and call_receiver(node)[1] in cat.SIZE_FUNCTIONS
 
 
 def _counted(node: cst.BaseExpression) -> cst.BaseExpression | None:

@@ -207,14 +207,14 @@ def _modulo(modulo: cst.BinaryOperation, right: cst.BaseExpression, equal: bool,
         offset = 1 if _plus_one(counter) == 0 else None
     else:
         return None
-    if _measures_a_tensor(counter):
+    if measures_a_tensor(counter):
         return None  # `if x.size(0) % 2 != 0: continue`: a test of the data's shape, not of a count
     return Boundary(BoundaryKind.MODULO, resolve_n(n, scope), equal, n=n, counter=counter, offset=offset,
                     comparison=test)
 
 
-def _measures_a_tensor(node: cst.BaseExpression) -> bool:
-    """`x.size(0)`, `x.shape[0]`, `x.numel()`: how big a tensor is, which no loop counts up."""
+def measures_a_tensor(node: cst.BaseExpression) -> bool:
+    """`x.size(0)`, `x.shape[0]`, `x.numel()`: how big a tensor is (which no loop counts up)."""
     if isinstance(node, cst.Subscript):
         return isinstance(node.value, cst.Attribute) and node.value.attr.value == cat.SHAPE_ATTRIBUTE
     return isinstance(node, cst.Call) and call_receiver(node)[0] is not None and \

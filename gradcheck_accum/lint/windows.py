@@ -778,10 +778,11 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
     # A loop nested here whose every pass is a whole update (backward, then step: extra updates on a
     # hard batch) is a plain loop of its own, not part of this window; and a plain loop nested in
     # another has nothing to do with what that loop's body does after it.
-    updating = _self_updating_loops(inside, loop)
-    inside = [e for e in inside if not updating.intersection(map(id, e.ctx.loops))]
-    if outer and id(loop) in _self_updating_loops([e for e in events if loop in e.ctx.loops], None):
+    updating = _self_updating_loops(inside)
+    if outer and id(loop) in updating:
         after = [e for e in after if e.ctx.loops != outer]
+    updating.discard(id(loop))
+    inside = [e for e in inside if not updating.intersection(map(id, e.ctx.loops))]
     window = Window(scope, loop, UNGUARDED, events=inside + after, outer=outer, path=path)
     for event in after:
         window.placements[id(event)] = AFTER
@@ -846,15 +847,13 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
     return window
 
 
-def _self_updating_loops(events: list[Event], below: Loop | None) -> set[int]:
-    """The loops (inside `below`, or any: None) whose body backpropagates and then steps on the same
-    pass, the step under no test but the backward's own and the exits that end the loop: each pass
-    is a whole update."""
+def _self_updating_loops(events: list[Event]) -> set[int]:
+    """The loops whose body backpropagates and then steps on the same pass, the step under no test but
+    the backward's own and the exits that end the loop: each pass is a whole update."""
     found = set()
     for step in events:
         loops = step.ctx.loops
-        if step.kind is not EventKind.STEP or not loops or (below is not None and loops[-1] is below) or \
-                (below is not None and below not in loops):
+        if step.kind is not EventKind.STEP or not loops:
             continue
         inner = loops[-1]
         level = len(loops) - 1
