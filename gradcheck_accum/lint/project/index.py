@@ -246,9 +246,12 @@ class Project:
             if owner is None:
                 return None
             return self.member_call(owner, parts[2:])
-        # a function nested in the caller (or in the functions around it)
+        # a function nested in the caller (or in the functions around it; a class body around it
+        # encloses nothing: `backprop(...)` in a method `backprop` is the module's function)
         scopes = caller.qualname.split(".")
         for end in range(len(scopes), 0, -1):
+            if ".".join(scopes[:end]) in summary.classes:
+                continue
             nested = ".".join(scopes[:end] + parts)
             if nested in summary.functions and len(parts) == 1:
                 return FunctionRef(caller.path, nested)
