@@ -290,6 +290,9 @@ DEEPSPEED_GLOBAL_BATCH_KEY = "train_batch_size"
 FSDP_PLUGIN_KEYWORD = "fsdp_plugin"
 ACCUMULATION_PLUGIN_STEPS = "num_steps"
 REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
+# What keeps every item appended to it, graph and all: a list, a deque. An object of another class
+# (a running-average meter) may detach what its `append` is given.
+KEEPING_CONTAINERS = frozenset({"list", "deque", "collections.deque"})
 RETAIN_GRAPH_KEYWORD = "retain_graph"  # `loss.backward(retain_graph=True)` keeps the graph for another backward
 IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid items only
 

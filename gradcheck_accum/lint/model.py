@@ -330,6 +330,17 @@ class FileModel:
         """The loss a running total adds (`total += loss * n` adds `loss`)."""
         return summed_loss_name(event.expr)
 
+    @staticmethod
+    def keeps_what_is_added(window: Window, total: Event) -> bool:
+        """Does the running total keep what is added to it: `total += loss`, or `.append(loss)` to a
+        list (a deque), not to an object built by another class's constructor (MONAI's
+        `CumulativeAverage().append(loss)` detaches it)?"""
+        if total.api is None or total.target is None:
+            return True  # `total += loss`
+        built = [d.value for d in (total.scope or window.scope).defs_of(total.target)
+                 if d.op is DefOp.ASSIGN and isinstance(d.value, cst.Call)]
+        return all(dotted(value.func) in cat.KEEPING_CONTAINERS for value in built)
+
     def loss_of_last_micro_step(self, window: Window, backward: Event) -> Loop | None:
         """The micro-step loop whose every iteration rebinds the loss this backward differentiates,
         when the backward runs after that loop has finished: only the last iteration's loss reaches

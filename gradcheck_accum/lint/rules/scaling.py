@@ -140,6 +140,8 @@ class LossGraphKeptAlive(Rule):
             for total in window.of(EventKind.LOSS_TOTAL):
                 if not window.inside(total) or total.target in fed_backward:
                     continue
+                if not model.keeps_what_is_added(window, total):
+                    continue  # a meter's `append` that may detach what it is given
                 summed = model.summed_loss_name(total)
                 if summed not in losses or model.graph_freed_each_window(window, total, summed):
                     continue
