@@ -365,14 +365,14 @@ class Project:
                 if module is not None and end < len(parts):
                     return self.resolve_class(module, ".".join(parts[end:]), depth + 1)
             return qualified if not imported.level else None
+        # `from m import name`: name is a module (a package's submodule: `from . import misc`, as
+        # _resolve_global reads it) or an attribute of m
+        submodule = self.module_path(path, f"{imported.module}.{imported.name}".strip("."), imported.level)
+        if submodule is not None and len(parts) > 1:
+            return self.resolve_class(submodule, ".".join(parts[1:]), depth + 1)
         module = self.module_path(path, imported.module, imported.level)
         if module is None:
-            submodule = self.module_path(path, f"{imported.module}.{imported.name}", imported.level)
-            if submodule is not None and len(parts) > 1:
-                return self.resolve_class(submodule, ".".join(parts[1:]), depth + 1)
-            if imported.level:
-                return None
-            return ".".join([imported.module, imported.name, *parts[1:]])
+            return None if imported.level else ".".join([imported.module, imported.name, *parts[1:]])
         return self.resolve_class(module, ".".join([imported.name, *parts[1:]]), depth + 1)
 
     def _star_source(self, path: Path, name: str) -> Path | None:
