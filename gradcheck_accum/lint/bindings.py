@@ -65,7 +65,8 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
     if last in cat.WRAPPERS.names:
         inner = lookup(positional(call, 0) or keyword(call, "module"))
         return frozenset({Role.DDP} | ({Role.WRAPS_COMPILED} if Role.COMPILED in inner else set())
-                         | ({Role.SHARDED} if last in cat.SHARDED_WRAPPERS else {Role.REPLICATED}))
+                         | ({Role.SHARDED} if last in cat.SHARDED_WRAPPERS else {Role.REPLICATED})
+                         | ({Role.APEX_REPLICATED} if qual.startswith(cat.APEX_WRAPPER_MODULE + ".") else set()))
     if last in cat.SCALERS.names:
         return _ONE[Role.SCALER]
     schedulers = cat.SCHEDULERS

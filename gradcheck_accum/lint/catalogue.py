@@ -226,6 +226,9 @@ WRAPPERS = Constructor(Role.DDP, _DDP, _names("DistributedDataParallel DDP Fully
 # ... of which these shard the model (Role.SHARDED as well): FSDP, and FSDP2's fully_shard, which shards the
 # module in place and returns it (`fully_shard(model)` alone wraps `model`)
 SHARDED_WRAPPERS = _names("FullyShardedDataParallel FSDP fully_shard")
+# apex's DistributedDataParallel (apex.parallel) has no `no_sync()`: `disable_allreduce()` and
+# `enable_allreduce()` (_SYNC_SWITCHES) switch its all-reduce instead
+APEX_WRAPPER_MODULE = "apex.parallel"
 IN_PLACE_WRAPPERS = _names("fully_shard")
 SCALERS = Constructor(Role.SCALER, _TORCH, _names("GradScaler ShardedGradScaler"))
 SCHEDULERS = Constructor(

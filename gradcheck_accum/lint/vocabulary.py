@@ -70,6 +70,8 @@ class Role(Tag):
     # ... a replicating one (DistributedDataParallel): a name that holds an FSDP model on one path and a
     # DDP model on another (`if fsdp: m = FSDP(m) elif ddp: m = DDP(m)`) has both SHARDED and this
     REPLICATED = "replicated"
+    # ... apex's DistributedDataParallel: no `no_sync()`; `disable_allreduce()`/`enable_allreduce()` switch it
+    APEX_REPLICATED = "apex-replicated"
     WRAPS_COMPILED = "wraps-compiled"  # a DDP/FSDP wrapper around a compiled module: `.module` is compiled
     ACCELERATOR = "accelerator"
     ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)

@@ -46,6 +46,10 @@ class DdpSyncEveryMicroBatch(Rule):
                 advice = ("the model Fabric set up is wrapped in DDP under a multi-process strategy and all-reduces "
                           "gradients on every micro-batch; wrap the forward and backward of non-boundary "
                           f"micro-batches in `with fabric.no_backward_sync({name}, enabled=is_accumulating):`")
+            elif Role.APEX_REPLICATED in roles:
+                advice = ("apex's DistributedDataParallel all-reduces gradients on every micro-batch and has no "
+                          f"no_sync(); call `{name}.disable_allreduce()` before the backward of non-boundary "
+                          f"micro-batches and `{name}.enable_allreduce()` before the boundary's")
             elif Role.PREPARED not in roles:
                 advice = ("the DDP model all-reduces gradients on every micro-batch; wrap the forward and backward "
                           f"of non-boundary micro-batches in `with {name}.no_sync():`")
