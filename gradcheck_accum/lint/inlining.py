@@ -660,6 +660,22 @@ class Inliner:
                 roles |= event.roles
         return roles
 
+    def returned_element_roles(self, walker: ScopeWalker, call: cst.Call, count: int) -> list[frozenset[Role]] | None:
+        """The roles of each element of what the project function a call runs returns, when every one
+        of its returns is a tuple of `count` (`return optimizer, scheduler, DDP(model)`)."""
+        found = self.resolve(walker.scope, call)
+        if found is None or not _returns_made_object(self.project, found[0]):
+            return None
+        returned = self.returns(call, walker.scope, walker.counter[0], walker.roles, walker.env)
+        if not returned:
+            return None
+        walked = returned[0][1]
+        tuples = [e.element_roles for e in self._root_of[id(walked)].events
+                  if e.kind is EventKind.RETURN and e.scope is walked]
+        if not tuples or any(len(roles) != count for roles in tuples):
+            return None
+        return [frozenset().union(*(roles[i] for roles in tuples)) for i in range(count)]
+
     def forwarded_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
         """The roles of the distributed models (DDP, FSDP, prepared) that the project function this
         call runs calls itself: `self.model(x)` in `compute_loss(self, batch)`, `model(x)` for a
@@ -1139,6 +1155,9 @@ class _ReturnsOnly:
 
     def returned_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
         return self.inliner.returned_roles(walker, call)
+
+    def returned_element_roles(self, walker: ScopeWalker, call: cst.Call, count: int) -> list[frozenset[Role]] | None:
+        return self.inliner.returned_element_roles(walker, call, count)
 
     def forwarded_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
         return NO_ROLES

@@ -36,8 +36,15 @@ if TYPE_CHECKING:
         def forwarded_roles(self, walker: "ScopeWalker", call: cst.Call) -> frozenset[Role]:
             """Roles of the distributed models the project function `call` runs calls itself."""
 
+        def returned_element_roles(self, walker: "ScopeWalker", call: cst.Call, count: int) \
+                -> "list[frozenset[Role]] | None":
+            """Roles of each element of the tuple of `count` that the project function `call` runs returns."""
+
         def runs_project_function(self, walker: "ScopeWalker", call: cst.Call) -> bool:
             """Does `call` run a function of the project (its own `clip_grad_norm_`, not torch's)?"""
+
+        def iterated_argument(self, scope: Scope, call: cst.Call) -> "cst.BaseExpression | None":
+            """The argument a project generator that yields each of its items is handed."""
 
         def predicate(self, walker: "ScopeWalker", test: cst.BaseExpression, ctx: Context) \
                 -> "tuple[cst.BaseExpression, Scope] | None":
@@ -346,7 +353,9 @@ class ScopeWalker:
         if isinstance(small, cst.Return):
             if small.value is not None:
                 self.scan_expression(small.value, ctx)
-                self.emit(EventKind.RETURN, small, ctx, expr=small.value, roles=self.roles(small.value))
+                elements = small.value.elements if isinstance(small.value, cst.Tuple) else ()
+                self.emit(EventKind.RETURN, small, ctx, expr=small.value, roles=self.roles(small.value),
+                          element_roles=tuple(self.roles(element.value) for element in elements))
             return
 
     def assign(self, target: cst.BaseExpression, value: cst.BaseExpression, ctx: Context, node) -> None:
@@ -361,6 +370,8 @@ class ScopeWalker:
                 unpacked = unpacked_roles(value, self.imports, self.roles, len(names))
                 if unpacked and Role.DEEPSPEED in unpacked[0] and self._deepspeed_config_accumulates(value) is False:
                     unpacked[0] = unpacked[0] | {Role.DEEPSPEED_WITHOUT_ACCUMULATION}
+                if not unpacked and self.inliner is not None:  # `opt, sched, model = prep(args, model)`
+                    unpacked = self.inliner.returned_element_roles(self, value, len(names))
             elif isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(names):
                 unpacked = [self.roles(el.value) for el in value.elements]
             for i, name in enumerate(names):

@@ -53,6 +53,10 @@ class DdpSyncEveryMicroBatch(Rule):
             elif Role.PREPARED not in roles:
                 advice = ("the DDP model all-reduces gradients on every micro-batch; wrap the forward and backward "
                           f"of non-boundary micro-batches in `with {name}.no_sync():`")
+            elif Role.REPLICATED in roles:  # wrapped in DDP on one path, prepared by an Accelerator on another
+                advice = ("the DDP model all-reduces gradients on every micro-batch; wrap the forward and backward "
+                          f"of non-boundary micro-batches in `with {name}.no_sync():` (where accelerator.prepare() "
+                          "wrapped it: `with accelerator.no_sync(model):`, or accelerator.accumulate)")
             else:
                 advice = ("the model accelerator.prepare() wrapped all-reduces gradients on every micro-batch of a "
                           "multi-process run; wrap the forward and backward of non-boundary micro-batches in "
