@@ -26,7 +26,7 @@ from gradcheck_accum.lint.outline import blank_strings_and_comments
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
 from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED, FunctionSummary
 from gradcheck_accum.lint.predicates import bound_argument, is_accumulation_count
-from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, EventKind, Frame, Role, Scope
+from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Frame, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 
 MAX_DEPTH = 4  # calls walked in place within calls walked in place
@@ -644,37 +644,29 @@ class Inliner:
         return returned, scope
 
     def returned_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
-        found = self.resolve(walker.scope, call)
-        if found is None:
-            return NO_ROLES
-        if not _returns_made_object(self.project, found[0]):
-            return NO_ROLES  # it builds nothing with a role (a DDP wrapper, an optimizer): not worth reading
-        returned = self.returns(call, walker.scope, walker.counter[0], walker.roles, walker.env)
-        if not returned:
-            return NO_ROLES
-        walked = returned[0][1]
-        events = self._root_of[id(walked)].events
-        roles: frozenset[Role] = NO_ROLES
-        for event in events:
-            if event.kind is EventKind.RETURN and event.scope is walked:
-                roles |= event.roles
-        return roles
+        returns = self._return_events(walker, call)
+        return frozenset().union(*(event.roles for event in returns)) if returns else NO_ROLES
 
     def returned_element_roles(self, walker: ScopeWalker, call: cst.Call, count: int) -> list[frozenset[Role]] | None:
         """The roles of each element of what the project function a call runs returns, when every one
         of its returns is a tuple of `count` (`return optimizer, scheduler, DDP(model)`)."""
-        found = self.resolve(walker.scope, call)
-        if found is None or not _returns_made_object(self.project, found[0]):
-            return None
-        returned = self.returns(call, walker.scope, walker.counter[0], walker.roles, walker.env)
-        if not returned:
-            return None
-        walked = returned[0][1]
-        tuples = [e.element_roles for e in self._root_of[id(walked)].events
-                  if e.kind is EventKind.RETURN and e.scope is walked]
+        tuples = [event.element_roles for event in self._return_events(walker, call)]
         if not tuples or any(len(roles) != count for roles in tuples):
             return None
         return [frozenset().union(*(roles[i] for roles in tuples)) for i in range(count)]
+
+    def _return_events(self, walker: ScopeWalker, call: cst.Call) -> list[Event]:
+        """The returns of the project function a call runs, walked for this call; none when it builds
+        nothing with a role (a DDP wrapper, an optimizer), which is not worth reading."""
+        found = self.resolve(walker.scope, call)
+        if found is None or not _returns_made_object(self.project, found[0]):
+            return []
+        returned = self.returns(call, walker.scope, walker.counter[0], walker.roles, walker.env)
+        if not returned:
+            return []
+        walked = returned[0][1]
+        return [event for event in self._root_of[id(walked)].events
+                if event.kind is EventKind.RETURN and event.scope is walked]
 
     def forwarded_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
         """The roles of the distributed models (DDP, FSDP, prepared) that the project function this
