@@ -174,8 +174,9 @@ def _comparison(test: cst.Comparison, scope: Scope) -> Boundary | None:
         if kept is not None:  # `acc = (acc + 1) % N` ... `if acc == 0:`
             return Boundary(BoundaryKind.MODULO, resolve_n(kept, scope), isinstance(op, cst.Equal), n=kept,
                             counter=left, offset=0, comparison=test)
-    if isinstance(op, cst.Equal) and dotted(right) is not None and _counted_and_reset(left, scope) \
-            and (is_accumulation_name(right) or _reset_when(left, test, scope)):
+    if isinstance(op, cst.Equal) and dotted(right) is not None and (
+            _counted_and_reset(left, scope) and (is_accumulation_name(right) or _reset_when(left, test, scope))
+            or is_accumulation_name(right) and _counted_until_break(left, test, scope)):
         # `count += 1` ... `if count == N: step; count = 0`: a count of the window's micro-batches.
         # Reset by this very test, the count runs 1..N and again whatever N is called
         # (`num_steps_per_update`).
@@ -251,6 +252,24 @@ def _counted_and_reset(counter: cst.BaseExpression, scope: Scope) -> bool:
     increments = [d for d in defs if d.op is DefOp.ADD and isinstance(d.value, cst.Integer)
                   and d.value.value == "1"]
     return bool(resets) and bool(increments) and len(resets) + len(increments) == len(defs)
+
+
+def _counted_until_break(counter: cst.BaseExpression, test: cst.BaseExpression, scope: Scope) -> bool:
+    """`count = 0` before the loop, `count += 1` in it, and `if count == N: ...; break`: a micro-step
+    loop (`while True:`) that ends on its N-th micro-batch, where `count == N` holds once and closes
+    the one window the loop runs."""
+    name = dotted(counter)
+    defs = scope.defs_of(name) if name is not None else []
+    starts = [d for d in defs if d.op is DefOp.ASSIGN and isinstance(d.value, cst.Integer) and d.value.value == "0"]
+    steps = [d for d in defs if d.op is DefOp.ADD and isinstance(d.value, cst.Integer) and d.value.value == "1"]
+    if len(starts) != 1 or starts[0].ctx.loops or not steps or len(starts) + len(steps) != len(defs):
+        return False
+    loop = steps[0].ctx.loops[-1] if steps[0].ctx.loops else None
+    if loop is None or any(not d.ctx.loops or d.ctx.loops[-1] is not loop for d in steps):
+        return False
+    owner = next((stmt for stmt in loop.body.body if isinstance(stmt, cst.If) and stmt.test is test), None)
+    last = owner.body.body[-1] if owner is not None and owner.body.body else None
+    return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Break)
 
 
 def _reset_when(counter: cst.BaseExpression, test: cst.BaseExpression, scope: Scope) -> bool:

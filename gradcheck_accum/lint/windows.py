@@ -304,13 +304,24 @@ class Window:
         """A nested window: gradients are cleared in its block before the micro-step loop, also inside
         an earlier loop of that block (a forward-backward loop that clears first, then a second backward
         loop before the one step). Whether that clear runs before this window the code does not say."""
-        if self.shape is not NESTED:
+        if self.shape is not NESTED and not self.runs_one_window:
             return False
         depth = len(self.outer)
         head_start = self.scope.loop_start.get(id(self.outer[-1]), 0) if self.outer else 0
         start = self.scope.loop_start.get(id(self.loop), 0)
         return any(e.kind is EventKind.ZERO_GRAD and head_start <= e.order < start and e.ctx.loops[:depth] == self.outer
                    for e in self.scope.events)
+
+    @property
+    def runs_one_window(self) -> bool:
+        """Does the loop end on its boundary (`if count == N: optimizer.step(); break`): one window per
+        run of the loop, as a nested micro-step loop is?"""
+        if self.shape is not GUARDED or self.boundary is None:
+            return False
+        owners = {id(g.owner): g.owner for step in self.boundary_steps for g in step.ctx.guards
+                  if g.positive and g.test is self.boundary.comparison}
+        lasts = [owner.body.body[-1] for owner in owners.values() if isinstance(owner, cst.If) and owner.body.body]
+        return any(isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Break) for last in lasts)
 
     @property
     def repeats_fixed_input(self) -> bool:
