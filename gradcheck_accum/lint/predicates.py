@@ -268,7 +268,12 @@ def _counted_until_break(counter: cst.BaseExpression, test: cst.BaseExpression, 
     if loop is None or any(not d.ctx.loops or d.ctx.loops[-1] is not loop for d in steps):
         return False
     owner = next((stmt for stmt in loop.body.body if isinstance(stmt, cst.If) and stmt.test is test), None)
-    last = owner.body.body[-1] if owner is not None and owner.body.body else None
+    return owner is not None and ends_with_break(owner)
+
+
+def ends_with_break(statement: cst.If) -> bool:
+    """Does the `if` body's last statement leave the loop (`...; break`)?"""
+    last = statement.body.body[-1] if statement.body.body else None
     return isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Break)
 
 

@@ -22,7 +22,7 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_calls, iter_names, keyword,
                                         last_part, positional, walk)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
-from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, conjuncts,
+from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, conjuncts, ends_with_break,
                                              is_accumulation_count, reads_length)
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Exit, Framework, Guard, Role, Scope, Tag
 
@@ -320,8 +320,7 @@ class Window:
             return False
         owners = {id(g.owner): g.owner for step in self.boundary_steps for g in step.ctx.guards
                   if g.positive and g.test is self.boundary.comparison}
-        lasts = [owner.body.body[-1] for owner in owners.values() if isinstance(owner, cst.If) and owner.body.body]
-        return any(isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Break) for last in lasts)
+        return any(isinstance(owner, cst.If) and ends_with_break(owner) for owner in owners.values())
 
     @property
     def repeats_fixed_input(self) -> bool:
