@@ -28,7 +28,7 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, contains, dotted, item_name, iter_names, keyword,
                                         last_part, positional, source)
 from gradcheck_accum.lint.paths import invariant
-from gradcheck_accum.lint.predicates import BoundaryKind, analyze, is_accumulation_count
+from gradcheck_accum.lint.predicates import BoundaryKind, guard_boundary, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import DefOp, Event, EventKind, Guard, Scope, Tag
 from gradcheck_accum.lint.windows import Placement, Window, assigned_in, increment, same_target
 
@@ -450,12 +450,8 @@ def pass_boundary_clear(window: Window) -> Event | None:
 def _off_last_boundary(guard: Guard, window: Window) -> bool:
     """After the loop, a test that the last micro-batch closed no window: the window's own boundary test,
     negated, on its counter (`if i % N != N - 1: optimizer.zero_grad()`): it clears exactly the tail."""
-    found = analyze(guard.test, guard.scope or window.scope)
-    boundary = window.boundary
-    if found is None or boundary is None:
-        return False
-    effective = found if guard.positive else found.flipped()
-    return effective.same_count(boundary) and effective.offset == boundary.offset \
+    effective, boundary = guard_boundary(guard, window.scope), window.boundary
+    return effective is not None and boundary is not None and effective.same_micro_batches(boundary) \
         and effective.positive != boundary.positive
 
 

@@ -9,7 +9,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import LITERAL_TRUTH, is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_calls, iter_names, last_part
-from gradcheck_accum.lint.vocabulary import Def, DefOp, Scope, Tag
+from gradcheck_accum.lint.vocabulary import Def, DefOp, Guard, Scope, Tag
 
 
 class BoundaryKind(Tag):
@@ -74,6 +74,11 @@ class Boundary:
         return self.family == other.family and self.counter is not None and other.counter is not None \
             and code(self.counter) == code(other.counter)
 
+    def same_micro_batches(self, other: "Boundary") -> bool:
+        """Do both tests single out the same micro-batches: the same counter, N and offset
+        (`(i + 1) % N == 0` and `i % N == N - 1`, whichever way round each is written)?"""
+        return self.same_count(other) and self.offset == other.offset
+
     def flipped(self) -> "Boundary":
         return replace(self, positive=not self.positive)
 
@@ -114,6 +119,13 @@ def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Boundary 
             return analyze(bound.value, bound.scope or scope, depth + 1)
         return _overridden_flag(defs, scope, depth)
     return None
+
+
+def guard_boundary(guard: Guard, scope: Scope) -> Boundary | None:
+    """The periodic test a guarded statement runs under, as it holds there: the guard's test read by
+    `analyze`, negated in the `else` branch (or past an early exit)."""
+    found = analyze(guard.test, guard.scope or scope)
+    return found if found is None or guard.positive else found.flipped()
 
 
 def _overridden_flag(defs: list[Def], scope: Scope, depth: int) -> Boundary | None:

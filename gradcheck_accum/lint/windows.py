@@ -23,7 +23,7 @@ from gradcheck_accum.lint.names import (call_receiver, children, code, contains,
                                         last_part, positional, walk)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, conjuncts, ends_with_break,
-                                             is_accumulation_count, reads_length)
+                                             guard_boundary, is_accumulation_count, reads_length)
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Exit, Framework, Guard, Role, Scope, Tag
 
 if TYPE_CHECKING:
@@ -441,9 +441,8 @@ class Window:
             return None
         same_micro_batch = False
         for guard in zero.ctx.guards:
-            test = analyze(guard.test, guard.scope or self.scope)
-            same_micro_batch |= test is not None and test.same_count(boundary) and test.offset == boundary.offset \
-                and test.positive == guard.positive
+            test = guard_boundary(guard, self.scope)
+            same_micro_batch |= test is not None and test.same_micro_batches(boundary) and test.positive
         later = [b for b in self.backwards if b.order > zero.order and self.inside(b)]
         if not same_micro_batch or not later:
             return None
@@ -1008,9 +1007,8 @@ def _deciding_guards(step: Event, loop: Loop, scope: Scope) -> list[Guard]:
 
 def _step_boundary(step: Event, loop: Loop, scope: Scope) -> tuple[Boundary, Guard] | None:
     for guard in _deciding_guards(step, loop, scope):
-        boundary = analyze(guard.test, guard.scope or scope)
-        if boundary is not None:
-            effective = boundary if guard.positive else boundary.flipped()
+        effective = guard_boundary(guard, scope)
+        if effective is not None:
             # The step must run when the test says "boundary"; a step under "not boundary" is no window.
             return (effective, guard) if effective.positive else None
     return None
@@ -1021,10 +1019,9 @@ def _inverted_boundary(steps: list[Event], loop: Loop, scope: Scope) -> tuple[Bo
     true on the N - 1 micro-batches that should accumulate (`if i % accum_steps:`)."""
     for step in steps:
         for guard in _deciding_guards(step, loop, scope):
-            boundary = analyze(guard.test, guard.scope or scope)
-            if boundary is None:
+            effective = guard_boundary(guard, scope)
+            if effective is None:
                 continue
-            effective = boundary if guard.positive else boundary.flipped()
             if not effective.positive and effective.kind is BoundaryKind.MODULO and effective.n is not None \
                     and is_accumulation_count(effective.n, None, scope):
                 return effective.flipped(), guard
