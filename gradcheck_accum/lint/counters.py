@@ -30,7 +30,7 @@ from gradcheck_accum.lint.names import (call_receiver, children, contains, dotte
 from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import BoundaryKind, guard_boundary, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import DefOp, Event, EventKind, Guard, Scope, Tag
-from gradcheck_accum.lint.windows import Placement, Window, assigned_in, increment, same_target
+from gradcheck_accum.lint.windows import Placement, Window, assigned_in, increment, loop_guards, same_target
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Def, Loop
@@ -388,13 +388,9 @@ def _index_lifetime(loop: Loop) -> Lifetime:
 def _reset_after(defs: list[Def], window: Window) -> bool:
     """Is the counter set to a constant after the loop, in the block the loop sits in and under the
     same tests, whatever the pass did (`self.step = 0` at the end of a method that runs one epoch)?"""
-    loop = window.loop
-    end = window.scope.loop_end.get(id(loop), 0)
-    inside = next((e for e in window.events if loop in e.ctx.loops), None)
-    if inside is None:
+    if not any(window.loop in e.ctx.loops for e in window.events):
         return False
-    level = inside.ctx.loops.index(loop)
-    around = tuple(g for g in inside.ctx.guards if g.depth <= level)
+    end, around = window.scope.loop_end.get(id(window.loop), 0), loop_guards(window, window.loop)
     return any(d.order > end and _is_constant(d) and d.ctx.loops == window.outer and d.ctx.guards == around
                and not d.ctx.in_handler for d in defs)
 

@@ -729,7 +729,7 @@ def _loop_windows(scope: Scope, loop: Loop, outer: tuple[Loop, ...], neighbours:
         if any(e.kind is EventKind.BACKWARD and e.ctx.loops and e.ctx.loops[-1] is loop for e in events):
             built.append((events, _build(scope, loop, outer, events, path)))
     counts = [w.n for _, w in built if w.n is not None]
-    enclosing = [decision(g) for g in _loop_guards(built[0][1], loop)] if built else []
+    enclosing = [decision(g) for g in loop_guards(built[0][1], loop)] if built else []
 
     def is_n(node: cst.BaseExpression) -> bool:
         return any(is_accumulation_count(node, n, scope) for n in counts) or is_accumulation_count(node, None, scope)
@@ -763,7 +763,7 @@ def loop_events(scope: Scope, loop: Loop) -> list[Event]:
     return _span(scope, scope.loop_start.get(id(loop), 0), scope.loop_end.get(id(loop)))
 
 
-def _loop_guards(window: Window, loop: Loop) -> tuple[Guard, ...]:
+def loop_guards(window: Window, loop: Loop) -> tuple[Guard, ...]:
     """The guards around the loop statement itself."""
     for event in window.events:
         if loop in event.ctx.loops:
