@@ -256,25 +256,28 @@ def _counted_and_reset(counter: cst.BaseExpression, scope: Scope) -> bool:
     """A counter only ever incremented by one and set to 0, and reset inside the loop under a test (in
     the scope the test is read in; a method walked in place of its call sees its own `self._count`
     bindings)."""
-    name = dotted(counter)
-    defs = scope.defs_of(name) if name is not None else []
-    resets = [d for d in defs if d.op is DefOp.ASSIGN and isinstance(d.value, cst.Integer) and d.value.value == "0"]
+    resets, increments = _zeros_and_increments(counter, scope)
     if not any(d.ctx.loops and d.ctx.guards for d in resets):
         return False  # never reset on the boundary: `step == N` holds once
-    increments = [d for d in defs if d.op is DefOp.ADD and isinstance(d.value, cst.Integer)
-                  and d.value.value == "1"]
-    return bool(resets) and bool(increments) and len(resets) + len(increments) == len(defs)
+    return bool(increments)
+
+
+def _zeros_and_increments(counter: cst.BaseExpression, scope: Scope) -> tuple[list[Def], list[Def]]:
+    """The bindings of a counter that set it to 0 and those that add 1 to it, when those are all its
+    bindings (else none: a count advanced or set otherwise is no plain count)."""
+    name = dotted(counter)
+    defs = scope.defs_of(name) if name is not None else []
+    zeros = [d for d in defs if d.op is DefOp.ASSIGN and isinstance(d.value, cst.Integer) and d.value.value == "0"]
+    increments = [d for d in defs if d.op is DefOp.ADD and isinstance(d.value, cst.Integer) and d.value.value == "1"]
+    return (zeros, increments) if len(zeros) + len(increments) == len(defs) else ([], [])
 
 
 def _counted_until_break(counter: cst.BaseExpression, test: cst.BaseExpression, scope: Scope) -> bool:
     """`count = 0` before the loop, `count += 1` in it, and `if count == N: ...; break`: a micro-step
     loop (`while True:`) that ends on its N-th micro-batch, where `count == N` holds once and closes
     the one window the loop runs."""
-    name = dotted(counter)
-    defs = scope.defs_of(name) if name is not None else []
-    starts = [d for d in defs if d.op is DefOp.ASSIGN and isinstance(d.value, cst.Integer) and d.value.value == "0"]
-    steps = [d for d in defs if d.op is DefOp.ADD and isinstance(d.value, cst.Integer) and d.value.value == "1"]
-    if len(starts) != 1 or starts[0].ctx.loops or not steps or len(starts) + len(steps) != len(defs):
+    starts, steps = _zeros_and_increments(counter, scope)
+    if len(starts) != 1 or starts[0].ctx.loops or not steps:
         return False
     loop = steps[0].ctx.loops[-1] if steps[0].ctx.loops else None
     if loop is None or any(not d.ctx.loops or d.ctx.loops[-1] is not loop for d in steps):
