@@ -31,6 +31,7 @@ class ZeroGradEveryMicroBatch(Rule):
                                                     description="Clear gradients after the step"))
             if window.shape not in (WindowShape.GUARDED, WindowShape.NESTED):
                 continue
+            steps = window.boundary_steps
             for zero in window.of(EventKind.ZERO_GRAD, direct=True):
                 step = window.clears_boundary_micro_batch_first(zero)
                 if step is not None:
@@ -39,8 +40,6 @@ class ZeroGradEveryMicroBatch(Rule):
                                             "that one reaches the step; clear them after the step",
                                  move_statement(window, zero, step, after=True,
                                                 description="Clear gradients after the step"))
-            steps = window.boundary_steps
-            for zero in window.of(EventKind.ZERO_GRAD, direct=True):
                 if window.placement(zero) is not Placement.EVERY or not window.inside(zero):
                     continue
                 same = [step for step in steps if same_target(zero, step)]
