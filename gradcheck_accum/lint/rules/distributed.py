@@ -50,13 +50,12 @@ class DdpSyncEveryMicroBatch(Rule):
                 advice = ("apex's DistributedDataParallel all-reduces gradients on every micro-batch and has no "
                           f"no_sync(); call `{name}.disable_allreduce()` before the backward of non-boundary "
                           f"micro-batches and `{name}.enable_allreduce()` before the boundary's")
-            elif Role.PREPARED not in roles:
+            elif Role.PREPARED not in roles or Role.REPLICATED in roles:
                 advice = ("the DDP model all-reduces gradients on every micro-batch; wrap the forward and backward "
                           f"of non-boundary micro-batches in `with {name}.no_sync():`")
-            elif Role.REPLICATED in roles:  # wrapped in DDP on one path, prepared by an Accelerator on another
-                advice = ("the DDP model all-reduces gradients on every micro-batch; wrap the forward and backward "
-                          f"of non-boundary micro-batches in `with {name}.no_sync():` (where accelerator.prepare() "
-                          "wrapped it: `with accelerator.no_sync(model):`, or accelerator.accumulate)")
+                if Role.PREPARED in roles:  # wrapped in DDP on one path, prepared by an Accelerator on another
+                    advice += " (where accelerator.prepare() wrapped it: `with accelerator.no_sync(model):`, or " \
+                              "accelerator.accumulate)"
             else:
                 advice = ("the model accelerator.prepare() wrapped all-reduces gradients on every micro-batch of a "
                           "multi-process run; wrap the forward and backward of non-boundary micro-batches in "
