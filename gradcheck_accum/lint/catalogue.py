@@ -352,6 +352,9 @@ class LossOp(Tag):
     KEEPS = "keeps"  # the same loss, reshaped or reduced
 
 
+# Element-wise tensor methods: what they make has one value per element of their operand (per-item losses
+# stay per item: `(pred - target).pow(2)[mask].mean()` averages the items the mask keeps).
+ELEMENTWISE_METHODS = frozenset({"pow", "square", "sqrt", "abs", "exp", "log", "neg", "clamp", "sigmoid"})
 LOSS_OPERATIONS: dict[str, LossOp] = {
     "div": LossOp.DIVIDES, "div_": LossOp.DIVIDES, "true_divide": LossOp.DIVIDES,
     "mul": LossOp.MULTIPLIES, "mul_": LossOp.MULTIPLIES,
@@ -362,12 +365,10 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
     "values": LossOp.KEEPS,  # `sum(loss_dict.values())`: the dict's losses
     # element-wise and indexing operations on per-token values (`logprobs.gather(-1, ids).squeeze(-1)`):
     # what they make is still the operand, element by element
-    **{name: LossOp.KEEPS for name in ("gather", "unsqueeze", "flatten", "masked_fill", "exp", "log", "neg", "abs",
-                                       "log_softmax", "softmax", "sigmoid", "index_select", "transpose", "permute")},
+    **{name: LossOp.KEEPS for name in ELEMENTWISE_METHODS | {"gather", "unsqueeze", "flatten", "masked_fill",
+                                                             "log_softmax", "softmax", "index_select", "transpose",
+                                                             "permute"}},
 }
-# Element-wise tensor methods: what they make has one value per element of their operand (per-item losses
-# stay per item: `(pred - target).pow(2)[mask].mean()` averages the items the mask keeps).
-ELEMENTWISE_METHODS = frozenset({"pow", "square", "sqrt", "abs", "exp", "log", "neg", "clamp", "sigmoid"})
 # Tensor methods that move, cast or reshape labels without changing which values they hold
 # (`y.view(-1).long().to(device)`): token ids stay token ids, never the ignored label.
 LABEL_KEEPING_METHODS = frozenset({"view", "reshape", "contiguous", "flatten", "squeeze", "unsqueeze", "long", "int",

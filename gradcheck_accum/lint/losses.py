@@ -1029,7 +1029,7 @@ def per_micro_batch_count(factor: cst.BaseExpression, scope: Scope, loop: Loop |
         return True
     counted = _counted(node)
     if counted is not None:
-        return varies_per_micro_batch(counted, scope, loop)
+        return varies_per_micro_batch(counted, scope, loop) or _made_per_micro_batch(counted, scope, loop)
     name = dotted(node)
     if name is None or depth > 3:
         return False
@@ -1039,6 +1039,15 @@ def per_micro_batch_count(factor: cst.BaseExpression, scope: Scope, loop: Loop |
     return bool(defs) and all(
         d.op is DefOp.ASSIGN and d.value is not None and per_micro_batch_count(d.value, d.scope or scope, loop, depth + 1)
         and (d.scope is not None or _fresh(d, loop) or _read_for_returns(scope)) for d in defs)
+
+
+def _made_per_micro_batch(expr: cst.BaseExpression, scope: Scope, loop: Loop | None) -> bool:
+    """Is every binding of the value `expr` reads made anew for each micro-batch (`x, y, mask =
+    data.next_batch()` in the loop)? A count of such a value is this micro-batch's count, whatever
+    the value is: it cannot be N or a count over the window."""
+    names = [_root_name(name) for name in full_names(expr)]
+    defs = [d for name in names for d in scope.defs_of(name)]
+    return bool(names) and bool(defs) and all(d.value is not None and d.scope is None and _fresh(d, loop) for d in defs)
 
 
 def scaled_by_own_micro_batch(scaling: Scaling, loop: Loop | None) -> bool:
