@@ -224,7 +224,7 @@ class LossTracer:
         if d.op is DefOp.UNPACK and isinstance(d.value, cst.Call) and d.index is not None:
             self._trace_element(d.value, d.index, where, d.order, facts, depth + 1)
         elif d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)) and d.index is not None:
-            element = _unpacked_element(d)
+            element = d.unpacked_element
             if element is not None:
                 self._trace(element, where, d.order, facts, depth + 1)
         elif d.op in (DefOp.ADD, DefOp.SUBTRACT):
@@ -806,30 +806,11 @@ def _next_tokens(labels: cst.BaseExpression, scope: Scope, before: int, depth: i
         return stream is not None and _is_slice(labels) and any(
             isinstance(other, cst.Subscript) and _is_slice(other) and dotted(other.value) == stream
             and _cut(other) != _cut(labels)
-            for defs in scope.defs.values() for other in (_values_kept(_bound(d)) for d in defs if _bound(d) is not None))
+            for defs in scope.defs.values() for other in (_values_kept(d.bound) for d in defs if d.bound is not None))
     name = dotted(labels)
     defs = scope.defs_of(name, before) if name else []
-    return bool(defs) and all(d.op.rebinds and _bound(d) is not None and _next_tokens(
-        _bound(d), d.scope or scope, _END if d.scope is not None else d.order, depth + 1) for d in defs)
-
-
-def _unpacked_element(d: Def) -> cst.BaseExpression | None:
-    """The element a tuple unpacking binds from a literal tuple (`labels` of `seq, labels = seq[:, :-1],
-    seq[:, 1:]`); None when the value has another length or a starred part moves the elements (a
-    mismatch fails at run time)."""
-    if not isinstance(d.value, (cst.Tuple, cst.List)) or d.index is None:
-        return None
-    elements = d.value.elements
-    if d.index >= len(elements) or any(isinstance(el, cst.StarredElement) for el in elements[:d.index + 1]):
-        return None
-    return elements[d.index].value
-
-
-def _bound(d: Def) -> cst.BaseExpression | None:
-    """The value a definition binds its name to: the element, for an unpacking of a literal tuple."""
-    if d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)):
-        return _unpacked_element(d)
-    return d.value
+    return bool(defs) and all(d.op.rebinds and d.bound is not None and _next_tokens(
+        d.bound, d.scope or scope, _END if d.scope is not None else d.order, depth + 1) for d in defs)
 
 
 def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> bool:

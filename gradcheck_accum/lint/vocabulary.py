@@ -266,6 +266,25 @@ class Def:
     scope: "Scope | None" = None  # where `value` is read, when not the def's own scope (an argument
     # bound to a parameter is read in the caller)
 
+    @property
+    def unpacked_element(self) -> cst.BaseExpression | None:
+        """The element a tuple unpacking binds from a literal tuple (`labels` of `seq, labels = seq[:, :-1],
+        seq[:, 1:]`); None when the value has another length or a starred part moves the elements (a
+        mismatch fails at run time)."""
+        if not isinstance(self.value, (cst.Tuple, cst.List)) or self.index is None:
+            return None
+        elements = self.value.elements
+        if self.index >= len(elements) or any(isinstance(el, cst.StarredElement) for el in elements[:self.index + 1]):
+            return None
+        return elements[self.index].value
+
+    @property
+    def bound(self) -> cst.BaseExpression | None:
+        """The value the definition binds its name to: the element, for an unpacking of a literal tuple."""
+        if self.op is DefOp.UNPACK and isinstance(self.value, (cst.Tuple, cst.List)):
+            return self.unpacked_element
+        return self.value
+
 
 @dataclass(eq=False)
 class Frame:

@@ -168,9 +168,10 @@ class Window:
 
     @property
     def counter_start(self) -> int | None:
-        """0 or 1: the value of the boundary test's counter on the first micro-batch, when the code
-        makes it certain (`enumerate(x, start=1)`, `step = 0` then `step += 1` before the test,
-        `ni = i + nb * epoch` in the first epoch)."""
+        """The value of the boundary test's counter on the first micro-batch (0, 1, or 2 for a count
+        set to 1 and incremented before the test), when the code makes it certain (`enumerate(x,
+        start=1)`, `step = 0` then `step += 1` before the test, `ni = i + nb * epoch` in the first
+        epoch)."""
         first = self._first_value(self.counter, 0)
         if first is None and self.boundary is not None and self.boundary_scope is not None:
             # the micro-batch loop is a function's walked in place of its call (a loss scaler's
@@ -293,12 +294,13 @@ class Window:
         if any(not (isinstance(d.value, cst.Integer) and d.value.value == "0" and self.placement_of_def(d))
                for d in resets):
             return None
-        init, step = before[-1].value, steps[0]
+        init, step = before[-1].bound, steps[0]
         by = increment(step, name)
-        if not (isinstance(init, cst.Integer) and init.value == "0" and isinstance(by, cst.Integer)
-                and by.value == "1" and all(skips_stretch(guard, self) for guard in step.ctx.guards)):
+        if not (isinstance(init, cst.Integer) and init.value in _SMALL_STARTS and isinstance(by, cst.Integer)
+                and by.value == "1" and all(guard.exit is not None and guard.exit.ends_loop or skips_stretch(guard, self)
+                                            for guard in step.ctx.guards)):
             return None
-        return 1 if step.order < first_step else 0
+        return int(init.value) + (1 if step.order < first_step else 0)
 
     def cleared_earlier_in_block(self) -> bool:
         """A nested window: gradients are cleared in its block before the micro-step loop, also inside
@@ -490,6 +492,7 @@ class Window:
         return is_micro_batch_loop(self.loop, self.n)
 
 
+_SMALL_STARTS = ("0", "1")  # the values a count starts from that say where its first window ends
 _MICRO_WORDS = {"micro", "microbatch", "microbatches", "mb", "chunk", "chunks", "accum", "accumulation"}
 
 

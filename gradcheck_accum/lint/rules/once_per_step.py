@@ -259,17 +259,22 @@ class BoundaryOffByOne(Rule):
             if boundary.kind is not BoundaryKind.MODULO or boundary.offset is None:
                 continue
             start = window.counter_start
-            if start is None or boundary.offset != start:
-                continue
-            if start == 0 and window.boundary_skips_first():
+            if start is None or start + boundary.offset == 1:
+                continue  # the first tested value that closes a window is the N-th micro-batch's
+            if start + boundary.offset == 2 and boundary.offset == 0:
+                message = (f"the counter is already {start} on the first micro-batch, so `% N == 0` closes the "
+                           "first window after N - 1 micro-batches; start the count one lower")
+            elif start == 0 and window.boundary_skips_first():
                 message = ("a 0-based counter tested with `% N == 0` and `> 0` skips the first micro-batch's "
                            "boundary, so the first window holds N + 1 micro-batches; test `(i + 1) % N == 0`")
-            elif start == 0:
+            elif start == 0 and boundary.offset == 0:
                 message = ("a 0-based index tested with `% N == 0` closes the first window after one micro-batch; "
                            "test `(i + 1) % N == 0`")
-            else:
+            elif start == 1 and boundary.offset == 1:
                 message = ("a 1-based counter tested with `(i + 1) % N` closes windows one micro-batch early; "
                            "test `i % N == 0`")
+            else:
+                continue  # further off: how far depends on N
             yield Report(boundary.comparison, message)
 
 
