@@ -1033,8 +1033,18 @@ def _made_per_micro_batch(expr: cst.BaseExpression, scope: Scope, loop: Loop | N
 
 def scaled_by_own_micro_batch(scaling: Scaling, loop: Loop | None) -> bool:
     """Is the loss scaled by a count or the size of its own micro-batch: a factor that is one
-    (per_micro_batch_count), or another value of the same forward output (_divided_by_own_count)?"""
-    return per_micro_batch_count(scaling.factor, scaling.scope, loop) or _divided_by_own_count(scaling, loop)
+    (per_micro_batch_count), a ratio of such sizes (`micro_bs / input_ids.shape[0]`, which rescales a
+    short batch), or another value of the same forward output (_divided_by_own_count)?"""
+    return _of_own_sizes(scaling.factor, scaling.scope, loop) or _divided_by_own_count(scaling, loop)
+
+
+def _of_own_sizes(factor: cst.BaseExpression, scope: Scope, loop: Loop | None) -> bool:
+    """A count or size of the micro-batch, or a product or ratio of those and numbers."""
+    if isinstance(factor, cst.BinaryOperation) and isinstance(factor.operator, (cst.Multiply, cst.Divide)):
+        operands = (factor.left, factor.right)
+        return all(_is_number(side) or _of_own_sizes(side, scope, loop) for side in operands) \
+            and not all(_is_number(side) for side in operands)
+    return per_micro_batch_count(factor, scope, loop)
 
 
 def _divided_by_own_count(scaling: Scaling, loop: Loop | None) -> bool:

@@ -21,7 +21,8 @@ from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returned_loss, scaled_by_own_micro_batch,
                                          summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
-                                        iter_calls, keyword, last_part, positional, source, walk)
+                                        iter_calls, keyword, last_part, parameter_names, positional, source,
+                                        walk)
 from gradcheck_accum.lint.paths import decision
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
@@ -294,7 +295,10 @@ class FileModel:
     def _normalises(self, scaling: Scaling, window: Window | None, backward: Event | None) -> bool:
         """`window` None: the loss a hook returns to a framework's loop, which calls it per micro-batch."""
         loop = window.loop if window is not None else None
-        if self._mentions_n(scaling.factor, window, scaling.scope, 0):
+        signs = self._n_signs(scaling.factor, window, scaling.scope, 0)
+        if signs == {-1} and scaling.divides:
+            return False  # `loss / (batch_size // n)`: multiplied by N
+        if signs:
             return True
         if _fixed_scale(scaling.factor, scaling.scope, scaling.scope.imports or self.imports, 0):
             return False  # a world size or a loss scale: the same in every run, whatever N is
@@ -308,17 +312,34 @@ class FileModel:
         return not any(guard not in shared and varies_per_micro_batch(guard.test, guard.scope or scaling.scope, loop)
                        for guard in scaling.guards)
 
-    def _mentions_n(self, node: cst.BaseExpression, window: Window | None, scope: Scope, depth: int) -> bool:
-        """Is N part of this factor: `n`, `micro_bs * n`, `1 / n`, or a name bound to such a value?"""
-        for part in _parts(node):
-            if self.is_accumulation_count(part, window, scope):
-                return True
-            name = dotted(part) if isinstance(part, (cst.Name, cst.Attribute)) else None
-            if name and depth < 3 and any(d.op is DefOp.ASSIGN and d.value is not None and
-                                          self._mentions_n(d.value, window, d.scope or scope, depth + 1)
-                                          for d in scope.defs_of(name)):
-                return True
-        return False
+    def _n_signs(self, node: cst.BaseExpression, window: Window | None, scope: Scope, depth: int) -> set[int]:
+        """Where N is part of this factor: 1 where the factor grows with N (`n`, `micro_bs * n`, a name
+        bound to such a value), -1 where it shrinks with it (`1 / n`, `batch_size // n`); empty when
+        N is not part of it."""
+        signs: set[int] = set()
+        if self.is_accumulation_count(node, window, scope):
+            return {1}
+        if isinstance(node, cst.BinaryOperation):
+            signs |= self._n_signs(node.left, window, scope, depth)
+            right = self._n_signs(node.right, window, scope, depth)
+            inverts = isinstance(node.operator, (cst.Divide, cst.FloorDivide))
+            return signs | ({-sign for sign in right} if inverts else right)
+        name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        if name and depth < 3:
+            for d, where in self._bindings(name, scope):
+                if d.op is DefOp.ASSIGN and d.value is not None:
+                    signs |= self._n_signs(d.value, window, d.scope or where, depth + 1)
+        return signs
+
+    def _bindings(self, name: str, scope: Scope) -> list[tuple[Def, Scope]]:
+        """The bindings of a name read in `scope`: its own, or for a function of this file that
+        neither binds nor takes it, the module's (a global set at the top of a script)."""
+        own = scope.defs_of(name)
+        module_scope = self.scopes[0]
+        if own or scope is module_scope or scope.module is not self.module or not isinstance(scope.node, cst.FunctionDef) \
+                or name.split(".")[0] in parameter_names(scope.node):
+            return [(d, scope) for d in own]
+        return [(d, module_scope) for d in module_scope.defs_of(name)]
 
     def averaged_per_micro_batch(self, facts: LossFacts, window: Window | None) -> bool:
         """Is the traced loss divided by a count or the size of its own micro-batch (a sum made a mean)?"""
@@ -722,17 +743,6 @@ def _fixed_scale(node: cst.BaseExpression, scope: Scope, imports: ImportMap, dep
     defs = scope.defs_of(name) if name is not None and depth < 3 else []
     return bool(defs) and all(d.op is DefOp.ASSIGN and d.value is not None
                               and _fixed_scale(d.value, d.scope or scope, imports, depth + 1) for d in defs)
-
-
-def _parts(node: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """An expression and the operands of its arithmetic (`n` in `micro_bs * n`, `1 / n`)."""
-    parts, stack = [], [node]
-    while stack:
-        current = stack.pop()
-        parts.append(current)
-        if isinstance(current, cst.BinaryOperation):
-            stack.extend((current.left, current.right))
-    return parts
 
 
 def _reached(methods: list[Scope], start: set[str]) -> set[str]:
