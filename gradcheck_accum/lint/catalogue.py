@@ -369,6 +369,8 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
                                                              "log_softmax", "softmax", "index_select", "transpose",
                                                              "permute"}},
 }
+# `x.masked_select(mask)` / `torch.masked_select(x, mask)`: the items the mask sets, flattened.
+MASKED_SELECT = "masked_select"
 # Tensor methods that move, cast or reshape labels without changing which values they hold
 # (`y.view(-1).long().to(device)`): token ids stay token ids, never the ignored label.
 LABEL_KEEPING_METHODS = frozenset({"view", "reshape", "contiguous", "flatten", "squeeze", "unsqueeze", "long", "int",

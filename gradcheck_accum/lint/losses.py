@@ -418,6 +418,12 @@ class LossTracer:
                 {Role.SUM_LOSS} if named == "sum" else {Role.TOKEN_LOSS} & roles if named == "mean" else set())
         if Role.SUM_LOSS in roles:
             facts.sum_reduced = True
+        elif Role.CRITERION in roles and (reduction is None or _string_value(reduction, scope, before) == "mean"):
+            # `l1(pred.masked_select(mask), target.masked_select(mask))`: a mean over the items the
+            # mask selects, as many as this micro-batch's data keeps (unless the count is fixed)
+            selected = _selecting_mask(positional(node, 0) or keyword(node, "input"))
+            if selected is not None and not self._fixed_count(selected, scope, before, 0):
+                facts.token_level = True
         if Role.TOKEN_LOSS in roles and Role.SUM_LOSS not in roles:
             # a mean over the valid items (a sum over them is no mean), unless no label can be invalid
             # (next-token labels cut from the inputs' own rows). A sentinel of the project's own
@@ -835,6 +841,22 @@ def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
         return False
     reduction = keyword(produced, cat.REDUCTION_KEYWORD)
     return isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "none"
+
+
+def _selecting_mask(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """The mask of `x.masked_select(mask)`, `torch.masked_select(x, mask)` or `x[mask]` (a tensor
+    index, not a slice or a number): a selection of as many items as the mask sets."""
+    if isinstance(node, cst.Call):
+        receiver, method = call_receiver(node)
+        if method == cat.MASKED_SELECT:
+            mask = positional(node, len(node.args) - 1)  # the last argument, as a method and as a function
+            return mask if mask is not None and dotted(_values_kept(mask, cat.MASK_KEEPING_METHODS)) else None
+        return None
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1 and not _is_slice(node):
+        index = node.slice[0].slice
+        if isinstance(index, cst.Index) and dotted(_values_kept(index.value, cat.MASK_KEEPING_METHODS)):
+            return index.value
+    return None
 
 
 def _string_value(node: cst.BaseExpression, scope: Scope, before: int, depth: int = 0) -> str | None:
