@@ -444,6 +444,13 @@ class Inliner:
         self._partials[id(call)] = (call, made)  # the call is kept: its id stays its own
         return made
 
+    def _handed(self, scope: Scope, call: cst.Call, ref: FunctionRef, loaded: LoadedModule,
+                function: cst.FunctionDef) -> list[tuple[str, cst.BaseExpression]]:
+        """Each parameter of the function a call runs with the argument it gets: the receiver as
+        `self`, and a partial's arguments first (`functools.partial(f, model, x)()` hands `model` to f)."""
+        made = self.made_call(scope, call)
+        return list(_arguments(made, function, _receiver(made, function, loaded.class_of(ref.qualname))))
+
     def iterated_argument(self, scope: Scope, call: cst.Call) -> cst.BaseExpression | None:
         """The argument a call hands to a project generator that yields each item of it, in one loop
         over that parameter (`def log_every(self, iterable, freq): for obj in iterable: ...; yield obj`):
@@ -455,8 +462,7 @@ class Inliner:
         parameter = _yields_each_item_of(function)
         if parameter is None:
             return None
-        made = self.made_call(scope, call)
-        return dict(_arguments(made, function, _receiver(made, function, loaded.class_of(ref.qualname)))).get(parameter)
+        return dict(self._handed(scope, call, ref, loaded, function)).get(parameter)
 
     def runs_project_function(self, walker: ScopeWalker, call: cst.Call) -> bool:
         return self.resolve(walker.scope, call) is not None
@@ -485,8 +491,7 @@ class Inliner:
         ref, loaded, function = found
         if self._capturing is not None:  # reading a caller for the roles it passes, nothing else
             if ref == self._capturing:
-                receiver = _receiver(call, function, loaded.class_of(ref.qualname))
-                for name, argument in _arguments(call, function, receiver):
+                for name, argument in self._handed(walker.scope, call, ref, loaded, function):
                     roles = walker.roles(argument)
                     if is_accumulation_count(argument, None, walker.scope):
                         roles |= _COUNT  # kept where every caller passes N (parameter_roles)
@@ -677,7 +682,7 @@ class Inliner:
         if summary is None:
             return NO_ROLES
         ref, loaded, function = found
-        handed = dict(_arguments(call, function, _receiver(call, function, loaded.class_of(ref.qualname))))
+        handed = dict(self._handed(walker.scope, call, ref, loaded, function))
         roles: frozenset[Role] = NO_ROLES
         for callee in summary.calls:
             head, _, rest = callee.removesuffix(".forward").partition(".")
