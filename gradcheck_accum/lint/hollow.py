@@ -14,7 +14,9 @@ with comments and plain strings blanked, see outline.py):
 5. it contains none of the words of what the candidate rules read outside windows
    (`Rule.reads_outside_windows`, turned into words by evidence.py from the catalogue);
 6. when a candidate rule reads the callers of the functions that hold windows (`Fact.CALLERS`:
-   is an epoch repeated?), it calls no function defined in kept code.
+   is an epoch repeated?), it calls no function defined in kept code;
+7. no kept code looks its module's names up by a name chosen at run time (`globals()[arch]()`,
+   a registry of model factories): any definition may be the one it runs.
 Kept code is everything else; 3, 4 and 6 are applied again whenever a definition is kept, until
 nothing changes. These follow what the file model reads (model.py, events.py); tests compare
 findings on hollowed and whole files over the fixtures and a corpus of real code.
@@ -32,6 +34,7 @@ from gradcheck_accum.lint.rule import Rule
 from gradcheck_accum.lint.vocabulary import Fact
 
 _NAME = re.compile(r"\b[^\W\d]\w*")  # an identifier (Unicode letters too)
+_LOOKS_UP_GLOBALS = re.compile(r"\bglobals\s*\(\s*\)")
 _SELF_ATTRIBUTE = re.compile(r"\bself(?:\s|\\)*\.(?:\s|\\)*(\w+)")
 
 
@@ -54,6 +57,8 @@ def hollow(outline: Outline, rules: list[type[Rule]]) -> str | None:
                 and not outline.holds_training_loop(top) and not any(w in code[start:end] for w in words):
             left_out[id(top)] = top
     kept = [top for top in outline.tops if id(top) not in left_out]
+    if any(_LOOKS_UP_GLOBALS.search(code, *outline.span(top.node)) for top in kept):
+        return None
     names_in = _defined_names_in(outline, left_out)
     named = set().union(*(names_in.get(id(top), set()) for top in kept))
     attributes = set().union(*(_attributes(outline, top) for top in kept))

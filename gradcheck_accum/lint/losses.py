@@ -467,7 +467,7 @@ class LossTracer:
         `torch.zeros(b, l).scatter_(1, order[:, :k], 1.0)`), reordered by a permutation
         (`torch.gather(m, 1, ids_restore)`), cast or reshaped; here, in a function of the project that
         returns it (`x, mask, ids = self.random_masking(x, ratio)`), or in what the caller passes."""
-        if depth > 6:
+        if depth > 10:
             return False
         mask = _values_kept(mask, cat.MASK_KEEPING_METHODS)
         if isinstance(mask, cst.Call):
@@ -485,6 +485,8 @@ class LossTracer:
             if not all(_fixed_positions(write, scope) for write in writes):
                 return False
             where = d.scope or scope  # a parameter's argument is read in the caller
+            if d.op is DefOp.UNPACK and isinstance(d.value, (cst.Tuple, cst.List)):
+                return d.bound is not None and self._fixed_count(d.bound, where, d.order, depth + 1)
             if d.op is DefOp.UNPACK and isinstance(d.value, cst.Call) and d.index is not None:
                 returned = self.returns(d.value, where, d.order) if self.returns is not None else None
                 return bool(returned) and all(
@@ -957,8 +959,9 @@ def _slice_set_by_shape(cut: cst.Slice, scope: Scope, before: int) -> bool:
 
 def _shaped(node: cst.BaseExpression, scope: Scope, before: int, depth: int) -> bool:
     """_set_by_shape of one expression: numbers, names and attributes the data does not write
-    (parameters, settings), a tensor's shape or size, and arithmetic of those."""
-    if depth > 4:
+    (parameters, settings), a tensor's shape or size, and arithmetic of those. `depth` counts the
+    bindings followed, a parameter through each call that passes it on included."""
+    if depth > 8:
         return False
     if isinstance(node, (cst.Integer, cst.Float)):
         return True
@@ -979,10 +982,11 @@ def _shaped(node: cst.BaseExpression, scope: Scope, before: int, depth: int) -> 
     if name is None:
         return False
     defs = scope.defs_of(name, before)
-    return all(d.value is not None and not d.ctx.guards and (
+    return all(d.bound is not None and not d.ctx.guards and (
         d.op is DefOp.UNPACK and _is_size(d.value, scope, d.order) or isinstance(d.value, cst.Attribute)
         and d.value.attr.value == cat.SHAPE_ATTRIBUTE
-        or d.op is DefOp.ASSIGN and _shaped(d.value, d.scope or scope, d.order, depth + 1)) for d in defs)
+        or d.op in (DefOp.ASSIGN, DefOp.UNPACK) and _shaped(d.bound, d.scope or scope, d.order, depth + 1))
+        for d in defs)
 
 
 def _fixed_positions(write: Def, scope: Scope) -> bool:

@@ -20,7 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, TypeVar
 
-from gradcheck_accum.lint.project.summary import MODULE_CODE, STAR, ClassSummary, FunctionSummary, ModuleSummary
+from gradcheck_accum.lint.project.summary import (MODULE_CODE, REGISTRY, STAR, ClassSummary, FunctionSummary,
+                                                 ModuleSummary)
 
 T = TypeVar("T")
 
@@ -326,6 +327,8 @@ class Project:
         class of the object it returns (FunctionSummary.produces)."""
         if depth > _MAX_DEPTH:
             return None
+        if written.endswith(REGISTRY):
+            return self._registry_class(path, written[:-len(REGISTRY)].rstrip("."), depth)
         element = _ELEMENT.fullmatch(written)
         if element is None:
             found = self._named_class(path, written, depth)
@@ -348,6 +351,29 @@ class Project:
             return None
         found = self.resolve_class(ref.path, produced, depth + 1)
         return found if isinstance(found, ClassRef) else None
+
+    def _registry_class(self, path: Path, module: str, depth: int) -> ClassRef | None:
+        """The class a module's factory makes when the factory is looked up by a name chosen at run time
+        (`models_mae.__dict__[args.model](...)`, `globals()[arch]()`): the one project class that every
+        factory of that module returning a project class makes (`def vit_base(**kw): return ViT(...)`);
+        None when they make different ones."""
+        found = self._module_named(path, module, depth) if module else path
+        if found is None:
+            return None
+        made = {self._produced_class(FunctionRef(found, name), None, depth + 1)
+                for name in self.summary(found).functions if "." not in name and name != MODULE_CODE}
+        made.discard(None)
+        return made.pop() if len(made) == 1 else None
+
+    def _module_named(self, path: Path, written: str, depth: int) -> Path | None:
+        """The project module a name read in `path` refers to (`import models`, `from pkg import models`)."""
+        imported = self.summary(path).imports.get(written.split(".")[0])
+        if imported is None or depth > _MAX_DEPTH:
+            return None
+        rest = written.split(".")[1:]
+        if imported.name is None:
+            return self.module_path(path, ".".join([imported.module, *rest]), imported.level)
+        return self.module_path(path, ".".join(filter(None, [imported.module, imported.name, *rest])), imported.level)
 
     def _named_class(self, path: Path, written: str, depth: int) -> ClassRef | str | None:
         summary = self.summary(path)

@@ -25,7 +25,11 @@ from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 STAR = "*"  # the key prefix of a star import in ModuleSummary.imports
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
 # The summary's shape: caches written for another shape are not read (store.py keys them by it).
-FORMAT = 6
+FORMAT = 7
+# What a call of a module's registry makes, as written (`models.__dict__[args.model](...)` ->
+# "models.__dict__[]", `globals()[name](...)` -> "__dict__[]"): one of the module's factories,
+# chosen by name at run time (index.resolve_class reads it).
+REGISTRY = "__dict__[]"
 # A watched constructor's keyword standing for settings the call does not spell out: `Trainer(**cfg)`,
 # `Trainer.from_argparse_args(args)` (each of them may set any keyword).
 UNSPELLED = "**"
@@ -405,7 +409,19 @@ def _produced(value: ast.expr, bound: dict[str, str]) -> str | None:
     if isinstance(func, ast.Attribute) and func.attr in _RETURNS_SELF and (
             isinstance(func.value, ast.Call) or (isinstance(func.value, ast.Name) and func.value.id in bound)):
         return _produced(func.value, bound)
+    if isinstance(func, ast.Subscript):
+        return _registry(func.value)
     return _dotted(func)
+
+
+def _registry(node: ast.expr) -> str | None:
+    """`models.__dict__` or `globals()`: a module's namespace, looked up by a name chosen at run time."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "globals" and not node.args:
+        return REGISTRY
+    if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+        module = _dotted(node.value)
+        return f"{module}.{REGISTRY}" if module else None
+    return None
 
 
 def _annotated_class(annotation: ast.expr | None) -> str | None:
