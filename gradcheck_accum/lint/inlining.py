@@ -785,7 +785,10 @@ class Inliner:
     def class_of_expression(self, scope: Scope, node: cst.BaseExpression) -> ClassRef | None:
         """The project class of the object an expression names: a parameter bound to one, a name or
         `self.x` bound to a constructor call of one."""
-        name = dotted(node)
+        return self.class_of_name(scope, dotted(node))
+
+    def class_of_name(self, scope: Scope, name: str | None) -> ClassRef | None:
+        """class_of_expression of a (dotted) name."""
         origin = self._origin.get(id(scope))
         if name is None or origin is None:
             return None

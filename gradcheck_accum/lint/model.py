@@ -494,11 +494,12 @@ class FileModel:
         read where its parameters are bound to this call's arguments."""
         if not isinstance(call, cst.Call):
             return []
-        length = _length_argument(call)
+        returns = self.inliner.returns(call, scope, point) if depth < 2 else None
+        length = _length_argument(call) if not returns else None  # a project function is read, not named
         if length is not None:
             return [(length, scope)]
         lengths = []
-        for returned, walked, returned_at in (self.inliner.returns(call, scope, point) or ()) if depth < 2 else ():
+        for returned, walked, returned_at in returns or ():
             made = [returned] if isinstance(returned, cst.Call) else \
                 [d.value for d in walked.defs_of(dotted(returned) or "", returned_at)]  # each branch's
             for value in made:
@@ -701,10 +702,20 @@ class FileModel:
             yield scope, sync, inside
 
     def ddp_sync_flags(self) -> Iterator[tuple[Scope, Event]]:
-        """Each `model.require_backward_grad_sync = ...` of the file."""
+        """Each `model.require_backward_grad_sync = ...` of the file, on a model that may be torch's
+        DDP: not on an instance of a project class of its own (a hand-written data-parallel wrapper
+        reads its flag where it chooses, in a gradient hook as often as in the forward)."""
         for scope, sync in self.events(EventKind.SYNC_CONTROL):
-            if sync.api is DDP_SYNC_FLAG and sync.target is not None:
+            if sync.api is DDP_SYNC_FLAG and sync.target is not None and (
+                    Role.DDP in sync.roles or not self._own_wrapper(scope, sync.target)):
                 yield scope, sync
+
+    def _own_wrapper(self, scope: Scope, name: str) -> bool:
+        cls = self.inliner.class_of_name(scope, name)
+        if cls is None:
+            return False
+        return not any(isinstance(base, str) and last_part(base) in cat.WRAPPERS.names
+                       for base in self.context.project.mro(cls))
 
     @staticmethod
     def same_iteration(scope: Scope, event: Event) -> list[Event]:
