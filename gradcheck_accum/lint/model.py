@@ -18,6 +18,7 @@ from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift
                                           pass_length, unstepped_tail)
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
+from gradcheck_accum.lint.project import ClassRef
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returned_loss, scaled_by_own_micro_batch,
                                          summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
@@ -87,7 +88,10 @@ class FileModel:
                 class_env[id(cls)] = dict(self.inliner.inherited_env(this, this.qualnames_of_classes[id(cls)]))
             attrs = class_env.setdefault(id(cls), {}) if cls is not None else {}
             scope = Scope(fn, fn.name.value, _bases(cls), owner=cls, module=self.module)
-            self.inliner.register(scope)
+            # `self` is an instance of the method's class: an inherited method it calls dispatches
+            # `self.m()` to this class's override (Inliner._resolve)
+            owner = this.qualnames_of_classes.get(id(cls)) if cls is not None else None
+            self.inliner.register(scope, self_class=ClassRef(this.path, owner) if owner is not None else None)
             # The function's bindings go in front of its parameters', its class's attributes and the
             # module's globals, which are read through, not copied: a copy of every global for every
             # function costs a file with a loop per function the square of its size.
