@@ -288,6 +288,26 @@ class FileModel:
         """The divisions of a traced loss whose divisor is the accumulation count."""
         return [node for node, divisor in facts.divisions if self.is_accumulation_count(divisor, window, scope)]
 
+    def gradient_divisions_by_n(self, window: Window) -> list[Event]:
+        """The window's rescalings of the summed gradients by 1 / N (`p.grad.div_(n)`, `p.grad /= n`,
+        `p.grad.mul_(1 / n)`)."""
+        found = []
+        for scale in window.of(EventKind.GRAD_SCALE):
+            node = scale.node
+            if isinstance(node, cst.AugAssign):
+                factor, divides = node.value, isinstance(node.operator, cst.DivideAssign)
+            elif isinstance(node, cst.Call):
+                factor, divides = positional(node, 0), call_receiver(node)[1] == "div_"
+            else:
+                continue
+            if factor is None:
+                continue
+            if not divides and isinstance(factor, cst.BinaryOperation) and isinstance(factor.operator, cst.Divide):
+                factor, divides = factor.right, _is_one(factor.left)  # `mul_(1 / n)`
+            if divides and self.is_accumulation_count(factor, window, scale.scope):
+                found.append(scale)
+        return found
+
     def normalised(self, facts: LossFacts, window: Window | None, backward: Event | None) -> bool:
         """Is the traced loss scaled in a way that can normalise the window: by a factor that may be
         N or a window-wide count, on every micro-batch? Dividing by a count or the size of the
@@ -758,6 +778,10 @@ def _fixed_scale(node: cst.BaseExpression, scope: Scope, imports: ImportMap, dep
     defs = scope.defs_of(name) if name is not None and depth < 3 else []
     return bool(defs) and all(d.op is DefOp.ASSIGN and d.value is not None
                               and _fixed_scale(d.value, d.scope or scope, imports, depth + 1) for d in defs)
+
+
+def _is_one(node: cst.BaseExpression) -> bool:
+    return isinstance(node, (cst.Integer, cst.Float)) and node.value in ("1", "1.", "1.0")
 
 
 def _reached(methods: list[Scope], start: set[str]) -> set[str]:

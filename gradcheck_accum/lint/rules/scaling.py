@@ -94,19 +94,27 @@ class MeanOfMeansTokenLoss(Rule):
     code = "ACC203"
     name = "mean-of-means-token-loss"
     summary = "A per-micro-batch mean over a variable number of valid tokens is divided by the accumulation steps."
-    requires = (Fact.TRAINING_LOOP, (Fact.LOSS_DIVIDED, Fact.FRAMEWORK_DIVIDES_LOSS))  # by hand, or by a framework
+    # by hand (the loss, or the summed gradients after the backwards), or by a framework
+    requires = (Fact.TRAINING_LOOP, (Fact.LOSS_DIVIDED, EventKind.GRAD_SCALE, Fact.FRAMEWORK_DIVIDES_LOSS))
     reads_outside_windows = ()
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
             if not window.accumulates and window.shape is not WindowShape.NESTED:
                 continue
+            gradients_divided = False
             for backward in window.backwards:
                 if backward.via_helper:
                     continue
                 facts = model.backward_facts(window, backward)
                 if not facts.token_level:
                     continue
+                for scale in () if gradients_divided else model.gradient_divisions_by_n(window):
+                    gradients_divided = True  # `p.grad.div_(N)` after the backwards: the same mean of means
+                    yield Report(scale.node, "the summed gradients of per-micro-batch means over a varying number "
+                                             "of valid tokens are divided by N, which over-weights micro-batches "
+                                             "with few tokens; sum each loss and divide by the valid-token count "
+                                             "of the whole window", scope=scale.scope)
                 for node in model.divisions_by_n(facts, window.scope, window):
                     yield Report(node, "a per-micro-batch mean over a varying number of valid tokens divided by "
                                        "N over-weights micro-batches with few tokens; sum the loss and divide "
