@@ -194,7 +194,9 @@ class Project:
     def _search_bases(self, directory: Path) -> Iterator[Path]:
         """Where absolute imports from a file in `directory` are looked for, in order: the directory
         itself (what `python dir/script.py` puts first on sys.path), the directory above its top
-        package, the project root and its `src/`."""
+        package, the project root and its `src/`, and the directory above the root (a project that
+        is itself the package its files import by name: `from mae_st.util import misc` inside a
+        checkout named `mae_st`; only the project's own files are ever found there)."""
         yield directory
         top = directory
         while (top / "__init__.py").is_file() and top != self.root:
@@ -203,6 +205,7 @@ class Project:
             yield top
         yield self.root
         yield self.root / "src"
+        yield self.root.parent
 
     def _module_file(self, base: Path, parts: list[str]) -> Path | None:
         files = self._files_by_name()
