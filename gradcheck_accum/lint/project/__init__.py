@@ -9,6 +9,7 @@ from pathlib import Path
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.project.index import CallSite, ClassRef, FunctionRef, Project, find_root, python_files
 from gradcheck_accum.lint.project.store import SummaryStore
+from gradcheck_accum.lint.project.summary import GRADIENT_ONLY
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS
 
 _OPEN: dict[Path, Project] = {}  # root -> the project, for this process
@@ -35,9 +36,12 @@ def effect_names() -> frozenset[str]:
     calls and attributes that make one of the events a helper brings into its caller. Summaries
     screen functions by them."""
     names = frozenset(api.name for api in cat.APIS if api.event in HELPER_EFFECTS)
+    # an effect only on a gradient (`p.grad.clamp_(-v, v)`): a function that calls it on anything else
+    # (`snr.clamp_(max=5.0)` in a forward) has no effect (summary.GRADIENT_ONLY marks such names)
+    on_gradients = frozenset(name for name in names if all(api.on_grad for api in cat.APIS if api.name == name))
     # `update` is GradScaler's only next to its `step`, and every dict's: screening for it would make
     # half of all functions look like they matter
-    return names - {"update"}
+    return names - on_gradients - {"update"} | frozenset(GRADIENT_ONLY + name for name in on_gradients)
 
 
 def watched_names() -> frozenset[str]:

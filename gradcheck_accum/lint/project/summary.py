@@ -30,6 +30,9 @@ FORMAT = 7
 # "models.__dict__[]", `globals()[name](...)` -> "__dict__[]"): one of the module's factories,
 # chosen by name at run time (index.resolve_class reads it).
 REGISTRY = "__dict__[]"
+# The prefix of an effect name that counts only on a gradient (`grad.clamp_`: `p.grad.clamp_(...)`).
+GRADIENT_ONLY = "grad."
+_FORWARD = "forward"  # a module's forward: computes outputs, never edits gradients
 # A watched constructor's keyword standing for settings the call does not spell out: `Trainer(**cfg)`,
 # `Trainer.from_argparse_args(args)` (each of them may set any keyword).
 UNSPELLED = "**"
@@ -157,6 +160,7 @@ class _Summarizer:
         self.calls = _calls(code)
         self.offsets = [call.offset for call in self.calls]
         self._annotated: dict[int, dict[str, str]] = {}  # id(function summary) -> parameter -> annotated class
+        self._forwards: set[int] = set()  # id(function summary) of the forward methods of classes
         self.summary = ModuleSummary(names=frozenset(
             word for word in words if word in code and re.search(rf"\b{re.escape(word)}\b", code)))
         module = FunctionSummary(1, (), end=text.count("\n") + 1)
@@ -227,7 +231,10 @@ class _Summarizer:
         for call in self._calls_in(*span):
             if call.callee is not None:
                 function.calls[call.callee] = function.calls.get(call.callee, False) or in_loop
-            if call.name in self.effect_names:
+            # a gradient-only method (`clamp_`, `mul_`) in a module's forward works on activations
+            # (`snr.clamp_(max=5.0)`): the forward computes outputs, not gradients
+            if call.name in self.effect_names or GRADIENT_ONLY + call.name in self.effect_names and (
+                    id(function) not in self._forwards or _on_gradient(call)):
                 effects.add(call.name)
         if effects:
             function.effects = function.effects | effects
@@ -246,6 +253,8 @@ class _Summarizer:
             if (annotated := _annotated_class(argument.annotation))}
         qualname = prefix + node.name
         self.summary.functions[qualname] = summary
+        if cls is not None and node.name == _FORWARD:
+            self._forwards.add(id(summary))
         # decorators and defaults run where the function is defined, not when it is called
         self._block(node.body, qualname + ".", cls, summary, False)
 
@@ -412,6 +421,11 @@ def _produced(value: ast.expr, bound: dict[str, str]) -> str | None:
     if isinstance(func, ast.Subscript):
         return _registry(func.value)
     return _dotted(func)
+
+
+def _on_gradient(call: _Call) -> bool:
+    """Is the call a method of a gradient (`p.grad.clamp_(...)`, `param.grad.data.mul_(...)`)?"""
+    return call.callee is not None and "grad" in call.callee.split(".")[:-1]
 
 
 def _registry(node: ast.expr) -> str | None:
