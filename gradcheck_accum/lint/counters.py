@@ -29,7 +29,7 @@ from gradcheck_accum.lint.names import (call_receiver, children, contains, dotte
                                         last_part, positional, source)
 from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import BoundaryKind, guard_boundary, is_accumulation_count
-from gradcheck_accum.lint.vocabulary import DefOp, Event, EventKind, Guard, Scope, Tag
+from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Guard, Scope, Tag
 from gradcheck_accum.lint.windows import Placement, Window, assigned_in, increment, loop_guards, same_target
 
 if TYPE_CHECKING:
@@ -228,6 +228,41 @@ def _count_bound(test: cst.BaseExpression, window: Window, while_test: bool) -> 
     if any(d not in steps and any(lp in d.ctx.loops for lp in window.outer) for d in defs):
         return None  # set again by an enclosing loop: a count of one epoch, not of the run
     return bound
+
+
+def step_count_bound(window: Window) -> cst.BaseExpression | None:
+    """How many optimizer steps the run takes, when the loop states it as a bound on a count of
+    windows: B in `if global_step >= B: break` (or `while global_step < B`) in the window's loop or
+    one around it, where the loop adds one to `global_step` only on the boundary (under the window's
+    boundary test, or `if accelerator.sync_gradients:`)."""
+    for loop in window.loop_nest:
+        tests = ([loop.test] if isinstance(loop, cst.While) else []) + _breaking_tests(loop)
+        for test in tests:
+            if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+                continue
+            operator, bound = test.comparisons[0].operator, test.comparisons[0].comparator
+            runs_on = (cst.LessThan, cst.LessThanEqual) if test is getattr(loop, "test", None) \
+                else (cst.GreaterThan, cst.GreaterThanEqual)
+            name = dotted(test.left)
+            if name is None or not isinstance(operator, runs_on):
+                continue
+            steps = [d for d in window.scope.defs_of(name) if window.loop in d.ctx.loops]
+            if steps and all(_adds_one_on_boundary(d, name, window) for d in steps):
+                return bound
+    return None
+
+
+def _adds_one_on_boundary(d: Def, name: str, window: Window) -> bool:
+    by = increment(d, name)
+    if not (isinstance(by, cst.Integer) and by.value == "1"):
+        return False
+    for guard in d.ctx.guards:
+        boundary = guard_boundary(guard, window.scope)
+        if boundary is not None and boundary.positive and (
+                boundary.kind is BoundaryKind.SYNC_FLAG
+                or window.boundary is not None and boundary.family == window.boundary.family):
+            return True
+    return False
 
 
 def _breaks_on_exhaustion(node: cst.CSTNode) -> bool:

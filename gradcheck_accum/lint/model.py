@@ -15,7 +15,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import ACCUM_NAME, constructor_roles, no_roles
 from gradcheck_accum.lint.catalogue import DDP_NO_SYNC, DDP_SYNC_FLAG, SYNCS_AT_BACKWARD, LossScaling
 from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift, Tail, TailFate, distance_shift,
-                                          pass_length, unstepped_tail)
+                                          pass_length, step_count_bound, unstepped_tail)
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.project import ClassRef
@@ -573,12 +573,17 @@ class FileModel:
 
     def length_multiplies_windows(self, scope: Scope, built: Event, window: Window) -> bool:
         """Is the scheduler's length a count of windows multiplied back by N
-        (`num_training_steps=max_train_steps * N` where `max_train_steps = epochs * ceil(len(loader) / N)`):
+        (`num_training_steps=max_train_steps * N` where `max_train_steps = epochs * ceil(len(loader) / N)`,
+        or where the loop stops when a count of its optimizer steps reaches `max_train_steps`):
         a count of micro-batches reached the long way round?"""
         others = self.length_times_n(scope, built, window)
         n = window.accumulation_count()
-        return others is not None and n is not None and any(
-            _counts_windows(factor, scope, resolve_n(n, window.scope), 0) for factor in others)
+        if others is None or n is None:
+            return False
+        steps = step_count_bound(window)
+        return any(_counts_windows(factor, scope, resolve_n(n, window.scope), 0)
+                   or steps is not None and resolve_n(factor, scope) == resolve_n(steps, window.scope)
+                   for factor in others)
 
     def length_times_n(self, scope: Scope, built: Event, window: Window) -> list[cst.BaseExpression] | None:
         """When the scheduler's length is a product with the window's N as one factor
