@@ -135,6 +135,10 @@ APIS: tuple[Api, ...] = (
     Api("backward", _E.BACKWARD, loss=Operand.RECEIVER),  # `loss.backward()`, `scaler.scale(loss).backward()`
     Api("backward", None, has_receiver=False),
     Api("manual_backward", _E.BACKWARD, Framework.LIGHTNING, has_receiver=None, loss=_FIRST, target=_NOTHING),
+    # transformers' Trainer.training_step(model, inputs) computes the loss and backpropagates it
+    # (accelerator.backward), dividing it as the Trainer decides (HF_COMPUTE_LOSS): a subclass's own loop
+    # that calls the inherited method runs a backward per call
+    Api("training_step", _E.BACKWARD, Framework.TRANSFORMERS, receiver=Role.HF_TRAINER, target=_NOTHING),
     # clearing gradients
     Api("zero_grad", _E.ZERO_GRAD, receiver=Role.OPTIMIZER),
     Api("zero_grad", _E.ZERO_GRAD, has_receiver=None, model_wide=True),  # model.zero_grad(), a module's own

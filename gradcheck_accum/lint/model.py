@@ -28,7 +28,7 @@ from gradcheck_accum.lint.paths import decision
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
-from gradcheck_accum.lint.vocabulary import (Context, Def, DefOp, Event, EventKind, Fact, Framework,
+from gradcheck_accum.lint.vocabulary import (NO_ROLES, Context, Def, DefOp, Event, EventKind, Fact, Framework,
                                              Role, Scope)
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, exclusive, increment,
@@ -96,6 +96,8 @@ class FileModel:
             # module's globals, which are read through, not copied: a copy of every global for every
             # function costs a file with a loop per function the square of its size.
             given = self.inliner.parameter_roles(fn, scope)
+            if owner is not None and self._derives_from_hf_trainer(ClassRef(this.path, owner)):
+                given = {**given, "self": given.get("self", NO_ROLES) | {Role.HF_TRAINER}}
             scope.given_counts = frozenset(name for name, roles in given.items() if Role.ACCUMULATION_COUNT in roles)
             scope.given_passes = frozenset(name for name, roles in given.items() if Role.PASS_FROM_ZERO in roles)
             scope.env = ChainMap({}, given, attrs, globals_env)
@@ -112,6 +114,10 @@ class FileModel:
             self.scopes.extend(self.inliner.walk_callers())
         self.scopes.extend(self.inliner.walk_drivers())
         self.scopes.extend(self.inliner.walk_call_counted(self.scopes, _steps_on_count))
+
+    def _derives_from_hf_trainer(self, cls: ClassRef) -> bool:
+        trainers = cat.HF_COMPUTE_LOSS.qualified_bases
+        return any(isinstance(base, str) and base in trainers for base in self.context.project.mro(cls))
 
     def foreign_nodes(self) -> dict[int, tuple[cst.Call | None, Scope]]:
         """Nodes of other files that the model walked in place of calls, by id, with the call of this

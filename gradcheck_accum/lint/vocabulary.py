@@ -81,6 +81,7 @@ class Role(Tag):
     FABRIC = "fabric"
     FABRIC_WITHOUT_DDP = "fabric-without-ddp"  # a Fabric whose strategy or devices rule DDP out (or are not known)
     BOOSTER = "booster"  # a ColossalAI Booster
+    HF_TRAINER = "hf-trainer"  # `self` in a subclass of transformers' Trainer (its training_step backpropagates)
     DEEPSPEED = "deepspeed"  # an engine (or its optimizer/scheduler) from deepspeed.initialize
     # ... an engine whose config, a dict written in the code, sets no accumulation (one micro-batch a step)
     DEEPSPEED_WITHOUT_ACCUMULATION = "deepspeed-without-accumulation"
