@@ -13,8 +13,8 @@ from typing import Callable
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, keyword, last_part, parameter_names,
-                                        positional, walk)
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, iter_names, keyword, last_part,
+                                        parameter_names, positional, walk)
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, DefOp, Role, Scope
 
 Lookup = Callable[["cst.BaseExpression | None"], frozenset[Role]]  # the roles of an argument expression
@@ -356,6 +356,13 @@ def first_index(source: cst.BaseExpression, scope: Scope) -> int | None:
         if isinstance(start, cst.Integer) and start.value in ("0", "1"):
             return int(start.value)
     return None
+
+
+def loop_index(argument: cst.BaseExpression | None, ctx: Context) -> bool:
+    """Is the argument the index of a loop around the call (`for epoch in range(start, epochs):
+    train_one_epoch(epoch, ...)`), whatever it starts from?"""
+    return isinstance(argument, cst.Name) and any(
+        isinstance(loop, cst.For) and argument.value in iter_names(loop.target) for loop in ctx.loops)
 
 
 def pass_from_zero(argument: cst.BaseExpression, ctx: Context, scope: Scope) -> bool:

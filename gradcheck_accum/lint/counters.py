@@ -27,13 +27,14 @@ from typing import TYPE_CHECKING
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, contains, dotted, item_name, iter_names, keyword,
                                         last_part, positional, source)
+from gradcheck_accum.lint.bindings import loop_index
 from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import BoundaryKind, guard_boundary, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Guard, Scope, Tag
 from gradcheck_accum.lint.windows import Placement, Window, assigned_in, increment, loop_guards, same_target
 
 if TYPE_CHECKING:
-    from gradcheck_accum.lint.vocabulary import Def, Loop
+    from gradcheck_accum.lint.vocabulary import Loop
 
 
 class Lifetime(Tag):
@@ -375,6 +376,8 @@ def _lifetime(node: cst.BaseExpression, window: Window, depth: int) -> Lifetime 
     nest = window.loop_nest
     inside = [d for d in defs if loop in d.ctx.loops]
     if not inside:
+        if name in scope.given_indices or any(d.scope is not None and loop_index(d.value, d.ctx) for d in defs):
+            return Lifetime.ACROSS_PASSES  # the epoch index a caller's loop hands in (`train_one_epoch(epoch, ...)`)
         changed = any(any(lp in d.ctx.loops for lp in nest) for d in defs)
         return Lifetime.UNKNOWN if changed else None
     if all(increment(d, name) is not None or _is_constant(d) for d in inside):
@@ -391,11 +394,47 @@ def _lifetime(node: cst.BaseExpression, window: Window, depth: int) -> Lifetime 
         return Lifetime.ACROSS_PASSES  # set once, before the loops that repeat the pass
     derived = [d for d in inside if d.op is DefOp.ASSIGN and d.value is not None]
     if len(inside) == 1 and derived:  # `ni = i + nb * epoch`, `step = i + 1`
+        if _plus_epoch_offset(derived[0].value, window):
+            return Lifetime.ACROSS_PASSES
         found: Lifetime | None = None
         for read in _plain_names(derived[0].value):
             found = _combine(found, _lifetime(cst.parse_expression(read), window, depth + 1))
         return found
     return Lifetime.UNKNOWN
+
+
+def _plus_epoch_offset(value: cst.BaseExpression, window: Window) -> bool:
+    """`i + self.epoch * len(self.train_loader)` (or `epoch_size` bound to that length): the loop's
+    index plus whole passes over what the loop walks, a count of the run whatever counts the passes."""
+    if not (isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add)):
+        return False
+    walked = _walked_sources(window.loop)
+    return bool(walked) and any(
+        isinstance(term, cst.BinaryOperation) and isinstance(term.operator, cst.Multiply)
+        and any(_length_of(factor, walked, window.scope) for factor in (term.left, term.right))
+        for term in (value.left, value.right))
+
+
+def _walked_sources(loop: Loop) -> set[str]:
+    """What a `for` loop walks, as written, past `enumerate`/`tqdm`: `self.train_loader`, and for a
+    call that hands it on (`metric_logger.log_every(self.train_loader, 10)`), its first argument."""
+    source_ = loop.iter if isinstance(loop, cst.For) else None
+    while isinstance(source_, cst.Call) and call_receiver(source_)[1] in ("enumerate", "tqdm") and source_.args:
+        source_ = source_.args[0].value
+    if isinstance(source_, cst.Call):
+        source_ = positional(source_, 0)
+    name = dotted(source_) if source_ is not None else None
+    return {name} if name else set()
+
+
+def _length_of(node: cst.BaseExpression, walked: set[str], scope: Scope) -> bool:
+    """`len(walked)`, or a name every binding of which is."""
+    if isinstance(node, cst.Call) and call_receiver(node) == (None, "len") and node.args:
+        return dotted(node.args[0].value) in walked
+    name = dotted(node)
+    defs = scope.defs_of(name) if name else []
+    return bool(defs) and all(d.op is DefOp.ASSIGN and isinstance(d.value, cst.Call)
+                              and _length_of(d.value, walked, scope) for d in defs)
 
 
 def _combine(a: Lifetime | None, b: Lifetime | None) -> Lifetime | None:

@@ -20,7 +20,8 @@ from typing import Callable
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.bindings import module_constants, module_literals, pass_from_zero, roles_from_name
+from gradcheck_accum.lint.bindings import (loop_index, module_constants, module_literals, pass_from_zero,
+                                           roles_from_name)
 from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted, parameter_names
 from gradcheck_accum.lint.outline import blank_strings_and_comments
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
@@ -40,7 +41,8 @@ _ROLE_MAKERS = frozenset().union(*(c.names | {c.qualname.rsplit(".", 1)[-1]} if 
                                    for c in cat.CONSTRUCTORS)) | cat.PREPARE_METHODS | {"initialize", "compile"}
 _COUNT = frozenset({Role.ACCUMULATION_COUNT})
 _PASS = frozenset({Role.PASS_FROM_ZERO})
-_EVERY_CALLER = _COUNT | _PASS  # roles a parameter keeps only when every caller's argument has them
+_INDEX = frozenset({Role.PASS_INDEX})
+_EVERY_CALLER = _COUNT | _PASS | _INDEX  # roles a parameter keeps only when every caller's argument has them
 _BACKWARDS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 _STEPS = frozenset(api.name for api in cat.APIS if api.event is EventKind.STEP)
 _PROPERTIES = frozenset({cat.PROPERTY, "cached_property", "functools.cached_property"})  # read as attributes
@@ -497,6 +499,8 @@ class Inliner:
                         roles |= _COUNT  # kept where every caller passes N (parameter_roles)
                     if pass_from_zero(argument, ctx, walker.scope):
                         roles |= _PASS  # kept where every caller passes one (parameter_roles)
+                    if loop_index(argument, ctx):
+                        roles |= _INDEX
                     if roles:
                         self._captured[name] = self._captured.get(name, NO_ROLES) | roles
                     cls = self.class_of_expression(walker.scope, argument)

@@ -100,6 +100,7 @@ class FileModel:
                 given = {**given, "self": given.get("self", NO_ROLES) | {Role.HF_TRAINER}}
             scope.given_counts = frozenset(name for name, roles in given.items() if Role.ACCUMULATION_COUNT in roles)
             scope.given_passes = frozenset(name for name, roles in given.items() if Role.PASS_FROM_ZERO in roles)
+            scope.given_indices = frozenset(name for name, roles in given.items() if Role.PASS_INDEX in roles)
             scope.env = ChainMap({}, given, attrs, globals_env)
             ScopeWalker(scope, self.imports, {}, local_names, counter, inliner=self.inliner,
                         constants=constants).walk_block(fn.body.body, Context())

@@ -98,6 +98,7 @@ class Role(Tag):
     # the index of a caller's loop over passes that starts at 0 (`for epoch in range(args.start_epoch,
     # ...)`, default 0: `train_one_epoch(..., epoch)`): 0 in a fresh run's first pass
     PASS_FROM_ZERO = "pass-from-zero"
+    PASS_INDEX = "pass-index"  # a parameter every caller binds to the index of a loop around the call
     # an Accelerator's bound `accumulate` method (`self.accum_scope = self.accelerator.accumulate`),
     # entered later by calling it: `with self.accum_scope(model):`
     ACCUMULATE_CONTEXT = "accumulate-context"
@@ -326,6 +327,7 @@ class Scope:
     env: MutableMapping[str, frozenset[Role]] = field(default_factory=dict)
     given_counts: frozenset[str] = frozenset()  # parameters every caller binds to N (Role.ACCUMULATION_COUNT)
     given_passes: frozenset[str] = frozenset()  # parameters every caller binds to a pass index from 0
+    given_indices: frozenset[str] = frozenset()  # parameters every caller binds to a loop index (any start)
     # id(loop) -> the names bound inside it, indexed on first use once the walk is done (windows.assigned_in)
     assigned_by_loop: dict[int, frozenset[str]] | None = None
     event_orders: list[int] | None = None  # the order of each event, indexed once the walk is done (windows)
