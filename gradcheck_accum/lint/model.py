@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 from collections import ChainMap
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import ACCUM_NAME, constructor_roles, no_roles
@@ -331,7 +331,7 @@ class FileModel:
             return False  # `loss / (batch_size // n)`: multiplied by N
         if signs:
             return True
-        if _fixed_scale(scaling.factor, scaling.scope, scaling.scope.imports or self.imports, 0):
+        if _fixed_scale(scaling.factor, scaling.scope, scaling.scope.imports or self.imports, 0, self.inliner.returns):
             return False  # a world size or a loss scale: the same in every run, whatever N is
         if scaled_by_own_micro_batch(scaling, loop):
             # divided: a per-micro-batch mean; multiplied (`loss * bs`): a sum, which may be meant
@@ -775,21 +775,31 @@ def _entered_on(sync: Event) -> str | None:
 _ENTER_CONTEXT = "enter_context"  # contextlib.ExitStack: the context stays entered until the `with` ends
 
 
-def _fixed_scale(node: cst.BaseExpression, scope: Scope, imports: ImportMap, depth: int) -> bool:
+def _fixed_scale(node: cst.BaseExpression, scope: Scope, imports: ImportMap, depth: int,
+                 returns: Callable | None = None) -> bool:
     """A factor made of the number of processes (`dist.get_world_size()`), powers of two (a loss scale,
-    `2 ** self.lg_loss_scale`) and numbers, or a name every binding of which is one."""
+    `2 ** self.lg_loss_scale`) and numbers, or a name every binding of which is one, or a call of a
+    project function every return of which is one (`utils.get_world_size()`: 1 when not distributed,
+    else `dist.get_world_size()`)."""
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Power):
         return isinstance(node.left, (cst.Integer, cst.Float)) and node.left.value in cat.LOSS_SCALE_BASES
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Multiply, cst.Divide)):
-        return _fixed_scale(node.left, scope, imports, depth) and _fixed_scale(node.right, scope, imports, depth)
+        return _fixed_scale(node.left, scope, imports, depth, returns) and \
+            _fixed_scale(node.right, scope, imports, depth, returns)
     if isinstance(node, (cst.Integer, cst.Float)):
         return True
     if isinstance(node, cst.Call):
-        return (scope.imports or imports).qualify(node.func) in cat.WORLD_SIZE_FUNCTIONS
+        if (scope.imports or imports).qualify(node.func) in cat.WORLD_SIZE_FUNCTIONS:
+            return True
+        found = returns(node, scope, _END_OF_SCOPE) if returns is not None and depth < 3 and not node.args else None
+        return bool(found) and all(_fixed_scale(value, where, imports, depth + 1, returns) for value, where, _ in found)
     name = dotted(node)
     defs = scope.defs_of(name) if name is not None and depth < 3 else []
     return bool(defs) and all(d.op is DefOp.ASSIGN and d.value is not None
-                              and _fixed_scale(d.value, d.scope or scope, imports, depth + 1) for d in defs)
+                              and _fixed_scale(d.value, d.scope or scope, imports, depth + 1, returns) for d in defs)
+
+
+_END_OF_SCOPE = 1 << 62  # a program point after every other: names read as they stand at the end
 
 
 def _is_one(node: cst.BaseExpression) -> bool:
