@@ -302,6 +302,8 @@ REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
 KEEPING_CONTAINERS = frozenset({"list", "deque", "collections.deque"})
 RETAIN_GRAPH_KEYWORD = "retain_graph"  # `loss.backward(retain_graph=True)` keeps the graph for another backward
 IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid items only
+# torch criteria whose ignore_index is -100 when not given: a mean over the targets that are not -100
+DEFAULT_IGNORING_CRITERIA = frozenset({"cross_entropy", "nll_loss", "CrossEntropyLoss", "NLLLoss"})
 
 # Calls whose results are the prepared objects, element by element.
 DEEPSPEED_INITIALIZE = "deepspeed.initialize"  # -> engine, optimizer, dataloader, scheduler
@@ -373,6 +375,7 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
                                                              "log_softmax", "softmax", "index_select", "transpose",
                                                              "permute"}},
 }
+PARTIAL = "functools.partial"  # a callable that calls its first argument with the others first
 # `x.masked_select(mask)` / `torch.masked_select(x, mask)`: the items the mask sets, flattened.
 MASKED_SELECT = "masked_select"
 # Tensor methods that move, cast or reshape labels without changing which values they hold

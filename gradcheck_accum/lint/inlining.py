@@ -33,7 +33,6 @@ from gradcheck_accum.lint.walker import ScopeWalker
 MAX_DEPTH = 4  # calls walked in place within calls walked in place
 MAX_IMPLEMENTATIONS = 6  # a call to an annotated parameter is read through at most this many classes' __call__
 _SELF = ("self", "cls")
-_PARTIAL = "functools.partial"  # a callable that calls its first argument with the others first
 
 
 # Calls that make an object with a role (catalogue constructors, prepare/setup/initialize, compile)
@@ -438,7 +437,7 @@ class Inliner:
         bound = defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN else None
         imports = self._origin[id(scope)][0].imports if id(scope) in self._origin else None
         if not isinstance(bound, cst.Call) or not bound.args or bound.args[0].keyword or bound.args[0].star or \
-                (imports.qualify(bound.func) if imports is not None else None) != _PARTIAL:
+                (imports.qualify(bound.func) if imports is not None else None) != cat.PARTIAL:
             return call
         given = [a for a in bound.args[1:] if a.keyword is None and not a.star]
         named = [a for a in bound.args[1:] if a.keyword is not None or a.star]

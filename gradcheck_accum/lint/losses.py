@@ -18,7 +18,7 @@ from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, dotted, full_names, item_name,
-                                        iter_names, keyword, parameter_names, positional)
+                                        iter_names, keyword, last_part, parameter_names, positional)
 from gradcheck_accum.lint.predicates import is_accumulation_count, measures_a_tensor, parameter_value
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Def, DefOp, Guard, Role, Scope
 
@@ -424,6 +424,13 @@ class LossTracer:
             selected = _selecting_mask(positional(node, 0) or keyword(node, "input"))
             if selected is not None and not self._fixed_count(selected, scope, before, 0):
                 facts.token_level = True
+            # torch's cross-entropy skips targets of -100 unasked (`ignore_index=-100` by default): a mean
+            # over the valid targets when a collator pads or masks the batches' targets with -100
+            target = positional(node, 1) or keyword(node, "target")
+            if Role.TOKEN_LOSS not in roles and target is not None \
+                    and self._criterion_name(node, scope, before) in cat.DEFAULT_IGNORING_CRITERIA \
+                    and self._collated_with_masking(_container(_values_kept(target)), scope, 0):
+                facts.token_level = True
         if Role.TOKEN_LOSS in roles and Role.SUM_LOSS not in roles:
             # a mean over the valid items (a sum over them is no mean), unless no label can be invalid
             # (next-token labels cut from the inputs' own rows). A sentinel of the project's own
@@ -444,6 +451,16 @@ class LossTracer:
         if not (Role.CRITERION in roles or (imports.qualify(node.func) or "").startswith("torch")
                 or _is_model_like(callee) or self._is_torch_module(callee, scope)):
             facts.known = False
+
+    @staticmethod
+    def _criterion_name(call: cst.Call, scope: Scope, before: int) -> str | None:
+        """The torch function or module class a criterion call runs: `cross_entropy` of
+        `F.cross_entropy(...)`, `CrossEntropyLoss` of `criterion(...)` after `criterion = nn.CrossEntropyLoss()`."""
+        name = last_part(dotted(call.func) or "")
+        made, _ = _bound_value(call.func, scope, before)
+        if isinstance(made, cst.Call):
+            return last_part(dotted(made.func) or "")
+        return name
 
     def _counts_items(self, divisor: cst.BaseExpression, scope: Scope, before: int) -> bool:
         """A divisor that is a count of valid items, written in place or bound to a name first
@@ -606,6 +623,9 @@ class LossTracer:
             if not values:  # a function of this file (`def collate_fn(batch): ...`)
                 return self._function_writes_ignored(name)
             return any(self._masking_collator(d.value, d.scope or scope, depth + 1) for d in values)
+        if (scope.imports or self.imports).qualify(node.func) == cat.PARTIAL and node.args and depth <= 4:
+            # `partial(collate, pad_token_id=0)`: the function it calls
+            return self._masking_collator(node.args[0].value, scope, depth + 1)
         _, method = call_receiver(node)
         if method not in cat.LABEL_MASKING_COLLATORS:
             # an instance of a class of this file whose __call__ writes the ignored label
