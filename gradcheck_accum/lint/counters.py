@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gradcheck_accum.lint.bindings import loop_index
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, contains, dotted, item_name, iter_names, keyword,
                                         last_part, positional, source)
-from gradcheck_accum.lint.bindings import loop_index
 from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import BoundaryKind, guard_boundary, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Guard, Scope, Tag
@@ -183,21 +183,41 @@ def pass_length(window: Window) -> cst.BaseExpression | None:
     micro-batch. None for a loop over data, or a bound the code does not state."""
     loop = window.loop
     if isinstance(loop, cst.For):
-        source_ = loop.iter
-        while isinstance(source_, cst.Call) and call_receiver(source_)[1] in ("tqdm", "enumerate") and source_.args:
-            source_ = source_.args[0].value
+        source_ = _iterated(loop)
         starts_at_zero = isinstance(source_, cst.Call) and (len(source_.args) == 1 or (
             len(source_.args) == 2 and isinstance(source_.args[0].value, cst.Integer)
             and source_.args[0].value.value == "0"))
         if starts_at_zero and call_receiver(source_)[1] in ("range", "trange") and not window.outer:
             return source_.args[-1].value  # the whole run, not an epoch of it
         return None
-    tests = ([loop.test] if isinstance(loop, cst.While) else []) + _breaking_tests(loop)
-    for test in tests:
-        bound = _count_bound(test, window, while_test=test is getattr(loop, "test", None))
-        if bound is not None:
+    for count, bound in _exit_bounds(loop):
+        if _counted_every_micro_batch(count, window):
             return bound
     return None
+
+
+def _iterated(loop: cst.For) -> cst.BaseExpression:
+    """What a `for` loop walks, past `enumerate(...)` and `tqdm(...)`."""
+    source_ = loop.iter
+    while isinstance(source_, cst.Call) and call_receiver(source_)[1] in ("tqdm", "enumerate") and source_.args:
+        source_ = source_.args[0].value
+    return source_
+
+
+def _exit_bounds(loop: Loop) -> list[tuple[str, cst.BaseExpression]]:
+    """(count, B) for each test that ends the loop when a count reaches a bound: the loop's own
+    `while count < B` (or `<=`), or `if count >= B: break` (or `>`) directly in its body."""
+    found = []
+    own = getattr(loop, "test", None)
+    for test in ([own] if isinstance(loop, cst.While) else []) + _breaking_tests(loop):
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+            continue
+        operator, bound = test.comparisons[0].operator, test.comparisons[0].comparator
+        runs_on = (cst.LessThan, cst.LessThanEqual) if test is own else (cst.GreaterThan, cst.GreaterThanEqual)
+        count = dotted(test.left)
+        if count is not None and isinstance(operator, runs_on):
+            found.append((count, bound))
+    return found
 
 
 def _breaking_tests(loop: Loop) -> list[cst.BaseExpression]:
@@ -209,26 +229,18 @@ def _breaking_tests(loop: Loop) -> list[cst.BaseExpression]:
     return found
 
 
-def _count_bound(test: cst.BaseExpression, window: Window, while_test: bool) -> cst.BaseExpression | None:
-    """B in `count < B` (a loop's own test) or `count >= B` (a break's), where the loop adds one to
-    `count` on every micro-batch, outside any test."""
-    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
-        return None
-    operator, bound, count = test.comparisons[0].operator, test.comparisons[0].comparator, test.left
-    runs_on = (cst.LessThan, cst.LessThanEqual) if while_test else (cst.GreaterThan, cst.GreaterThanEqual)
-    name = dotted(count)
-    if not isinstance(operator, runs_on) or name is None:
-        return None
+def _counted_every_micro_batch(name: str, window: Window) -> bool:
+    """Does the loop add one to the count `name` on every micro-batch, outside any test (and no loop around
+    it set it again)?"""
     defs = window.scope.defs_of(name)
     steps = [d for d in defs if window.loop in d.ctx.loops]
     level = len(window.outer) + 1
     by = increment(steps[0], name) if len(steps) == 1 else None
     if not (isinstance(by, cst.Integer) and by.value == "1") or len(steps[0].ctx.loops) != level \
             or any(g.depth >= level for g in steps[0].ctx.guards):
-        return None
-    if any(d not in steps and any(lp in d.ctx.loops for lp in window.outer) for d in defs):
-        return None  # set again by an enclosing loop: a count of one epoch, not of the run
-    return bound
+        return False
+    # set again by an enclosing loop: a count of one epoch, not of the run
+    return not any(d not in steps and any(lp in d.ctx.loops for lp in window.outer) for d in defs)
 
 
 def step_count_bound(window: Window) -> cst.BaseExpression | None:
@@ -237,18 +249,9 @@ def step_count_bound(window: Window) -> cst.BaseExpression | None:
     one around it, where the loop adds one to `global_step` only on the boundary (under the window's
     boundary test, or `if accelerator.sync_gradients:`)."""
     for loop in window.loop_nest:
-        tests = ([loop.test] if isinstance(loop, cst.While) else []) + _breaking_tests(loop)
-        for test in tests:
-            if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
-                continue
-            operator, bound = test.comparisons[0].operator, test.comparisons[0].comparator
-            runs_on = (cst.LessThan, cst.LessThanEqual) if test is getattr(loop, "test", None) \
-                else (cst.GreaterThan, cst.GreaterThanEqual)
-            name = dotted(test.left)
-            if name is None or not isinstance(operator, runs_on):
-                continue
-            steps = [d for d in window.scope.defs_of(name) if window.loop in d.ctx.loops]
-            if steps and all(_adds_one_on_boundary(d, name, window) for d in steps):
+        for count, bound in _exit_bounds(loop):
+            steps = [d for d in window.scope.defs_of(count) if window.loop in d.ctx.loops]
+            if steps and all(_adds_one_on_boundary(d, count, window) for d in steps):
                 return bound
     return None
 
@@ -418,9 +421,7 @@ def _plus_epoch_offset(value: cst.BaseExpression, window: Window) -> bool:
 def _walked_sources(loop: Loop) -> set[str]:
     """What a `for` loop walks, as written, past `enumerate`/`tqdm`: `self.train_loader`, and for a
     call that hands it on (`metric_logger.log_every(self.train_loader, 10)`), its first argument."""
-    source_ = loop.iter if isinstance(loop, cst.For) else None
-    while isinstance(source_, cst.Call) and call_receiver(source_)[1] in ("enumerate", "tqdm") and source_.args:
-        source_ = source_.args[0].value
+    source_ = _iterated(loop) if isinstance(loop, cst.For) else None
     if isinstance(source_, cst.Call):
         source_ = positional(source_, 0)
     name = dotted(source_) if source_ is not None else None
