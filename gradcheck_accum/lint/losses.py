@@ -20,7 +20,7 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, dotted, full_names, item_name,
                                         iter_names, keyword, last_part, parameter_names, positional)
 from gradcheck_accum.lint.predicates import is_accumulation_count, measures_a_tensor, parameter_value
-from gradcheck_accum.lint.vocabulary import NO_ROLES, Def, DefOp, Guard, Role, Scope
+from gradcheck_accum.lint.vocabulary import END_OF_SCOPE, NO_ROLES, Def, DefOp, Guard, Role, Scope
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
@@ -582,7 +582,7 @@ class LossTracer:
                 dataset = positional(node, 0) or keyword(node, cat.DATASET_KEYWORD)
                 return collator is not None and self._masking_collator(collator, scope, 0) or \
                     dataset is not None and self._masking_dataset(dataset, scope, 0)
-            returned = self.returns(node, scope, _END) if self.returns is not None else None
+            returned = self.returns(node, scope, END_OF_SCOPE) if self.returns is not None else None
             if returned:  # `loader = build_dataloader(...)`: what the project function returns
                 return any(self._collated_with_masking(value, where, depth + 1) for value, where, _ in returned)
             first = positional(node, 0)  # enumerate(loader), tqdm(loader), iter(loader)
@@ -743,7 +743,6 @@ def _is_number(node: cst.BaseExpression) -> bool:
     return isinstance(node, (cst.Integer, cst.Float))
 
 
-_END = 1 << 62  # a program point after every other: a call's arguments read as they are at the end
 
 
 def _container(node: cst.BaseExpression) -> cst.BaseExpression:
@@ -838,7 +837,7 @@ def _next_tokens(labels: cst.BaseExpression, scope: Scope, before: int, depth: i
     name = dotted(labels)
     defs = scope.defs_of(name, before) if name else []
     return bool(defs) and all(d.op.rebinds and d.bound is not None and _next_tokens(
-        d.bound, d.scope or scope, _END if d.scope is not None else d.order, depth + 1) for d in defs)
+        d.bound, d.scope or scope, END_OF_SCOPE if d.scope is not None else d.order, depth + 1) for d in defs)
 
 
 def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
@@ -893,7 +892,7 @@ def _string_value(node: cst.BaseExpression, scope: Scope, before: int, depth: in
     if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].value is not None and defs[0].scope is None:
         return _string_value(defs[0].value, scope, defs[0].order, depth + 1)
     passed = parameter_value(node.value, scope)
-    return _string_value(passed[0], passed[1], _END, depth + 1) if passed is not None else None
+    return _string_value(passed[0], passed[1], END_OF_SCOPE, depth + 1) if passed is not None else None
 
 
 def _bound_value(node: cst.BaseExpression, scope: Scope, before: int) -> tuple[cst.BaseExpression, int]:

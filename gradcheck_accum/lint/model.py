@@ -28,8 +28,8 @@ from gradcheck_accum.lint.paths import decision
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
-from gradcheck_accum.lint.vocabulary import (NO_ROLES, Context, Def, DefOp, Event, EventKind, Fact, Framework,
-                                             Role, Scope)
+from gradcheck_accum.lint.vocabulary import (END_OF_SCOPE, NO_ROLES, Context, Def, DefOp, Event, EventKind, Fact,
+                                             Framework, Role, Scope)
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, exclusive, increment,
                                           inner_count, is_micro_batch_loop, loop_events, same_target,
@@ -96,7 +96,8 @@ class FileModel:
             # module's globals, which are read through, not copied: a copy of every global for every
             # function costs a file with a loop per function the square of its size.
             given = self.inliner.parameter_roles(fn, scope)
-            if owner is not None and self._derives_from_hf_trainer(ClassRef(this.path, owner)):
+            if owner is not None and self.context.project.derives_from(
+                    ClassRef(this.path, owner), cat.HF_COMPUTE_LOSS.qualified_bases, by_last_name=False):
                 given = {**given, "self": given.get("self", NO_ROLES) | {Role.HF_TRAINER}}
             scope.given_counts = frozenset(name for name, roles in given.items() if Role.ACCUMULATION_COUNT in roles)
             scope.given_passes = frozenset(name for name, roles in given.items() if Role.PASS_FROM_ZERO in roles)
@@ -115,10 +116,6 @@ class FileModel:
             self.scopes.extend(self.inliner.walk_callers())
         self.scopes.extend(self.inliner.walk_drivers())
         self.scopes.extend(self.inliner.walk_call_counted(self.scopes, _steps_on_count))
-
-    def _derives_from_hf_trainer(self, cls: ClassRef) -> bool:
-        trainers = cat.HF_COMPUTE_LOSS.qualified_bases
-        return any(isinstance(base, str) and base in trainers for base in self.context.project.mro(cls))
 
     def foreign_nodes(self) -> dict[int, tuple[cst.Call | None, Scope]]:
         """Nodes of other files that the model walked in place of calls, by id, with the call of this
@@ -367,8 +364,8 @@ class FileModel:
         neither binds nor takes it, the module's (a global set at the top of a script)."""
         own = scope.defs_of(name)
         module_scope = self.scopes[0]
-        if own or scope is module_scope or scope.module is not self.module or not isinstance(scope.node, cst.FunctionDef) \
-                or name.split(".")[0] in parameter_names(scope.node):
+        if own or scope is module_scope or scope.module is not self.module \
+                or not isinstance(scope.node, cst.FunctionDef) or name.split(".")[0] in parameter_names(scope.node):
             return [(d, scope) for d in own]
         return [(d, module_scope) for d in module_scope.defs_of(name)]
 
@@ -748,10 +745,7 @@ class FileModel:
 
     def _own_wrapper(self, scope: Scope, name: str) -> bool:
         cls = self.inliner.class_of_name(scope, name)
-        if cls is None:
-            return False
-        return not any(isinstance(base, str) and last_part(base) in cat.WRAPPERS.names
-                       for base in self.context.project.mro(cls))
+        return cls is not None and not self.context.project.derives_from(cls, cat.WRAPPERS.names)
 
     @staticmethod
     def same_iteration(scope: Scope, event: Event) -> list[Event]:
@@ -791,15 +785,12 @@ def _fixed_scale(node: cst.BaseExpression, scope: Scope, imports: ImportMap, dep
     if isinstance(node, cst.Call):
         if (scope.imports or imports).qualify(node.func) in cat.WORLD_SIZE_FUNCTIONS:
             return True
-        found = returns(node, scope, _END_OF_SCOPE) if returns is not None and depth < 3 and not node.args else None
+        found = returns(node, scope, END_OF_SCOPE) if returns is not None and depth < 3 and not node.args else None
         return bool(found) and all(_fixed_scale(value, where, imports, depth + 1, returns) for value, where, _ in found)
     name = dotted(node)
     defs = scope.defs_of(name) if name is not None and depth < 3 else []
     return bool(defs) and all(d.op is DefOp.ASSIGN and d.value is not None
                               and _fixed_scale(d.value, d.scope or scope, imports, depth + 1, returns) for d in defs)
-
-
-_END_OF_SCOPE = 1 << 62  # a program point after every other: names read as they stand at the end
 
 
 def _is_one(node: cst.BaseExpression) -> bool:

@@ -35,15 +35,15 @@ def trainer_divides(context: ProjectContext, scope: Scope, hook: cat.Hook) -> bo
     if qualname is None:
         return None
     project, cls = context.project, ClassRef(context.this.path, qualname)
-    mro = project.mro(cls)
-    if not any(isinstance(base, str) and base in hook.qualified_bases for base in mro):
+    if not project.derives_from(cls, hook.qualified_bases, by_last_name=False):
         return None
     for method in hook.takes_over:
         if project.lookup_method(cls, method) is not None:
             return None  # the project's own step decides what happens to the loss
     if not _accepts(function, hook.count_parameter):
         return True  # written for the versions before the count, which always divide
-    settings = [value for base in mro if isinstance(base, ClassRef) for value in _settings(context, base, hook)]
+    settings = [value for base in project.mro(cls) if isinstance(base, ClassRef)
+                for value in _settings(context, base, hook)]
     if settings:
         # a subclass saying the loss is already scaled (or that the model takes the count) is believed,
         # and so is one saying it is not; anything else it sets is left to it

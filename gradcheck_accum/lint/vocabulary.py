@@ -288,6 +288,9 @@ class Def:
         return self.value
 
 
+END_OF_SCOPE = 1 << 62  # a program point after every other: names read as they stand at the end
+
+
 @dataclass(eq=False)
 class Frame:
     """A function walked in place of a call to it (an inlined call): its events join the caller's

@@ -296,9 +296,11 @@ class Window:
             return None
         init, step = before[-1].bound, steps[0]
         by = increment(step, name)
+        # past an exit that ends the loop (`if updates >= total: break`), the count runs on every pass
+        passes_all = all(guard.exit is not None and guard.exit.ends_loop or skips_stretch(guard, self)
+                         for guard in step.ctx.guards)
         if not (isinstance(init, cst.Integer) and init.value in _SMALL_STARTS and isinstance(by, cst.Integer)
-                and by.value == "1" and all(guard.exit is not None and guard.exit.ends_loop or skips_stretch(guard, self)
-                                            for guard in step.ctx.guards)):
+                and by.value == "1" and passes_all):
             return None
         return int(init.value) + (1 if step.order < first_step else 0)
 

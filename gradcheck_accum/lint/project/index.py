@@ -530,11 +530,12 @@ class Project:
     def mro(self, cls: ClassRef) -> list[ClassRef | str]:
         return list(_mro(self, cls))
 
-    def derives_from(self, cls: ClassRef, qualified: Iterable[str]) -> bool:
+    def derives_from(self, cls: ClassRef, qualified: Iterable[str], by_last_name: bool = True) -> bool:
         """Does the class derive (through project classes) from one of these outside classes?
-        Matched on the qualified name or its last part when an import could not be followed."""
+        Matched on the qualified name, or (`by_last_name`) on its last part, for an import that could
+        not be followed or a class named by its last part alone."""
         wanted = set(qualified)
-        last = {name.rsplit(".", 1)[-1] for name in wanted}
+        last = {name.rsplit(".", 1)[-1] for name in wanted} if by_last_name else set()
         for base in self.mro(cls)[1:]:
             if isinstance(base, str) and (base in wanted or base.rsplit(".", 1)[-1] in last):
                 return True
