@@ -213,7 +213,7 @@ def _modulo(modulo: cst.BinaryOperation, right: cst.BaseExpression, equal: bool,
     offset: int | None = None
     if isinstance(right, cst.Integer) and right.value == "0":
         offset = _plus_one(counter)
-        if offset == 1:
+        if offset:
             counter = counter.left  # type: ignore[union-attr]
     elif isinstance(right, cst.BinaryOperation) and isinstance(right.operator, cst.Subtract) \
             and code(right.left) == code(n) and isinstance(right.right, cst.Integer) and right.right.value == "1":
@@ -362,9 +362,10 @@ def _condition_of_flush(clause: cst.BaseExpression, found: Boundary) -> cst.Base
 
 
 def _plus_one(counter: cst.BaseExpression) -> int:
-    if isinstance(counter, cst.BinaryOperation) and isinstance(counter.operator, cst.Add) \
+    """1 for `i + 1`, -1 for `i - 1`, else 0."""
+    if isinstance(counter, cst.BinaryOperation) and isinstance(counter.operator, (cst.Add, cst.Subtract)) \
             and isinstance(counter.right, cst.Integer) and counter.right.value == "1":
-        return 1
+        return 1 if isinstance(counter.operator, cst.Add) else -1
     return 0
 
 

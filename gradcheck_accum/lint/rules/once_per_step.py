@@ -273,6 +273,11 @@ class BoundaryOffByOne(Rule):
             elif start == 1 and boundary.offset == 1:
                 message = ("a 1-based counter tested with `(i + 1) % N` closes windows one micro-batch early; "
                            "test `i % N == 0`")
+            elif start + boundary.offset in (0, -1):
+                first = 1 - (start + boundary.offset)
+                message = (f"the counter starts at {start} and the test is shifted by {boundary.offset}, so the "
+                           f"first window closes after {first} micro-batch{'es' if first > 1 else ''}; test "
+                           f"`{'(i + 1) % N == 0' if start == 0 else 'i % N == 0'}`")
             else:
                 continue  # further off: how far depends on N
             yield Report(boundary.comparison, message)
