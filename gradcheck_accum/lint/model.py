@@ -114,7 +114,8 @@ class FileModel:
             self.functions.setdefault(fn.name.value, []).append(scope)
         if not self.context.alone:
             self.scopes.extend(self.inliner.walk_callers())
-        self.scopes.extend(self.inliner.walk_drivers())
+        self.driver_scopes = self.inliner.walk_drivers()  # a framework's loop around a hook of this file
+        self.scopes.extend(self.driver_scopes)
         self.scopes.extend(self.inliner.walk_call_counted(self.scopes, _steps_on_count))
 
     def foreign_nodes(self) -> dict[int, tuple[cst.Call | None, Scope]]:
@@ -490,6 +491,16 @@ class FileModel:
             for scope in self.functions.get(hook.name, []):
                 if any(last_part(base) == hook.base for base in scope.class_bases):
                     yield from ((scope, hook, facts, True) for facts in self._returned_losses(scope))
+
+    def driver_divides_token_mean(self) -> bool:
+        """Does a framework's loop walked around a hook of this file (Lightning's automatic
+        optimisation, configured to accumulate) divide a per-micro-batch mean over a varying number of
+        valid tokens by N?"""
+        drivers = {id(scope) for scope in self.driver_scopes}
+        return any(id(window.scope) in drivers and any(
+            self.backward_facts(window, backward).token_level
+            and self.divisions_by_n(self.backward_facts(window, backward), window.scope, window)
+            for backward in window.backwards) for window in self.windows)
 
     def _returned_losses(self, scope: Scope) -> Iterator[LossFacts]:
         for event in scope.events:

@@ -125,6 +125,15 @@ class MeanOfMeansTokenLoss(Rule):
                                                 f"micro-batches with few tokens; sum the loss and divide it by the "
                                                 f"window's valid-token count over N, since the framework divides by N "
                                                 f"too", scope=backward.scope)
+        # a hook whose framework loop (walked in place, configured to accumulate) divides what it returns
+        if model.driver_divides_token_mean():
+            for scope, hook, facts, divided in model.hook_losses():
+                if divided and facts.token_level and hook.framework is Framework.LIGHTNING:
+                    yield Report(scope.node.name, f"{hook.framework.display} divides the per-micro-batch mean over a "
+                                                  f"varying number of valid tokens that `{hook.name}` returns by the "
+                                                  f"accumulation steps, which over-weights micro-batches with few "
+                                                  f"tokens; return the summed loss divided by the window's valid-token "
+                                                  f"count over N")
 
 
 class LossGraphKeptAlive(Rule):
