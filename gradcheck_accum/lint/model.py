@@ -497,10 +497,12 @@ class FileModel:
         optimisation, configured to accumulate) divide a per-micro-batch mean over a varying number of
         valid tokens by N?"""
         drivers = {id(scope) for scope in self.driver_scopes}
-        return any(id(window.scope) in drivers and any(
-            self.backward_facts(window, backward).token_level
-            and self.divisions_by_n(self.backward_facts(window, backward), window.scope, window)
-            for backward in window.backwards) for window in self.windows)
+        for window in self.windows:
+            for backward in window.backwards if id(window.scope) in drivers else ():
+                facts = self.backward_facts(window, backward)
+                if facts.token_level and self.divisions_by_n(facts, window.scope, window):
+                    return True
+        return False
 
     def _returned_losses(self, scope: Scope) -> Iterator[LossFacts]:
         for event in scope.events:
