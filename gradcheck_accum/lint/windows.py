@@ -1057,15 +1057,13 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
     for guard in guards:
         if guard in window.backward_guards or _ends_run(guard, window.scope):
             continue  # the path every gradient is made on; or the run goes on only this way
-        boundary = analyze(guard.test, guard.scope or window.scope)
+        boundary = guard_boundary(guard, window.scope)  # as it holds where the event runs
         if boundary is not None and window.boundary is not None and boundary.family == window.boundary.family:
-            effective = boundary.positive == guard.positive
-            same = effective == window.boundary.positive
-            placement = BOUNDARY if same else OFF_BOUNDARY
+            placement = BOUNDARY if boundary.positive == window.boundary.positive else OFF_BOUNDARY
             if placement is BOUNDARY:
                 return BOUNDARY
         elif boundary is not None and boundary.kind is BoundaryKind.SYNC_FLAG:
-            return BOUNDARY if boundary.positive == guard.positive else OFF_BOUNDARY
+            return BOUNDARY if boundary.positive else OFF_BOUNDARY
         elif guard.exit is not None and guard.exit.ends_loop:
             continue  # past a helper's early `return` that is no boundary (`if not grads: return`): its way on
         elif skips_stretch(guard, window, variant):
