@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -449,3 +450,30 @@ def server(stdio: bool) -> None:
 from gradcheck_accum.verifier.command import verify_command  # noqa: E402
 
 main.add_command(verify_command, "verify")
+
+
+def console() -> None:
+    """The `accumcheck` command: `main`, then an exit that skips tearing the interpreter down.
+
+    Freeing every module, syntax tree and summary one at a time costs a one-file lint (what pre-commit
+    and editors run) about 40 ms, a sixth of its time, for nothing: the process is ending. The quick exit
+    is taken only when nothing else may still need the normal one: no torch (its compile workers and
+    process groups shut down from atexit handlers), no child processes, no other threads."""
+    try:
+        main()
+    except SystemExit as ending:
+        status = ending.code
+    else:  # pragma: no cover - click's standalone mode always ends with SystemExit
+        status = 0
+    if not isinstance(status, int) or "torch" in sys.modules or "multiprocessing" in sys.modules:
+        sys.exit(status)
+    import threading
+
+    if threading.active_count() > 1:
+        sys.exit(status)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):  # a reader gone, or a stream closed: the output is done either way
+        pass
+    os._exit(status)

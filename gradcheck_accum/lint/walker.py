@@ -605,12 +605,24 @@ def _declared_global(function: cst.FunctionDef) -> frozenset[str]:
     names, stack = set(), list(function.body.body)
     while stack:
         node = stack.pop()
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            continue
-        if isinstance(node, (cst.Global, cst.Nonlocal)):
+        kind = type(node)
+        if kind is cst.Global or kind is cst.Nonlocal:
             names.update(item.name.value for item in node.names)
-        stack.extend(children(node))
+        elif kind is not cst.FunctionDef and kind is not cst.ClassDef and _may_hold_statements(kind):
+            stack.extend(children(node))
     return frozenset(names)
+
+
+_HOLDS_STATEMENTS: dict[type, bool] = {}
+
+
+def _may_hold_statements(kind: type) -> bool:
+    """Can a node of this type contain a statement? Not an expression, nor a small statement other than
+    `global`/`nonlocal` (so a walk for those skips all expressions); answered once per type."""
+    known = _HOLDS_STATEMENTS.get(kind)
+    if known is None:
+        known = _HOLDS_STATEMENTS[kind] = not issubclass(kind, (cst.BaseExpression, cst.BaseSmallStatement))
+    return known
 
 
 def _bound_method_read(value: cst.BaseExpression) -> Api | None:

@@ -97,6 +97,20 @@ def test_console_script_exit_codes(tmp_path):
     assert subprocess.run([exe, "lint", "t.py"], cwd=tmp_path, capture_output=True).returncode == 0
 
 
+def test_console_script_output_and_cache_survive_its_quick_exit(tmp_path):
+    """The console script ends without tearing the interpreter down (cli.console): whatever was still
+    buffered for a pipe, and the cache, must be complete all the same."""
+    exe = Path(sys.executable).with_name("accumcheck")
+    for index in range(40):
+        (tmp_path / f"t{index:02d}.py").write_text(BUGGY)
+    runs = [subprocess.run([exe, "lint", "--format", "json", "."], cwd=tmp_path, capture_output=True, text=True)
+            for _ in range(2)]  # the second from the cache the first wrote
+    assert [run.returncode for run in runs] == [1, 1]
+    first, second = (json.loads(run.stdout) for run in runs)
+    assert len(first) == 40 and sorted(f["filename"] for f in first) == sorted(f["filename"] for f in second)
+    assert (tmp_path / ".accumcheck_cache").is_dir()
+
+
 def test_libcst_is_imported_only_when_a_file_needs_parsing(tmp_path):
     """A pre-commit run over files with no training loop never pays libcst's import (~0.2 s)."""
     (tmp_path / "util.py").write_text("def add(a, b):\n    return a + b\n")
