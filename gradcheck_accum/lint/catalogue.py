@@ -264,6 +264,9 @@ CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS,
 # module it compiled; its state_dict keys carry the `_orig_mod.` prefix.
 COMPILED_CLASS = "OptimizedModule"
 COMPILED_INNER = "_orig_mod"
+# The attributes that reach the whole module a wrapper holds: DDP, DataParallel and FSDP's `module`,
+# and a compiled module's `_orig_mod`.
+WRAPPED_MODULE_ATTRIBUTES = frozenset({"module", COMPILED_INNER})
 # What makes a factor a clipping factor (Api.clips_by_factor): it is computed from a gradient norm, or
 # capped at 1 (`(max_norm / norm).clamp(max=1)`, `min(1.0, max_norm / norm)`).
 NORM_FUNCTIONS = frozenset({"norm", "vector_norm", "clip_grad_norm_", "get_total_norm"})

@@ -547,7 +547,8 @@ def same_target(zero: Event, step: Event, scope: Scope | None = None) -> bool:
     if zero.target is not None and step.target is not None and scope is not None and zero.model_wide:
         # `gpu_model.zero_grad()` while the optimizer steps another model's parameters
         # (`Adam(cpu_model.parameters())`, gradients copied over before the clear)
-        return not _separate_models(_parameters_owner(zero.target, scope), _stepped_model(step.target, scope), scope)
+        cleared, stepped = _parameters_owner(zero.target, scope), _stepped_model(step.target, scope)
+        return not _separate_models(cleared, stepped, scope) and not _submodule_of(cleared, stepped)
     if zero.model_wide or zero.target is None or step.target is None:
         return True
     if zero.target == step.target:
@@ -556,6 +557,16 @@ def same_target(zero: Event, step: Event, scope: Scope | None = None) -> bool:
         return False
     root = _alias_root(zero.target, scope, 0)
     return root is not None and root == _alias_root(step.target, scope, 0)
+
+
+def _submodule_of(cleared: str, model: str | None) -> bool:
+    """Is `cleared` one part of `model` (`model.teacher` of `model`), not the whole of it reached through
+    a wrapper (`model.module`, `model._orig_mod`)? Clearing one submodule's gradients (an EMA teacher's,
+    a frozen encoder's) may well be meant; whether the rest of the model keeps its gradients cannot be
+    told here."""
+    if model is None or not cleared.startswith(model + "."):
+        return False
+    return any(part not in cat.WRAPPED_MODULE_ATTRIBUTES for part in cleared[len(model) + 1:].split("."))
 
 
 def _stepped_model(optimizer: str, scope: Scope) -> str | None:

@@ -42,7 +42,7 @@ class ZeroGradEveryMicroBatch(Rule):
                                                 description="Clear gradients after the step"))
                 if window.placement(zero) is not Placement.EVERY or not window.inside(zero):
                     continue
-                same = [step for step in steps if same_target(zero, step)]
+                same = [step for step in steps if same_target(zero, step, window.scope)]
                 if same and window.clears_before_step(zero) is None and not window.clears_before_next_step(zero):
                     fix = move_statement(window, zero, same[0], after=True, description="Clear gradients after the step")
                     yield Report(zero.node, "gradients are cleared on every micro-batch but the optimizer steps once "
