@@ -425,8 +425,13 @@ COUNT_KEEPING_FUNCTIONS = frozenset({"int", "float", "max"})
 ROUNDING_FUNCTIONS = frozenset({"round", "ceil", "floor", "min"})  # `math.ceil(l * ratio)`: a number still
 SUM_FUNCTION = "sum"  # the builtin: `sum(loss_dict.values())` adds loss terms
 NEXT_BATCH_FUNCTION = "next"  # `batch = next(it)`: a new micro-batch each time it runs
-# The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value.
+# The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value ...
 IGNORED_LABEL = -100
+# ... except for the heads whose class name ends so: a CTC head (Wav2Vec2ForCTC, HubertForCTC,
+# AutoModelForCTC) pads labels with IGNORED_LABEL too, but its loss is a sum over utterances, or with
+# `ctc_loss_reduction="mean"` each utterance's loss over its own target length averaged over the batch:
+# never a mean over a varying number of labelled tokens.
+PER_SEQUENCE_LOSS_HEADS = ("ForCTC",)
 # How code writes a value into tensor items: the keyword naming it, or a call whose arguments hold it.
 FILL_KEYWORDS = frozenset({"padding_value", "value", "fill_value", "pad_value"})
 FILL_METHODS = frozenset({"masked_fill", "masked_fill_", "fill_", "full", "full_like", "new_full", "where"})

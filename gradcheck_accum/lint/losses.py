@@ -541,6 +541,8 @@ class LossTracer:
         if isinstance(outputs, cst.Call):
             calls.append(outputs)
         for call in calls:
+            if self._per_sequence_head(dotted(call.func), scope):
+                continue
             labels = keyword(call, "labels")
             name = dotted(labels)
             if name and self._labels_masked(name, scope, 0):
@@ -551,6 +553,12 @@ class LossTracer:
             if any(self._collated_with_masking(batch, scope, 0) for batch in given):
                 return True
         return False
+
+    def _per_sequence_head(self, model: str | None, scope: Scope) -> bool:
+        """Is the model built (here, at module level, or in any method for `self.x`) by a Hugging Face
+        head whose loss is not a mean over labelled tokens (catalogue.PER_SEQUENCE_LOSS_HEADS)?"""
+        return any(part.endswith(cat.PER_SEQUENCE_LOSS_HEADS) for constructor, _, _ in self._constructors(model, scope)
+                   for part in (dotted(constructor.func) or "").split("."))
 
     def _labels_masked(self, name: str, scope: Scope, depth: int) -> bool:
         """Does the name hold labels with items set to the ignored label: `y[...] = -100` here, or in

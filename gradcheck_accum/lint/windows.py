@@ -572,10 +572,16 @@ def _submodule_of(cleared: str, model: str | None) -> bool:
 def _stepped_model(optimizer: str, scope: Scope) -> str | None:
     """The model whose parameters an optimizer bound once here was built on: `cpu_model` of
     `opt = Adam(cpu_model.parameters(), lr=...)`."""
-    defs = scope.defs_of(optimizer)
+    # `optimizer = accelerator.prepare(optimizer)` (or unpacked from a prepare of several) wraps the same
+    # parameters: the construction is the one binding left
+    defs = [d for d in scope.defs_of(optimizer) if not (isinstance(d.value, cst.Call) and any(
+        dotted(argument.value) == optimizer for argument in d.value.args))]
     if len(defs) != 1 or defs[0].op is not DefOp.ASSIGN or not isinstance(defs[0].value, cst.Call):
         return None
-    found = _parameters_call(positional(defs[0].value, 0) or keyword(defs[0].value, "params"))
+    params = positional(defs[0].value, 0) or keyword(defs[0].value, "params")
+    if isinstance(params, cst.Call) and call_receiver(params) == (None, "list") and len(params.args) == 1:
+        params = params.args[0].value  # `list(model.parameters())`
+    found = _parameters_call(params)
     return found[0] if found is not None else None
 
 
