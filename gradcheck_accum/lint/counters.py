@@ -173,15 +173,20 @@ def _quotient_bound(node: cst.BaseExpression, before: list[cst.BaseStatement]) -
 def _breaks_out(statement: cst.If, exits: tuple[type, ...] | None = None) -> bool:
     """`if <test>: break` (or another of `exits`) with no else."""
     exits = exits or (cst.Break,)  # libcst is read on the first call, never on import
-    return statement.orelse is None and any(isinstance(small, exits) for line in statement.body.body
-                                            if isinstance(line, cst.SimpleStatementLine) for small in line.body)
+    if isinstance(statement.body, cst.SimpleStatementSuite):  # `if count >= B: break` on one line
+        smalls = list(statement.body.body)
+    else:
+        smalls = [small for line in statement.body.body if isinstance(line, cst.SimpleStatementLine)
+                  for small in line.body]
+    return statement.orelse is None and any(isinstance(small, exits) for small in smalls)
 
 
 def pass_length(window: Window) -> cst.BaseExpression | None:
     """How many micro-batches one pass over the loop walks, when the loop states it as a bound:
     `range(B)`, `while count < B`, or `if count >= B: break` on a count the loop adds one to on every
-    micro-batch. None for a loop over data, or a bound the code does not state."""
-    loop = window.loop
+    micro-batch; also where that test ends the run around an epoch loop over data (`while count < B`
+    outside it, `if count >= B: return` in it). None for a bound the code does not state."""
+    loop, nest = window.loop, window.loop_nest
     if isinstance(loop, cst.For):
         source_ = _iterated(loop)
         starts_at_zero = isinstance(source_, cst.Call) and (len(source_.args) == 1 or (
@@ -189,8 +194,12 @@ def pass_length(window: Window) -> cst.BaseExpression | None:
             and source_.args[0].value.value == "0"))
         if starts_at_zero and call_receiver(source_)[1] in ("range", "trange") and not window.outer:
             return source_.args[-1].value  # the whole run, not an epoch of it
-        return None
-    for count, bound in _exit_bounds(loop):
+    bounds = _exit_bounds(loop) if isinstance(loop, cst.While) or loop is nest[0] else []
+    if loop is not nest[0]:
+        bounds += _exit_bounds(nest[0])  # the outermost loop's exits end the run
+    for each in nest:
+        bounds += _exit_bounds(each, exits=(cst.Return,), own_test=False)
+    for count, bound in bounds:
         if _counted_every_micro_batch(count, window):
             return bound
     return None
@@ -204,12 +213,14 @@ def _iterated(loop: cst.For) -> cst.BaseExpression:
     return source_
 
 
-def _exit_bounds(loop: Loop) -> list[tuple[str, cst.BaseExpression]]:
+def _exit_bounds(loop: Loop, exits: tuple[type, ...] | None = None,
+                 own_test: bool = True) -> list[tuple[str, cst.BaseExpression]]:
     """(count, B) for each test that ends the loop when a count reaches a bound: the loop's own
-    `while count < B` (or `<=`), or `if count >= B: break` (or `>`) directly in its body."""
+    `while count < B` (or `<=`, unless not `own_test`), or `if count >= B: break` (or `>`; another of
+    `exits`) directly in its body."""
     found = []
-    own = getattr(loop, "test", None)
-    for test in ([own] if isinstance(loop, cst.While) else []) + _breaking_tests(loop):
+    own = loop.test if own_test and isinstance(loop, cst.While) else None
+    for test in ([own] if own is not None else []) + _breaking_tests(loop, exits):
         if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
             continue
         operator, bound = test.comparisons[0].operator, test.comparisons[0].comparator
@@ -220,11 +231,11 @@ def _exit_bounds(loop: Loop) -> list[tuple[str, cst.BaseExpression]]:
     return found
 
 
-def _breaking_tests(loop: Loop) -> list[cst.BaseExpression]:
-    """The tests of `if <test>: break` statements directly in the loop's body."""
+def _breaking_tests(loop: Loop, exits: tuple[type, ...] | None = None) -> list[cst.BaseExpression]:
+    """The tests of `if <test>: break` (or another of `exits`) statements directly in the loop's body."""
     found = []
     for statement in loop.body.body:
-        if isinstance(statement, cst.If) and _breaks_out(statement):
+        if isinstance(statement, cst.If) and _breaks_out(statement, exits):
             found.append(statement.test)
     return found
 
