@@ -241,14 +241,19 @@ class FileModel:
     @staticmethod
     def _restarts_each_window(window: Window, total: Event) -> bool:
         """Is the total bound anew around a nested micro-step loop, in the loop that runs one window
-        per iteration, or on the boundary of a guarded window?"""
+        per iteration, or on the boundary of a guarded window; or, for a loop that never steps (the
+        whole loop is one window: a closure given to `optimizer.step(closure)`, a full-batch pass with
+        the step after it), before that loop outside any loop?"""
         if not total.target:
             return False
         boundary = {(id(g.owner), g.positive) for step in window.boundary_steps for g in step.ctx.guards}
         around = {(id(g.owner), g.positive) for g in total.ctx.guards}  # what the total runs under
+        whole_loop = not window.steps and not window.outer
         for d in window.scope.defs_of(total.target, total.order):
             if not d.op.rebinds:
                 continue
+            if whole_loop and not d.ctx.loops:
+                return True
             if window.shape is WindowShape.NESTED and window.outer and window.outer[-1] in d.ctx.loops \
                     and window.loop not in d.ctx.loops and {(id(g.owner), g.positive) for g in d.ctx.guards} <= around:
                 return True
