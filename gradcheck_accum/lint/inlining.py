@@ -785,6 +785,12 @@ class Inliner:
             return self._callables[id(scope)][name]
         return self.project.resolve_call(FunctionRef(module.path, qualname), name)
 
+    def called_function(self, scope: Scope, node: cst.BaseExpression) -> cst.FunctionDef | None:
+        """The syntax of what callable_of_expression says calling the value runs."""
+        ref = self.callable_of_expression(scope, node)
+        loaded = self.context.load(ref.path) if ref is not None else None
+        return loaded.functions.get(ref.qualname) if loaded is not None else None
+
     def class_of_expression(self, scope: Scope, node: cst.BaseExpression) -> ClassRef | None:
         """The project class of the object an expression names: a parameter bound to one, a name or
         `self.x` bound to a constructor call of one."""

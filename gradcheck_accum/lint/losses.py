@@ -18,7 +18,7 @@ from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, dotted, full_names, item_name,
-                                        iter_names, keyword, last_part, parameter_names, positional)
+                                        iter_calls, iter_names, keyword, last_part, parameter_names, positional)
 from gradcheck_accum.lint.predicates import is_accumulation_count, measures_a_tensor, parameter_value
 from gradcheck_accum.lint.vocabulary import END_OF_SCOPE, NO_ROLES, Def, DefOp, Guard, Role, Scope
 
@@ -77,20 +77,25 @@ Returns = Callable[["cst.Call", Scope, int], "list[tuple[cst.BaseExpression, Sco
 # The syntax of the training program's files (this one and the project modules it imports) whose
 # text holds a token: where labels get their ignored value written.
 Program = Callable[[str], "list[cst.Module]"]
+# What calling a value runs, when that is a project function (or a project class's `__call__`): its syntax.
+Called = Callable[["Scope", "cst.BaseExpression"], "cst.FunctionDef | None"]
 
 
 class LossTracer:
     def __init__(self, module: cst.Module, imports: ImportMap, scopes: list[Scope],
-                 returns: Returns | None = None, program: Program | None = None) -> None:
+                 returns: Returns | None = None, program: Program | None = None,
+                 called: Called | None = None) -> None:
         self.module, self.imports, self.scopes = module, imports, scopes
         self.module_scopes = [s for s in scopes if s.node is module]
         self.returns = returns
+        self.called = called
         self.program = program or (lambda token: [module] if token in module.code else [])
         self._returning = 0  # how many project functions' returns are being read
         self._writes: dict[str, bool] = {}
         # (id(scope), name) -> whether a batch of that name comes from a label-masking collator, over
         # all its bindings: `batch` is bound by every loop of a file, and each loss read it again
         self._masked_batches: dict[tuple[int, str], bool] = {}
+        self._calls_by_callee: dict[str, list[tuple[cst.Call, Scope]]] | None = None  # this file's calls, by callee
         self._guards: tuple[Guard, ...] = ()  # the conditions of the definition being read
 
     def facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
@@ -606,18 +611,51 @@ class LossTracer:
         return self._collated_names_masking(name, scope, depth)
 
     def _collated_names_masking(self, name: str, scope: Scope, depth: int) -> bool:
-        """Does any binding of the name hold such a batch or loader?"""
-        for d in scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else []):
+        """Does any binding of the name hold such a batch or loader? For a parameter nothing binds here,
+        what the file's calls of the function pass it (`main_loop(model, train_loader, ...)`)."""
+        defs = scope.defs_of(name)
+        if not defs and depth <= 6 and any(self._collated_with_masking(argument, caller, depth + 1)
+                                           for argument, caller in self._passed_to(name, scope)):
+            return True
+        for d in defs or (self.module_scopes[0].defs_of(name) if self.module_scopes else []):
             value = d.value
-            if d.op is DefOp.UNPACK:
-                if not (isinstance(value, cst.Call) and call_receiver(value)[1] in cat.PREPARE_METHODS
-                        and d.index is not None):
+            if d.op is DefOp.UNPACK and isinstance(value, cst.Call) and call_receiver(value)[1] in cat.PREPARE_METHODS:
+                if d.index is None:
                     continue
                 value = positional(value, d.index)  # `model, loader = accelerator.prepare(model, loader)`
+            # else `x, y = batch` or `= next(it)`: a part of the batch, read as the batch itself (as a loop's
+            # `for x, y in loader` is)
             if value is not None and d.op in (DefOp.ASSIGN, DefOp.UNPACK, DefOp.LOOP_TARGET) \
                     and self._collated_with_masking(value, d.scope or scope, depth + 1):
                 return True
         return False
+
+    def _passed_to(self, name: str, scope: Scope) -> list[tuple[cst.BaseExpression, Scope]]:
+        """For a parameter of a plain function of this file walked on its own, the argument each call
+        of it in the file's other functions binds to it, with the calling scope."""
+        function = scope.node
+        if scope.frame is not None or scope.owner is not None or not isinstance(function, cst.FunctionDef):
+            return []
+        params = function.params
+        positional_names = [p.name.value for p in [*params.posonly_params, *params.params]]
+        if name not in positional_names and all(p.name.value != name for p in params.kwonly_params):
+            return []
+        if self._calls_by_callee is None:
+            self._calls_by_callee = {}
+            for caller in self.scopes:
+                if caller.frame is None and caller.node is not function and isinstance(caller.node, cst.FunctionDef):
+                    for call in iter_calls(caller.node.body):
+                        self._calls_by_callee.setdefault(dotted(call.func) or "", []).append((call, caller))
+        passed = []
+        for call, caller in self._calls_by_callee.get(function.name.value, []):
+            if any(argument.star for argument in call.args):
+                continue  # `f(*args, **kwargs)`: which argument lands where is not written here
+            argument = keyword(call, name)
+            if argument is None and name in positional_names:
+                argument = positional(call, positional_names.index(name))
+            if argument is not None:
+                passed.append((argument, caller))
+        return passed
 
     def _masking_collator(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
         """A collator of the catalogue that masks labels, or a function of this file that writes the
@@ -628,16 +666,16 @@ class LossTracer:
                 return False
             defs = scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else [])
             values = [d for d in defs if d.op is DefOp.ASSIGN and d.value is not None]
-            if not values:  # a function of this file (`def collate_fn(batch): ...`)
-                return self._function_writes_ignored(name)
+            if not values:  # a function of this file (`def collate_fn(batch): ...`), or of another module
+                return self._function_writes_ignored(name) or self._runs_ignored_writer(node, scope)
             return any(self._masking_collator(d.value, d.scope or scope, depth + 1) for d in values)
         if (scope.imports or self.imports).qualify(node.func) == cat.PARTIAL and node.args and depth <= 4:
             # `partial(collate, pad_token_id=0)`: the function it calls
             return self._masking_collator(node.args[0].value, scope, depth + 1)
         _, method = call_receiver(node)
         if method not in cat.LABEL_MASKING_COLLATORS:
-            # an instance of a class of this file whose __call__ writes the ignored label
-            return self._function_writes_ignored(_CALL_METHOD, of_class=method)
+            # an instance of a class of this file (or of another module) whose __call__ writes the ignored label
+            return self._function_writes_ignored(_CALL_METHOD, of_class=method) or self._runs_ignored_writer(node, scope)
         switch = cat.LABEL_MASKING_COLLATORS[method]
         value = keyword(node, switch) if switch else None
         return value is None or isinstance(value, cst.Name) and value.value == "True"
@@ -675,6 +713,12 @@ class LossTracer:
         return any(s.name == name and s.frame is None
                    and (of_class is None or s.owner is not None and s.owner.name.value == of_class)
                    and _writes_ignored_label(s.node) for s in self.scopes)
+
+    def _runs_ignored_writer(self, node: cst.BaseExpression, scope: Scope) -> bool:
+        """Does calling this value run a project function (or `__call__` of a project class's instance)
+        that writes the ignored label: the collate_fn a loader built in another module is given?"""
+        function = self.called(scope, node) if self.called is not None else None
+        return function is not None and _writes_ignored_label(function)
 
     def _is_torch_module(self, name: str | None, scope: Scope) -> bool:
         """A name bound in this scope to one of torch's modules (`cos = torch.nn.CosineSimilarity()`):

@@ -64,7 +64,8 @@ class FileModel:
         self.scopes: list[Scope] = []
         self.functions: dict[str, list[Scope]] = {}
         self._build()
-        self._losses = LossTracer(module, self.imports, self.scopes, self.inliner.returns, self.context.program)
+        self._losses = LossTracer(module, self.imports, self.scopes, self.inliner.returns, self.context.program,
+                                  self.inliner.called_function)
 
     # -- construction -----------------------------------------------------------------------------
     def _build(self) -> None:
