@@ -173,7 +173,28 @@ def _python_lines(source: str, token: str, ipython: list[str]) -> list[str]:
 
 def _is_ipython(stripped: str) -> bool:
     return stripped.startswith(("%", "!", "?", "/", ",", ";")) or _HELP.fullmatch(stripped) is not None \
-        or _ASSIGNED_COMMAND.match(stripped) is not None and not stripped.startswith("#")
+        or _ASSIGNED_COMMAND.match(stripped) is not None and not stripped.startswith("#") \
+        or _is_automagic(stripped)
+
+
+# Line magics (and IPython's default shell aliases) that IPython's automagic runs without their `%`
+# (`cd VL-T5`, `pip install peft`): a line starting with one is a command when it is not Python.
+_AUTOMAGICS = frozenset({"cd", "pwd", "pip", "conda", "mamba", "env", "set_env", "ls", "mkdir", "rmdir", "rm", "cp",
+                         "mv", "cat", "less", "man", "clear", "load_ext", "reload_ext", "matplotlib", "autoreload",
+                         "time", "timeit", "run", "who", "whos", "reset", "bookmark", "dhist", "pushd", "popd"})
+
+
+def _is_automagic(stripped: str) -> bool:
+    word = stripped.split(None, 1)[0] if stripped else ""
+    if word not in _AUTOMAGICS or stripped.endswith((":", "\\")):
+        return False  # a block header or a continued line is Python's to judge, whole
+    try:
+        compile(stripped, "<cell line>", "exec")
+    except SyntaxError:
+        return True
+    except (ValueError, OverflowError, MemoryError, RecursionError):  # null bytes, a huge literal
+        return False
+    return False
 
 
 class _LineState:

@@ -112,6 +112,18 @@ def test_shell_and_magic_continuation_lines_and_line_separators_in_strings():
     assert findings(text) == [(3, 2, "ACC101")]
 
 
+def test_automagic_commands_without_their_percent_sign_are_ipython_and_python_using_those_names_is_not():
+    text = make_notebook(
+        ("code", "!git clone https://github.com/example/project\ncd project\npip install -e .\n"),
+        ("code", "import time\ntime.sleep(1)\nls = ['a', 'b']\nimport torch\n"
+                 "optimizer = torch.optim.AdamW(model.parameters())\n"),
+        ("code", LOOP),
+    )
+    assert findings(text) == [(3, 2, "ACC101")]
+    assert "cd project" not in notebooks.load(text).program  # the command is out of the program
+    assert "time.sleep(1)" in notebooks.load(text).program  # the module of that name is Python
+
+
 def test_modulo_continuing_an_open_bracket_is_python_and_an_indented_command_keeps_its_block():
     cell = ("import torch\noptimizer = torch.optim.AdamW(model.parameters())\n"
             "for i, batch in enumerate(loader):\n"
