@@ -388,7 +388,14 @@ LABEL_KEEPING_METHODS = frozenset({"view", "reshape", "contiguous", "flatten", "
 # Tensor methods that keep which items of a mask are set, up to a fixed number of copies
 # (`mask.unsqueeze(-1).repeat(1, 1, d).float()`): a mask with a fixed count keeps one.
 MASK_KEEPING_METHODS = LABEL_KEEPING_METHODS | frozenset({"float", "bool", "half", "bfloat16", "type_as", "repeat",
-                                                          "expand", "expand_as"})
+                                                          "expand", "expand_as", "repeat_interleave", "tile"})
+# Tests for values that are not numbers (`mask = ~torch.isnan(losses)`): a mask of the finite values counts
+# every item but those of a step that failed anyway, not a number the data chooses.
+FINITE_TESTS = frozenset({"isnan", "isfinite", "isinf"})
+# Functions that resize a mask given first by fixed factors (`F.interpolate(mask, size)` from a patch grid
+# to pixels, nearest by default): a mask with a fixed count keeps a fixed count (to within rounding when
+# a factor is not whole).
+MASK_RESIZING_FUNCTIONS = frozenset({"interpolate", "upsample", "upsample_nearest", "repeat_interleave", "tile"})
 # Factors a loss is scaled by that never normalise a window: the number of processes
 # (`loss * dist.get_world_size()` undoes DDP's mean over ranks) and a power of two (a hand-rolled fp16
 # loss scale, `(loss * 2 ** lg_loss_scale).backward()`, undone before the step).

@@ -476,7 +476,7 @@ class LossTracer:
         count, at = _bound_value(_count_kept(divisor), scope, before)
         if not _is_count_of_items(count):
             return False
-        counted = _counted(count)
+        counted = _counted(count, scope.imports or self.imports)
         labels = _compared_with_sentinel(counted)
         if labels is not None:
             return not _next_tokens(labels, scope, at, 0)
@@ -492,6 +492,8 @@ class LossTracer:
         if depth > 10:
             return False
         mask = _values_kept(mask, cat.MASK_KEEPING_METHODS)
+        if isinstance(mask, cst.UnaryOperation) and isinstance(mask.operator, (cst.BitInvert, cst.Not)):
+            mask = mask.expression  # `~torch.isnan(x)`: the complement of a fixed count is fixed
         if isinstance(mask, cst.Call):
             return self._fixed_count_made(mask, scope, before, depth)
         name = dotted(mask)
@@ -524,6 +526,10 @@ class LossTracer:
         qualified = (scope.imports or self.imports).qualify(call.func)
         if method in cat.CONSTANT_FILLS and qualified is not None:
             return True  # a module's constructor: `torch.ones(n, l)`, `np.zeros(l)`
+        if method in cat.FINITE_TESTS:
+            return True  # `torch.isnan(losses)`, `losses.isfinite()`
+        if method in cat.MASK_RESIZING_FUNCTIONS and qualified is not None and call.args:
+            return self._fixed_count(call.args[0].value, scope, before, depth + 1)
         if qualified is not None and method in cat.PERMUTING_READS | cat.SCATTERS:
             receiver = positional(call, 0)  # `torch.gather(mask, 1, index)`: the operand comes first
             arguments = call.args[1:]
@@ -1255,8 +1261,9 @@ def _is_size(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
         and call_receiver(node)[1] in cat.SIZE_FUNCTIONS
 
 
-def _counted(node: cst.BaseExpression) -> cst.BaseExpression | None:
-    """What a count counts: `mask` in `mask.sum()`, `torch.sum(mask)`, `x` in `x.size(0)`, `len(x)`, `x.shape[0]`."""
+def _counted(node: cst.BaseExpression, imports: ImportMap | None = None) -> cst.BaseExpression | None:
+    """What a count counts: `mask` in `mask.sum()`, `torch.sum(mask)`, `x` in `x.size(0)`, `len(x)`, `x.shape[0]`.
+    With the imports, `mask.sum(dim)` is told from `torch.sum(mask)` by whether the receiver is a module."""
     if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute) \
             and node.value.attr.value == cat.SHAPE_ATTRIBUTE:
         return node.value.value
@@ -1264,7 +1271,8 @@ def _counted(node: cst.BaseExpression) -> cst.BaseExpression | None:
         return None
     receiver, method = call_receiver(node)
     first = positional(node, 0)
-    if isinstance(receiver, cst.Name) and first is not None and not _is_number(first):
+    if isinstance(receiver, cst.Name) and first is not None and not _is_number(first) \
+            and (imports is None or imports.qualify(node.func) is not None):
         receiver = first  # a module's function, `torch.sum(mask)`: the operand is its argument
     if receiver is None:
         return positional(node, 0) if method in cat.SIZE_FUNCTIONS else None
