@@ -131,12 +131,14 @@ def guard_boundary(guard: Guard, scope: Scope) -> Boundary | None:
 def _overridden_flag(defs: list[Def], scope: Scope, depth: int) -> Boundary | None:
     """A flag set to a boolean, then to the other boolean under one `if` just after it
     (`step_optimizer = True` / `if (i + 1) % N != 0: step_optimizer = False`): the flag is that test,
-    or its negation. Any other shape of rebinding is unknown."""
+    or its negation. Or set to True, then to a periodic test where N is more than one
+    (`update = True` / `if N > 1: update = (i + 1) % N == 0`): that test, since with one micro-batch
+    per window every micro-batch is a boundary. Any other shape of rebinding is unknown."""
     if len(defs) != 2 or any(d.op is not DefOp.ASSIGN or d.index is not None for d in defs):
         return None
     first, second = sorted(defs, key=lambda d: d.order)
     values = [_boolean(d.value) for d in (first, second)]
-    if None in values or values[0] == values[1] or second.scope is not None or first.scope is not None:
+    if second.scope is not None or first.scope is not None:
         return None
     outer, inner = first.ctx, second.ctx
     if (inner.loops != outer.loops or len(inner.guards) != len(outer.guards) + 1
@@ -144,6 +146,15 @@ def _overridden_flag(defs: list[Def], scope: Scope, depth: int) -> Boundary | No
         return None
     guard = inner.guards[-1]
     if guard.exit is not None:
+        return None
+    if values[0] is True and values[1] is None:
+        found = analyze(second.value, scope, depth + 1)
+        if found is None or found.n is None or not found.positive:
+            return None
+        many, one = compares_n_with_one(guard.test, lambda node: code(node) == code(found.n))
+        return found if (many, one) == ((Count.MANY, Count.ONE) if guard.positive else (Count.ONE, Count.MANY)) \
+            else None
+    if None in values or values[0] == values[1]:
         return None
     found = analyze(guard.test, guard.scope or scope, depth + 1)
     if found is None:
