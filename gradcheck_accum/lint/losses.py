@@ -1141,6 +1141,21 @@ def scaled_by_own_micro_batch(scaling: Scaling, loop: Loop | None) -> bool:
     return _of_own_sizes(scaling.factor, scaling.scope, loop) or _divided_by_own_count(scaling, loop)
 
 
+def row_width(factor: cst.BaseExpression) -> bool:
+    """`targets.size(1)`, `x.shape[-1]`: a size along a dimension given as a number other than the first
+    (the rows of the batch). A mean times it is a sum along each row, and still a mean over the rows."""
+    if isinstance(factor, cst.Subscript) and isinstance(factor.value, cst.Attribute) \
+            and factor.value.attr.value == cat.SHAPE_ATTRIBUTE and len(factor.slice) == 1 \
+            and isinstance(factor.slice[0].slice, cst.Index):
+        dim = factor.slice[0].slice.value
+    elif isinstance(factor, cst.Call) and call_receiver(factor)[1] == "size" and call_receiver(factor)[0] is not None \
+            and len(factor.args) == 1:
+        dim = factor.args[0].value
+    else:
+        return False
+    return _is_number(dim) and code(dim).replace(" ", "") not in ("0", "-0")
+
+
 def _of_own_sizes(factor: cst.BaseExpression, scope: Scope, loop: Loop | None) -> bool:
     """A count or size of the micro-batch, or a product or ratio of those and numbers."""
     if isinstance(factor, cst.BinaryOperation) and isinstance(factor.operator, (cst.Multiply, cst.Divide)):

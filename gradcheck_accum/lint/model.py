@@ -19,8 +19,8 @@ from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.project import ClassRef
-from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returned_loss, scaled_by_own_micro_batch,
-                                         summed_loss_name, varies_per_micro_batch)
+from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returned_loss, row_width,
+                                         scaled_by_own_micro_batch, summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
                                         iter_calls, keyword, last_part, parameter_names, positional, source,
                                         walk)
@@ -337,6 +337,8 @@ class FileModel:
             return True
         if _fixed_scale(scaling.factor, scaling.scope, scaling.scope.imports or self.imports, 0, self.inliner.returns):
             return False  # a world size or a loss scale: the same in every run, whatever N is
+        if not scaling.divides and row_width(scaling.factor):
+            return False  # `loss.mean() * targets.size(1)`: summed along each row, still a mean over the rows
         if scaled_by_own_micro_batch(scaling, loop):
             # divided: a per-micro-batch mean; multiplied (`loss * bs`): a sum, which may be meant
             # for a nominal batch size and is left alone like any summed loss
