@@ -22,7 +22,8 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import (loop_index, module_constants, module_literals, pass_from_zero,
                                            roles_from_name)
-from gradcheck_accum.lint.names import ImportMap, call_receiver, children, dotted, parameter_names
+from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, is_static,
+                                        paired_arguments, parameter_names)
 from gradcheck_accum.lint.outline import blank_strings_and_comments
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
 from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED, FunctionSummary
@@ -32,9 +33,6 @@ from gradcheck_accum.lint.walker import ScopeWalker
 
 MAX_DEPTH = 4  # calls walked in place within calls walked in place
 MAX_IMPLEMENTATIONS = 6  # a call to an annotated parameter is read through at most this many classes' __call__
-_SELF = ("self", "cls")
-
-
 # Calls that make an object with a role (catalogue constructors, prepare/setup/initialize, compile)
 _ROLE_MAKERS = frozenset().union(*(c.names | {c.qualname.rsplit(".", 1)[-1]} if c.qualname else c.names
                                    for c in cat.CONSTRUCTORS)) | cat.PREPARE_METHODS | {"initialize", "compile"}
@@ -280,7 +278,7 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
             take(target)
             if effects & _BACKWARDS and (in_loop or not effects & _STEPS):
                 reached = True
-        passed = set(function.params) - set(_SELF)
+        passed = set(function.params) - set(SELF_NAMES)
         calls_passed = any(in_loop and callee.split(".")[0] in passed for callee, in_loop in function.calls.items())
         if qualname != MODULE_CODE and (project.effects(caller) & _BACKWARDS or calls_passed):
             # called in a loop elsewhere, or calling in its loop what its callers pass (a loss scaler)
@@ -412,7 +410,7 @@ class Inliner:
             ref = self._callables.get(id(scope), {}).get(head)
         if ref is None:
             ref = self.project.resolve_call(FunctionRef(module.path, qualname), text)
-        if ref is None and head in _SELF and len(rest) == 1:  # `self.criterion = criterion` in __init__
+        if ref is None and head in SELF_NAMES and len(rest) == 1:  # `self.criterion = criterion` in __init__
             owner = self_class or self.project.class_of(FunctionRef(module.path, qualname))
             ref = self._attribute_callable(owner, rest[0]) if owner is not None else None
         if ref is None:
@@ -450,7 +448,7 @@ class Inliner:
         """Each parameter of the function a call runs with the argument it gets: the receiver as
         `self`, and a partial's arguments first (`functools.partial(f, model, x)()` hands `model` to f)."""
         made = self.made_call(scope, call)
-        return list(_arguments(made, function, _receiver(made, function, loaded.class_of(ref.qualname))))
+        return list(paired_arguments(made, function, _receiver(made, function, loaded.class_of(ref.qualname))))
 
     def iterated_argument(self, scope: Scope, call: cst.Call) -> cst.BaseExpression | None:
         """The argument a call hands to a project generator that yields each item of it, in one loop
@@ -542,7 +540,7 @@ class Inliner:
             self._hooks_of[id(function)] = (frozenset(_hook_names(function)), frozenset(_hook_keys(function)))
         names, keys = set(self._hooks_of[id(function)][0]), self._hooks_of[id(function)][1]
         if keys:
-            for parameter, argument in _arguments(call, function, None):
+            for parameter, argument in paired_arguments(call, function, None):
                 if parameter in keys and isinstance(argument, cst.SimpleString):
                     names.add(argument.evaluated_value)
         for name in names:
@@ -600,14 +598,14 @@ class Inliner:
                       imports=loaded.imports if foreign else None)
         call = self.made_call(caller.scope, call)  # its arguments: a partial's first, then the call's
         receiver = _receiver(call, function, cls)
-        same_self = receiver is not None and dotted(receiver) in _SELF
+        same_self = receiver is not None and dotted(receiver) in SELF_NAMES
         caller_self = self._origin.get(id(caller.scope), (None, None, None))[2]
         self.register(scope, loaded, ref.qualname, caller_self if same_self else None)
         self.frames.append(scope)
         seed = dict(loaded.env) if foreign else {}
         if cls is not None:
             seed.update(self.inherited_env(loaded, loaded.qualnames_of_classes[id(cls)]))
-        for name, argument in _arguments(call, function, receiver):
+        for name, argument in paired_arguments(call, function, receiver):
             scope.defs[name] = [Def(name, argument, caller.order, ctx, node=call, scope=caller.scope)]
             cls = self.class_of_expression(caller.scope, argument)
             if cls is not None:
@@ -618,7 +616,7 @@ class Inliner:
             roles = caller.roles(argument)
             if roles:
                 seed[name] = roles
-            if name in _SELF and dotted(argument) is not None:
+            if name in SELF_NAMES and dotted(argument) is not None:
                 # the attributes the caller knows of the object, under the callee's name for it
                 prefix = dotted(argument) + "."
                 seed.update({name + "." + attribute[len(prefix):]: attribute_roles
@@ -811,7 +809,7 @@ class Inliner:
             written = written or project.summary(module.path).bindings.get(head)
             found = project.resolve_class(module.path, written) if written else None
             known = found if isinstance(found, ClassRef) else None
-        if known is None and head in _SELF and rest:
+        if known is None and head in SELF_NAMES and rest:
             owner = self_class or project.class_of(FunctionRef(module.path, qualname))
             known = project.attribute_class(owner, rest[0]) if owner is not None else None
             rest = rest[1:]
@@ -1371,7 +1369,7 @@ def _callee_text(call: cst.Call) -> str | None:
 def _receiver(call: cst.Call, function: cst.FunctionDef, cls: cst.ClassDef | None) -> cst.BaseExpression | None:
     """What `self` is bound to: the object the method is called on (`obj` in `obj.m()`, `self` in
     `super().m()`, the instance itself when it is called: `self.scaler(...)` runs `__call__`)."""
-    if cls is None or _is_static(function) or function.name.value == "__init__":
+    if cls is None or is_static(function) or function.name.value == "__init__":
         return None  # `Trainer(...)`: the instance is made by the call
     func = call.func
     if function.name.value in ("__call__", "forward") and not (isinstance(func, cst.Attribute)
@@ -1382,33 +1380,6 @@ def _receiver(call: cst.Call, function: cst.FunctionDef, cls: cst.ClassDef | Non
             return cst.Name("self")
         return func.value
     return None
-
-
-def _is_static(function: cst.FunctionDef) -> bool:
-    return any(dotted(d.decorator) in ("staticmethod", "classmethod") for d in function.decorators)
-
-
-def _arguments(call: cst.Call, function: cst.FunctionDef, receiver: cst.BaseExpression | None) \
-        -> list[tuple[str, cst.BaseExpression]]:
-    """(parameter, argument) pairs: `self` to the receiver, positionals in order, keywords by name."""
-    params = [*function.params.posonly_params, *function.params.params]
-    names = [p.name.value for p in params]
-    pairs: list[tuple[str, cst.BaseExpression]] = []
-    if receiver is not None and names:
-        pairs.append((names[0], receiver))
-        names = names[1:]
-    elif names and names[0] in _SELF and not _is_static(function):
-        names = names[1:]  # `Class.method(obj, ...)` or an unknown receiver: self stays unknown
-    positional = []
-    for a in call.args:
-        if a.star == "*":
-            break  # `f(x, *args)`: which parameter gets what after `x` is unknown
-        if a.keyword is None and not a.star:
-            positional.append(a.value)
-    pairs.extend(zip(names, positional))
-    keywords = {p.name.value for p in [*function.params.params, *function.params.kwonly_params]}
-    pairs.extend((a.keyword.value, a.value) for a in call.args if a.keyword is not None and a.keyword.value in keywords)
-    return pairs
 
 
 def _has_loop(function: cst.FunctionDef) -> bool:

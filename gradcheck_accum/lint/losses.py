@@ -18,7 +18,8 @@ from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, dotted, full_names, item_name,
-                                        iter_calls, iter_names, keyword, last_part, parameter_names, positional)
+                                        iter_calls, iter_names, keyword, last_part, paired_arguments, parameter_names,
+                                        positional)
 from gradcheck_accum.lint.predicates import is_accumulation_count, measures_a_tensor, parameter_value
 from gradcheck_accum.lint.vocabulary import END_OF_SCOPE, NO_ROLES, Def, DefOp, Guard, Role, Scope
 
@@ -642,26 +643,15 @@ class LossTracer:
         function = scope.node
         if scope.frame is not None or scope.owner is not None or not isinstance(function, cst.FunctionDef):
             return []
-        params = function.params
-        positional_names = [p.name.value for p in [*params.posonly_params, *params.params]]
-        if name not in positional_names and all(p.name.value != name for p in params.kwonly_params):
-            return []
         if self._calls_by_callee is None:
             self._calls_by_callee = {}
             for caller in self.scopes:
-                if caller.frame is None and caller.node is not function and isinstance(caller.node, cst.FunctionDef):
+                if caller.frame is None and isinstance(caller.node, cst.FunctionDef):
                     for call in iter_calls(caller.node.body):
                         self._calls_by_callee.setdefault(dotted(call.func) or "", []).append((call, caller))
-        passed = []
-        for call, caller in self._calls_by_callee.get(function.name.value, []):
-            if any(argument.star for argument in call.args):
-                continue  # `f(*args, **kwargs)`: which argument lands where is not written here
-            argument = keyword(call, name)
-            if argument is None and name in positional_names:
-                argument = positional(call, positional_names.index(name))
-            if argument is not None:
-                passed.append((argument, caller))
-        return passed
+        return [(argument, caller) for call, caller in self._calls_by_callee.get(function.name.value, [])
+                if caller.node is not function
+                for parameter, argument in paired_arguments(call, function, None) if parameter == name]
 
     def _masking_collator(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
         """A collator of the catalogue that masks labels, or a function of this file that writes the
@@ -681,7 +671,8 @@ class LossTracer:
         _, method = call_receiver(node)
         if method not in cat.LABEL_MASKING_COLLATORS:
             # an instance of a class of this file (or of another module) whose __call__ writes the ignored label
-            return self._function_writes_ignored(_CALL_METHOD, of_class=method) or self._runs_ignored_writer(node, scope)
+            return self._function_writes_ignored(_CALL_METHOD, of_class=method) \
+                or self._runs_ignored_writer(node, scope)
         switch = cat.LABEL_MASKING_COLLATORS[method]
         value = keyword(node, switch) if switch else None
         return value is None or isinstance(value, cst.Name) and value.value == "True"

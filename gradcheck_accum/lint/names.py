@@ -225,3 +225,33 @@ class ImportMap:
         if full is None:
             return None
         return f"{full}.{rest}" if rest else full
+
+
+SELF_NAMES = ("self", "cls")  # the first parameter of a method
+
+
+def is_static(function: cst.FunctionDef) -> bool:
+    return any(dotted(d.decorator) in ("staticmethod", "classmethod") for d in function.decorators)
+
+
+def paired_arguments(call: cst.Call, function: cst.FunctionDef, receiver: cst.BaseExpression | None) \
+        -> list[tuple[str, cst.BaseExpression]]:
+    """(parameter, argument) pairs: `self` to the receiver, positionals in order, keywords by name."""
+    params = [*function.params.posonly_params, *function.params.params]
+    names = [p.name.value for p in params]
+    pairs: list[tuple[str, cst.BaseExpression]] = []
+    if receiver is not None and names:
+        pairs.append((names[0], receiver))
+        names = names[1:]
+    elif names and names[0] in SELF_NAMES and not is_static(function):
+        names = names[1:]  # `Class.method(obj, ...)` or an unknown receiver: self stays unknown
+    positional = []
+    for a in call.args:
+        if a.star == "*":
+            break  # `f(x, *args)`: which parameter gets what after `x` is unknown
+        if a.keyword is None and not a.star:
+            positional.append(a.value)
+    pairs.extend(zip(names, positional))
+    keywords = {p.name.value for p in [*function.params.params, *function.params.kwonly_params]}
+    pairs.extend((a.keyword.value, a.value) for a in call.args if a.keyword is not None and a.keyword.value in keywords)
+    return pairs

@@ -17,11 +17,10 @@ from __future__ import annotations
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.inlining import ProjectContext
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import call_receiver, children, dotted, iter_names, parameter_names
+from gradcheck_accum.lint.names import SELF_NAMES, call_receiver, children, dotted, iter_names, parameter_names
 from gradcheck_accum.lint.project import ClassRef
 from gradcheck_accum.lint.vocabulary import Scope
 
-_SELF = ("self", "cls")
 
 
 def trainer_divides(context: ProjectContext, scope: Scope, hook: cat.Hook) -> bool | None:
@@ -87,7 +86,7 @@ def _runs_framework_model_on_labels(function: cst.FunctionDef, hook: cat.Hook) -
     """Does the hook call the model it is given and read the output as the framework's model output
     (`outputs.logits`, `outputs.loss`), with labels in the batch (read from it, or a loss computed from them)?"""
     params = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
-    params = params[1:] if params and params[0] in _SELF else params
+    params = params[1:] if params and params[0] in SELF_NAMES else params
     if len(params) < 2:
         return False
     model, inputs = params[0], params[1]

@@ -16,8 +16,8 @@ from gradcheck_accum.lint.bindings import (LITERAL_TRUTH, constructor_roles, dee
                                            prepared_roles, roles_from_name, unpacked_roles)
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, full_names, item_name, iter_calls,
-                                        iter_names, keyword, last_part, parameter_names, positional)
+from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, full_names, item_name,
+                                        iter_calls, iter_names, keyword, last_part, parameter_names, positional)
 from gradcheck_accum.lint.predicates import caller_name, parameter_value
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 _AUGMENTED = {"AddAssign": DefOp.ADD, "DivideAssign": DefOp.DIVIDE, "MultiplyAssign": DefOp.MULTIPLY,
               "SubtractAssign": DefOp.SUBTRACT, "FloorDivideAssign": DefOp.FLOOR_DIVIDE}
 _ORIG_MOD = cat.COMPILED_INNER  # the module a torch.compile wrapper wraps
-_SELF = ("self", "cls")
 _BACKWARD_METHODS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 
 
@@ -478,7 +477,7 @@ class ScopeWalker:
         candidates = cat.apis_named(method) if method else ()
         if qual and qual.rpartition(".")[2] != method:
             candidates += cat.apis_resolved(qual)  # an aliased import: `from torch import compile as c`
-        if candidates and (receiver is None or target in _SELF) and self.inliner is not None \
+        if candidates and (receiver is None or target in SELF_NAMES) and self.inliner is not None \
                 and self.inliner.runs_project_function(self, call):
             # the project's own function of that name (`clip_grad_norm_(...)`, a trainer's
             # `self.backward(loss)` or `self.step(batch)`): what it does is in its body
@@ -494,7 +493,7 @@ class ScopeWalker:
             if self._matches(api, call, receiver, target, owner, qual):
                 if api.event is not None:
                     self._emit_call(api, call, receiver, target, owner, ctx)
-                if api.event is EventKind.STEP and receiver is not None and target not in _SELF \
+                if api.event is EventKind.STEP and receiver is not None and target not in SELF_NAMES \
                         and self.inliner is not None and self.inliner.runs_project_function(self, call):
                     # an optimizer of the project's own class: a step, and whatever else its step()
                     # does (a clear of the gradients it used)
