@@ -190,6 +190,8 @@ class ClipBeforeUnscale(Rule):
             for clip in window.of(EventKind.CLIP, direct=True):
                 if clip.api.unscales_first or window.placement(clip) is _AFTER:
                     continue
+                if not window.accumulates and not any(b.order < clip.order for b in window.backwards if b.scaler):
+                    continue  # before the backward of a loop that steps every batch: it clips cleared gradients
                 if all(exclusive(b, clip) or model.scaler_off(b.scope or window.scope, b, clip)
                        for b in window.backwards if b.scaler):
                     # the GradScaler's backward is another branch's (`if use_apex: ... else: ...`), or the
