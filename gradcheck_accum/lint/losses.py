@@ -514,10 +514,12 @@ class LossTracer:
                 return d.bound is not None and self._fixed_count(d.bound, where, d.order, depth + 1)
             if d.op is DefOp.UNPACK and isinstance(d.value, cst.Call) and d.index is not None:
                 returned = self.returns(d.value, where, d.order) if self.returns is not None else None
-                return bool(returned) and all(
-                    isinstance(value, (cst.Tuple, cst.List)) and d.index < len(value.elements)
-                    and self._fixed_count(value.elements[d.index].value, inner, at, depth + 1)
-                    for value, inner, at in returned)
+                # the returns an unpacking can receive: a tuple as long as the targets (`return loss, pred,
+                # mask` beside a teacher's `return pred`, which the unpacking never gets)
+                unpacked = [(value, inner, at) for value, inner, at in returned or ()
+                            if isinstance(value, (cst.Tuple, cst.List)) and d.index < len(value.elements)]
+                return bool(unpacked) and all(self._fixed_count(value.elements[d.index].value, inner, at, depth + 1)
+                                              for value, inner, at in unpacked)
             return d.op is DefOp.ASSIGN and self._fixed_count(d.value, where, d.order, depth + 1)
         return False
 
