@@ -18,8 +18,7 @@ from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, dotted, full_names, item_name,
-                                        iter_calls, iter_names, keyword, last_part, paired_arguments, parameter_names,
-                                        positional)
+                                        iter_names, keyword, last_part, parameter_names, positional)
 from gradcheck_accum.lint.predicates import is_accumulation_count, measures_a_tensor, parameter_value
 from gradcheck_accum.lint.vocabulary import END_OF_SCOPE, NO_ROLES, Def, DefOp, Guard, Role, Scope
 
@@ -80,23 +79,25 @@ Returns = Callable[["cst.Call", Scope, int], "list[tuple[cst.BaseExpression, Sco
 Program = Callable[[str], "list[cst.Module]"]
 # What calling a value runs, when that is a project function (or a project class's `__call__`): its syntax.
 Called = Callable[["Scope", "cst.BaseExpression"], "cst.FunctionDef | None"]
+# For a parameter of a function of this file, the arguments the file's calls of it bind to it, with their scopes.
+PassedTo = Callable[[str, "Scope"], "list[tuple[cst.BaseExpression, Scope]]"]
 
 
 class LossTracer:
     def __init__(self, module: cst.Module, imports: ImportMap, scopes: list[Scope],
                  returns: Returns | None = None, program: Program | None = None,
-                 called: Called | None = None) -> None:
+                 called: Called | None = None, passed_to: PassedTo | None = None) -> None:
         self.module, self.imports, self.scopes = module, imports, scopes
         self.module_scopes = [s for s in scopes if s.node is module]
         self.returns = returns
         self.called = called
+        self.passed_to = passed_to
         self.program = program or (lambda token: [module] if token in module.code else [])
         self._returning = 0  # how many project functions' returns are being read
         self._writes: dict[str, bool] = {}
         # (id(scope), name) -> whether a batch of that name comes from a label-masking collator, over
         # all its bindings: `batch` is bound by every loop of a file, and each loss read it again
         self._masked_batches: dict[tuple[int, str], bool] = {}
-        self._calls_by_callee: dict[str, list[tuple[cst.Call, Scope]]] | None = None  # this file's calls, by callee
         self._guards: tuple[Guard, ...] = ()  # the conditions of the definition being read
 
     def facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
@@ -623,8 +624,8 @@ class LossTracer:
         """Does any binding of the name hold such a batch or loader? For a parameter nothing binds here,
         what the file's calls of the function pass it (`main_loop(model, train_loader, ...)`)."""
         defs = scope.defs_of(name)
-        if not defs and depth <= 6 and any(self._collated_with_masking(argument, caller, depth + 1)
-                                           for argument, caller in self._passed_to(name, scope)):
+        passed = self.passed_to(name, scope) if self.passed_to is not None and not defs and depth <= 6 else ()
+        if any(self._collated_with_masking(argument, caller, depth + 1) for argument, caller in passed):
             return True
         for d in defs or (self.module_scopes[0].defs_of(name) if self.module_scopes else []):
             value = d.value
@@ -638,22 +639,6 @@ class LossTracer:
                     and self._collated_with_masking(value, d.scope or scope, depth + 1):
                 return True
         return False
-
-    def _passed_to(self, name: str, scope: Scope) -> list[tuple[cst.BaseExpression, Scope]]:
-        """For a parameter of a plain function of this file walked on its own, the argument each call
-        of it in the file's other functions binds to it, with the calling scope."""
-        function = scope.node
-        if scope.frame is not None or scope.owner is not None or not isinstance(function, cst.FunctionDef):
-            return []
-        if self._calls_by_callee is None:
-            self._calls_by_callee = {}
-            for caller in self.scopes:
-                if caller.frame is None and isinstance(caller.node, cst.FunctionDef):
-                    for call in iter_calls(caller.node.body):
-                        self._calls_by_callee.setdefault(dotted(call.func) or "", []).append((call, caller))
-        return [(argument, caller) for call, caller in self._calls_by_callee.get(function.name.value, [])
-                if caller.node is not function
-                for parameter, argument in paired_arguments(call, function, None) if parameter == name]
 
     def _masking_collator(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
         """A collator of the catalogue that masks labels, or a function of this file that writes the

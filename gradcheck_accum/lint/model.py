@@ -22,8 +22,8 @@ from gradcheck_accum.lint.project import ClassRef
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returned_loss, row_width,
                                          scaled_by_own_micro_batch, summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
-                                        iter_calls, keyword, last_part, parameter_names, positional, source,
-                                        walk)
+                                        iter_calls, keyword, last_part, paired_arguments, parameter_names,
+                                        positional, source, walk)
 from gradcheck_accum.lint.paths import decision
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
@@ -63,9 +63,10 @@ class FileModel:
         self.imports = ImportMap()
         self.scopes: list[Scope] = []
         self.functions: dict[str, list[Scope]] = {}
+        self._calls_by_callee: dict[str, list[tuple[cst.Call, Scope]]] | None = None  # this file's calls, by callee
         self._build()
         self._losses = LossTracer(module, self.imports, self.scopes, self.inliner.returns, self.context.program,
-                                  self.inliner.called_function)
+                                  self.inliner.called_function, self.passed_to)
 
     # -- construction -----------------------------------------------------------------------------
     def _build(self) -> None:
@@ -594,7 +595,42 @@ class FileModel:
             if window is not None and (self.length_is_run(built_scope, built, window)
                                        or self.length_times_n(built_scope, built, window) is not None):
                 return True
+        return window is not None and self._run_length_passed(scope, name, window)
+
+    def _run_length_passed(self, scope: Scope, scheduler: str, window: Window) -> bool:
+        """For a scheduler the window's function takes as a parameter: does a call of that function in
+        this file hand it one built with the number of micro-batches the loop runs, passed in the same
+        call (`train_loop(model, loader, sched, max_steps)` after `CosineAnnealingLR(opt, T_max=max_steps)`,
+        the loop returning once it has run `num_steps`)?"""
+        bound = pass_length(window)
+        if bound is None or window.scope is not scope:
+            return False
+        for argument, caller, call in self.passed_to(scheduler, scope, with_calls=True):
+            handed = dict(paired_arguments(call, scope.node, None))
+            bound_name = dotted(bound)
+            bound_there, where = (handed[bound_name], caller) if bound_name in handed else (bound, scope)
+            for built_scope, built in self.events(EventKind.SCHEDULER_BUILT):
+                length = _length_argument(built.node) if isinstance(built.node, cst.Call) else None
+                if built_scope is caller and built.target == dotted(argument) and length is not None \
+                        and resolve_n(length, caller) == resolve_n(bound_there, where):
+                    return True
         return False
+
+    def passed_to(self, name: str, scope: Scope, with_calls: bool = False) -> list[tuple]:
+        """For a parameter of a plain function of this file walked on its own, the argument each call
+        of it in the file's other functions binds to it, with the calling scope (and the call)."""
+        function = scope.node
+        if scope.frame is not None or scope.owner is not None or not isinstance(function, cst.FunctionDef):
+            return []
+        if self._calls_by_callee is None:
+            self._calls_by_callee = {}
+            for caller in self.scopes:
+                if caller.frame is None and isinstance(caller.node, cst.FunctionDef):
+                    for call in iter_calls(caller.node.body):
+                        self._calls_by_callee.setdefault(dotted(call.func) or "", []).append((call, caller))
+        return [(argument, caller, call) if with_calls else (argument, caller)
+                for call, caller in self._calls_by_callee.get(function.name.value, []) if caller.node is not function
+                for parameter, argument in paired_arguments(call, function, None) if parameter == name]
 
     def length_multiplies_windows(self, scope: Scope, built: Event, window: Window) -> bool:
         """Is the scheduler's length a count of windows multiplied back by N
