@@ -1080,6 +1080,8 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
             if placement is BOUNDARY:
                 return BOUNDARY
         elif boundary is not None and boundary.kind is BoundaryKind.SYNC_FLAG:
+            if boundary.positive and not any(_accumulate_call(b) for b in window.backwards):
+                continue  # only accelerator.accumulate() lowers the flag: outside it, it is always true
             return BOUNDARY if boundary.positive else OFF_BOUNDARY
         elif guard.exit is not None and guard.exit.ends_loop:
             continue  # past a helper's early `return` that is no boundary (`if not grads: return`): its way on
