@@ -738,7 +738,14 @@ class FileModel:
         if self._reloads_own_state(scope, load):
             return False
         if not name or not name.startswith("self.") or scope.owner is None:
-            return Role.COMPILED in load.roles  # the walk gave the name its roles in program order
+            # the walk gave the name its roles in program order, joining the branches of an `if`: where a
+            # binding before the load is in another branch (`if task == "a": model = compile(...)`
+            # `else: model = Net(); model.load_state_dict(...)`), only the last one on the load's way counts
+            bindings = [d for d in scope.defs_of(name, load.order) if d.op.rebinds]
+            if any(exclusive(d, load) for d in bindings):
+                on_its_way = [d for d in bindings if not exclusive(d, load)]
+                return bool(on_its_way) and self._compiles(on_its_way[-1].value)
+            return Role.COMPILED in load.roles
         local = [d for d in scope.defs_of(name, load.order) if d.op.rebinds]
         if local:
             return self._compiles(local[-1].value)
