@@ -31,8 +31,8 @@ from gradcheck_accum.lint.trainer_hooks import trainer_divides
 from gradcheck_accum.lint.vocabulary import (END_OF_SCOPE, NO_ROLES, Context, Def, DefOp, Event, EventKind, Fact,
                                              Framework, Role, Scope)
 from gradcheck_accum.lint.walker import ScopeWalker
-from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, build_windows, exclusive, increment,
-                                          inner_count, is_micro_batch_loop, loop_events, same_target,
+from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, accumulate_calls, build_windows, exclusive,
+                                          increment, inner_count, is_micro_batch_loop, loop_events, same_target,
                                           straight_line_clears)
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["FileModel", "Window", "Event", "Scope", "LossFacts", "ScheduleLength", "EventKind", "Role", "Framework",
            "Fact", "Placement", "WindowShape", "BoundaryKind", "DDP_NO_SYNC", "DDP_SYNC_FLAG", "SYNCS_AT_BACKWARD",
            "same_target", "Tail", "TailFate",
-           "Lifetime", "PassKind", "Repetition", "Shift", "Boundary", "exclusive"]
+           "Lifetime", "PassKind", "Repetition", "Shift", "Boundary", "exclusive", "accumulate_calls"]
 
 
 @dataclass(frozen=True)

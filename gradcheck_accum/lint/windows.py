@@ -907,12 +907,17 @@ def _is_chunking(source: cst.BaseExpression) -> bool:
 def _accumulate_call(event: Event) -> cst.Call | None:
     """The `accelerator.accumulate(...)` call of a `with` around the event (or the call of a name bound
     to that method, `self.accum_scope(model)`), if any."""
+    calls = accumulate_calls(event)
+    return calls[0] if calls else None
+
+
+def accumulate_calls(event: Event) -> list[cst.Call]:
+    """Every `accelerator.accumulate(...)` entered around the event, outermost first: each entry counts
+    one micro-batch in accelerate's step counter."""
     entered = _root(event.scope).accumulate_entries if event.scope is not None else set()
-    for call in event.ctx.withs:
-        receiver, method = call_receiver(call)
-        if method == cat.ACCELERATE_ACCUMULATE.name and receiver is not None or id(call) in entered:
-            return call
-    return None
+    return [call for call in event.ctx.withs
+            if call_receiver(call)[1] == cat.ACCELERATE_ACCUMULATE.name and call_receiver(call)[0] is not None
+            or id(call) in entered]
 
 
 def _root(scope: Scope) -> Scope:
