@@ -270,9 +270,18 @@ class Window:
         loop, scope = self.loop, scope or self.scope
         defs = scope.defs_of(name)
         target = _loop_target(scope, name, loop)
+        inside = [d for d in defs if loop in d.ctx.loops and d is not target]
         if target is not None:
-            return _enumerate_start(loop, target.index, scope)
-        inside = [d for d in defs if loop in d.ctx.loops]
+            start = _enumerate_start(loop, target.index, scope)
+            if not inside or start is None:
+                return start
+            # `for index, batch in enumerate(loader): index += 1`: one more before the test on every pass
+            # (after it, the loop binds the index anew first); any other rebinding leaves the value unknown
+            first_step = min((s.order for s in self.boundary_steps), default=None)
+            by = increment(inside[0], name) if len(inside) == 1 else None
+            if not (isinstance(by, cst.Integer) and by.value == "1") or inside[0].ctx.guards or first_step is None:
+                return None
+            return start + 1 if inside[0].order < first_step else start
         if len(inside) == 1 and inside[0].op is DefOp.ASSIGN and isinstance(inside[0].value, cst.BinaryOperation) \
                 and isinstance(inside[0].value.operator, cst.Add):
             value = inside[0].value  # `ni = i + nb * epoch`: the loop index, offset by whole epochs
