@@ -149,11 +149,9 @@ def _overridden_flag(defs: list[Def], scope: Scope, depth: int) -> Boundary | No
         return None
     if values[0] is True and values[1] is None:
         found = analyze(second.value, scope, depth + 1)
-        if found is None or found.n is None or not found.positive:
+        if found is None or not found.positive or not excludes_only_single_windows(guard.test, guard.positive, found):
             return None
-        many, one = compares_n_with_one(guard.test, lambda node: code(node) == code(found.n))
-        return found if (many, one) == ((Count.MANY, Count.ONE) if guard.positive else (Count.ONE, Count.MANY)) \
-            else None
+        return found
     if None in values or values[0] == values[1]:
         return None
     found = analyze(guard.test, guard.scope or scope, depth + 1)
@@ -331,6 +329,16 @@ def _compares_count_with_literal(test: cst.BaseExpression, n: cst.BaseExpression
     while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         test = test.expression
     return compares_n_with_one(test, lambda node: is_accumulation_count(node, n, scope)) != (None, None)
+
+
+def excludes_only_single_windows(test: cst.BaseExpression, positive: bool, boundary: Boundary) -> bool:
+    """Does `test` (where it holds, or with `positive` False where it fails) leave out only the runs where
+    the boundary's N is 1 (`if N > 1:`)? In those every micro-batch is a boundary: a positive boundary
+    test always holds there, a negated one never does."""
+    if boundary.n is None:
+        return False
+    many, one = compares_n_with_one(test, lambda node: code(node) == code(boundary.n))
+    return (many, one) == ((Count.MANY, Count.ONE) if positive else (Count.ONE, Count.MANY))
 
 
 def compares_n_with_one(test: cst.BaseExpression,

@@ -18,7 +18,7 @@ from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, full_names, item_name,
                                         iter_calls, iter_names, keyword, last_part, parameter_names, positional)
-from gradcheck_accum.lint.predicates import caller_name, parameter_value
+from gradcheck_accum.lint.predicates import analyze, caller_name, excludes_only_single_windows, parameter_value
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
 _COMPILED = frozenset({Role.COMPILED})
@@ -215,6 +215,22 @@ class ScopeWalker:
             if exit is not None:
                 # `if not need_update: continue` guards everything after it in this block
                 ctx = ctx.push_guard(self.guard(stmt.test, False, stmt, ctx, exit))
+            elif isinstance(stmt, cst.If) and stmt.orelse is None:
+                inner = self._boundary_exit_when_accumulating(stmt)
+                if inner is not None:
+                    ctx = ctx.push_guard(self.guard(inner.test, False, inner, ctx, _exit(inner.body)))
+
+    def _boundary_exit_when_accumulating(self, stmt: cst.If) -> cst.If | None:
+        """`if N > 1: if i % N != 0: return` (nothing else in the outer `if`): the inner exit, which
+        guards what follows as if it stood alone, since with N == 1 its test never holds."""
+        body = stmt.body.body
+        inner = body[0] if len(body) == 1 else None
+        if not isinstance(inner, cst.If) or inner.orelse is not None or _exit(inner.body) is None:
+            return None
+        found = analyze(inner.test, self.scope)
+        if found is None or found.positive or not excludes_only_single_windows(stmt.test, True, found):
+            return None
+        return inner
 
     def walk_stmt(self, stmt: cst.CSTNode, ctx: Context) -> None:
         self.statement = stmt
