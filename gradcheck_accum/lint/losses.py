@@ -79,8 +79,9 @@ Returns = Callable[["cst.Call", Scope, int], "list[tuple[cst.BaseExpression, Sco
 Program = Callable[[str], "list[cst.Module]"]
 # What calling a value runs, when that is a project function (or a project class's `__call__`): its syntax.
 Called = Callable[["Scope", "cst.BaseExpression"], "cst.FunctionDef | None"]
-# For a parameter of a function of this file, the arguments the file's calls of it bind to it, with their scopes.
-PassedTo = Callable[[str, "Scope"], "list[tuple[cst.BaseExpression, Scope]]"]
+# For a parameter of a function of this file, the arguments the file's calls of it bind to it, with their
+# scopes and the calls.
+PassedTo = Callable[[str, "Scope"], "list[tuple[cst.BaseExpression, Scope, cst.Call]]"]
 
 
 class LossTracer:
@@ -625,7 +626,7 @@ class LossTracer:
         what the file's calls of the function pass it (`main_loop(model, train_loader, ...)`)."""
         defs = scope.defs_of(name)
         passed = self.passed_to(name, scope) if self.passed_to is not None and not defs and depth <= 6 else ()
-        if any(self._collated_with_masking(argument, caller, depth + 1) for argument, caller in passed):
+        if any(self._collated_with_masking(argument, caller, depth + 1) for argument, caller, _ in passed):
             return True
         for d in defs or (self.module_scopes[0].defs_of(name) if self.module_scopes else []):
             value = d.value

@@ -605,7 +605,7 @@ class FileModel:
         bound = pass_length(window)
         if bound is None or window.scope is not scope:
             return False
-        for argument, caller, call in self.passed_to(scheduler, scope, with_calls=True):
+        for argument, caller, call in self.passed_to(scheduler, scope):
             handed = dict(paired_arguments(call, scope.node, None))
             bound_name = dotted(bound)
             bound_there, where = (handed[bound_name], caller) if bound_name in handed else (bound, scope)
@@ -616,9 +616,9 @@ class FileModel:
                     return True
         return False
 
-    def passed_to(self, name: str, scope: Scope, with_calls: bool = False) -> list[tuple]:
+    def passed_to(self, name: str, scope: Scope) -> list[tuple[cst.BaseExpression, Scope, cst.Call]]:
         """For a parameter of a plain function of this file walked on its own, the argument each call
-        of it in the file's other functions binds to it, with the calling scope (and the call)."""
+        of it in the file's other functions binds to it, with the calling scope and the call."""
         function = scope.node
         if scope.frame is not None or scope.owner is not None or not isinstance(function, cst.FunctionDef):
             return []
@@ -628,7 +628,7 @@ class FileModel:
                 if caller.frame is None and isinstance(caller.node, cst.FunctionDef):
                     for call in iter_calls(caller.node.body):
                         self._calls_by_callee.setdefault(dotted(call.func) or "", []).append((call, caller))
-        return [(argument, caller, call) if with_calls else (argument, caller)
+        return [(argument, caller, call)
                 for call, caller in self._calls_by_callee.get(function.name.value, []) if caller.node is not function
                 for parameter, argument in paired_arguments(call, function, None) if parameter == name]
 

@@ -279,7 +279,8 @@ class Window:
             # (after it, the loop binds the index anew first); any other rebinding leaves the value unknown
             first_step = min((s.order for s in self.boundary_steps), default=None)
             by = increment(inside[0], name) if len(inside) == 1 else None
-            if not (isinstance(by, cst.Integer) and by.value == "1") or inside[0].ctx.guards or first_step is None:
+            conditional = any(g.depth > len(self.outer) for g in inside[0].ctx.guards)  # a test inside the loop
+            if not (isinstance(by, cst.Integer) and by.value == "1") or conditional or first_step is None:
                 return None
             return start + 1 if inside[0].order < first_step else start
         if len(inside) == 1 and inside[0].op is DefOp.ASSIGN and isinstance(inside[0].value, cst.BinaryOperation) \
@@ -924,9 +925,12 @@ def accumulate_calls(event: Event) -> list[cst.Call]:
     """Every `accelerator.accumulate(...)` entered around the event, outermost first: each entry counts
     one micro-batch in accelerate's step counter."""
     entered = _root(event.scope).accumulate_entries if event.scope is not None else set()
-    return [call for call in event.ctx.withs
-            if call_receiver(call)[1] == cat.ACCELERATE_ACCUMULATE.name and call_receiver(call)[0] is not None
-            or id(call) in entered]
+    calls = []
+    for call in event.ctx.withs:
+        receiver, method = call_receiver(call)
+        if method == cat.ACCELERATE_ACCUMULATE.name and receiver is not None or id(call) in entered:
+            calls.append(call)
+    return calls
 
 
 def _root(scope: Scope) -> Scope:
