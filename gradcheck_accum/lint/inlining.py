@@ -291,7 +291,7 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
                     for written in (built.locals.values() if built is not None else ()):
                         cls = project.resolve_class(site.caller.path, written)
                         if isinstance(cls, ClassRef):
-                            for method in project.summary(cls.path).classes[cls.qualname].methods:
+                            for method in getattr(project.class_summary(cls), "methods", ()):
                                 take(cls.method(method))
         if qualname != MODULE_CODE and _takes_state_dict(function, lines):
             for site in project.callers(caller):  # what they hand it to save (a compiled model)
@@ -947,7 +947,8 @@ class Inliner:
         """`automatic_optimization = False` in the class body or a method, here or in a project base."""
         for base in self.project.mro(cls):
             if isinstance(base, ClassRef):
-                literal = self.project.summary(base.path).classes[base.qualname].literals.get(switch)
+                summary = self.project.class_summary(base)
+                literal = summary.literals.get(switch) if summary is not None else None
                 if literal is not None:
                     return literal == "False"
         return False

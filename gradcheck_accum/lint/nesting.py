@@ -14,6 +14,7 @@ than CPython accepts (it says why).
 from __future__ import annotations
 
 import ast
+import re
 import sys
 
 from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
@@ -30,7 +31,7 @@ def too_deep(source: str) -> str | None:
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
-        if _newer_f_string(exc) and not _may_be_too_deep(code, max_line=None):
+        if _newer_syntax(exc, source) and not _may_be_too_deep(code, max_line=None):
             return None  # libcst reads it, and says so if it is not Python after all
         return f"syntax error at line {exc.lineno}, column {exc.offset or 1}: {exc.msg}"
     except (RecursionError, MemoryError, ValueError):
@@ -41,12 +42,22 @@ def too_deep(source: str) -> str | None:
     return f"nested more than {MAX_DEPTH} levels deep at line {line}; accumcheck does not analyse such files"
 
 
-def _newer_f_string(exc: SyntaxError) -> bool:
-    """An f-string that CPython before 3.12 rejects and 3.12 accepts (PEP 701: the enclosing quote
-    reused inside a replacement field, backslashes and comments there). Code written for 3.12 is
-    linted the same whatever Python runs the linter: without CPython's tree its depth is unmeasured,
-    so such a file goes to libcst when its brackets are within CPython's limit."""
-    return sys.version_info < (3, 12) and (exc.msg or "").startswith("f-string")
+def _newer_syntax(exc: SyntaxError, source: str) -> bool:
+    """Syntax that CPython before 3.12 rejects and 3.12 accepts: an f-string of PEP 701 (the enclosing
+    quote reused inside a replacement field, backslashes and comments there), or PEP 695's `type X = ...`
+    and type parameters (`class Box[T]:`, `def first[T](...)`). Code written for 3.12 is linted the same
+    whatever Python runs the linter: without CPython's tree its depth is unmeasured, so such a file goes
+    to libcst when its brackets are within CPython's limit."""
+    if sys.version_info >= (3, 12):
+        return False
+    if (exc.msg or "").startswith("f-string"):
+        return True
+    lines = source.splitlines()
+    line = lines[exc.lineno - 1] if exc.lineno is not None and 0 < exc.lineno <= len(lines) else ""
+    return _TYPE_PARAMETERS.match(line) is not None
+
+
+_TYPE_PARAMETERS = re.compile(r"\s*(?:type\s+\w+\s*[=\[]|(?:async\s+)?def\s+\w+\s*\[|class\s+\w+\s*\[)")
 
 
 def _may_be_too_deep(code: str, max_line: int | None = MAX_DEPTH) -> bool:

@@ -230,6 +230,19 @@ def test_python_3_12_f_strings_in_a_file_with_a_long_line_are_linted(run, tmp_pa
     assert result.exit_code == 1 and "train.py:6:5: ACC101" in result.stdout
 
 
+def test_python_3_12_type_statements_and_type_parameters_are_linted(run, tmp_path):
+    # PEP 695: CPython before 3.12 rejects `type X = ...` and `class Box[T]:`; libcst reads them. The long
+    # line sends the file through CPython's parser for its depth; the class makes the project model look
+    # up its methods in a summary that CPython could not make (it used to fail with an internal error).
+    table = "SIZES = [" + ", ".join(str(i) for i in range(400)) + "]\n"
+    newer = "type Batch = dict[str, list[int]]\n\n\nclass Box[T]:\n    def get(self) -> T:\n        return self.item\n"
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "train.py").write_text(table + newer + BUGGY)
+    result = run("lint", "train.py")
+    assert "error" not in result.stderr, result.stderr
+    assert result.exit_code == 1 and "ACC101" in result.stdout
+
+
 def test_an_f_string_that_no_python_accepts_is_still_an_error(run, tmp_path):
     table = "SIZES = [" + ", ".join(str(i) for i in range(400)) + "]\n"
     check_one_bad_file(run, tmp_path, "broken_fstring.py", table + 'print(f"lr {config[}")\n' + LOOP, "syntax error")

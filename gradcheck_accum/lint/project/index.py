@@ -428,7 +428,8 @@ class Project:
         for cls in self.mro(owner):
             if not isinstance(cls, ClassRef):
                 continue
-            constructor = self.summary(cls.path).classes[cls.qualname].attributes.get(attribute)
+            summary = self.class_summary(cls)
+            constructor = summary.attributes.get(attribute) if summary is not None else None
             if constructor is None:
                 continue
             element = _ELEMENT.fullmatch(constructor)
@@ -441,13 +442,19 @@ class Project:
             return found if isinstance(found, ClassRef) else None
         return None
 
+    def class_summary(self, cls: ClassRef) -> ClassSummary | None:
+        """The summary of a class; None where its file's summary has no such class (a file CPython here
+        cannot parse, such as Python 3.12 syntax under 3.11, is summarised empty while libcst reads it)."""
+        return self.summary(cls.path).classes.get(cls.qualname)
+
     def lookup_method(self, owner: ClassRef, name: str) -> FunctionRef | None:
         """The method `name` that an instance of `owner` runs: the first definition along its MRO
         within the project (None when it is defined outside, or not at all)."""
         for cls in self.mro(owner):
-            if not isinstance(cls, ClassRef):
-                return None  # an outside base comes first: its method, unknown here
-            if name in self.summary(cls.path).classes[cls.qualname].methods:
+            summary = self.class_summary(cls) if isinstance(cls, ClassRef) else None
+            if summary is None:
+                return None  # an outside base comes first (or one not summarised): its method, unknown here
+            if name in summary.methods:
                 return cls.method(name)
         return None
 
@@ -473,7 +480,7 @@ class Project:
         """Does this method override one of the same name in a project base class of its class?"""
         owner, name = self.class_of(method), method.qualname.rsplit(".", 1)[-1]
         return owner is not None and any(
-            isinstance(base, ClassRef) and name in self.summary(base.path).classes[base.qualname].methods
+            isinstance(base, ClassRef) and name in getattr(self.class_summary(base), "methods", ())
             for base in self.mro(owner)[1:])
 
     def mentioning(self, name: str, files: list[Path] | None = None) -> list[FunctionRef]:
@@ -510,9 +517,10 @@ class Project:
     def _super_method(self, cls: ClassRef, name: str, caller: FunctionRef) -> FunctionRef | None:
         order = self.mro(cls)
         for base in order[1:]:
-            if not isinstance(base, ClassRef):
+            summary = self.class_summary(base) if isinstance(base, ClassRef) else None
+            if summary is None:
                 return None
-            if name in self.summary(base.path).classes[base.qualname].methods:
+            if name in summary.methods:
                 return base.method(name)
         return None
 
