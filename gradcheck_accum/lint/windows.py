@@ -751,7 +751,7 @@ def _loop_windows(scope: Scope, loop: Loop, outer: tuple[Loop, ...], neighbours:
         last = following - 1 if last is None else min(last, following - 1)
     region = [e for e in _span(scope, first, last) if e.ctx.loops[: len(outer)] == outer]
     deciders = [e for e in region if loop in e.ctx.loops or e.ctx.loops == outer]
-    variant = assigned_in(scope, outer[-1] if outer else loop)
+    variant = assigned_in(scope, loop)
     windows = []
     def periodic(test: cst.BaseExpression) -> bool:
         return analyze(test, scope) is not None
