@@ -81,7 +81,9 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
         accumulates = steps is not None and not (isinstance(steps, cst.Integer) and steps.value == "1")
         return frozenset({Role.ACCELERATOR} | ({Role.ACCELERATOR_ACCUMULATES} if accumulates else set())
                          | ({Role.ACCELERATOR_FSDP} if _given(call, cat.FSDP_PLUGIN_KEYWORD) else set())
-                         | ({Role.ACCELERATOR_DEEPSPEED} if _given(call, cat.DEEPSPEED_PLUGIN_KEYWORD) else set()))
+                         | ({Role.ACCELERATOR_DEEPSPEED} if _given(call, cat.DEEPSPEED_PLUGIN_KEYWORD) else set())
+                         | ({Role.ACCELERATOR_UNTIED_SCHEDULERS}
+                            if _is_false(keyword(call, cat.SCHEDULER_WITH_OPTIMIZER_KEYWORD)) else set()))
     if last in cat.FABRIC.names:
         return frozenset({Role.FABRIC} | (set() if _fabric_may_use_ddp(call) else {Role.FABRIC_WITHOUT_DDP}))
     if last in cat.BOOSTER.names:
@@ -97,6 +99,10 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
             roles.add(Role.TOKEN_LOSS)
         return frozenset(roles)
     return NO_ROLES
+
+
+def _is_false(value: cst.BaseExpression | None) -> bool:
+    return isinstance(value, cst.Name) and value.value == "False"
 
 
 def _given(call: cst.Call, name: str) -> bool:
@@ -172,6 +178,8 @@ def prepared_roles(roles: frozenset[Role], owner: frozenset[Role]) -> frozenset[
     in DistributedDataParallel when launched on several processes (catalogue.PREPARED_MODEL; in FSDP
     for an Accelerator given an FSDP plugin; for Fabric, unless its strategy or devices rule DDP out)."""
     extra = {Role.PREPARED} if Role.ACCELERATOR in owner else set()
+    if Role.SCHEDULER in roles and Role.ACCELERATOR_UNTIED_SCHEDULERS in owner:
+        extra = set()  # it steps on every call, as if it were not prepared
     if not roles & {Role.OPTIMIZER, Role.SCHEDULER, Role.SCALER}:
         if Role.ACCELERATOR_FSDP in owner:
             extra |= cat.PREPARED_SHARDED_MODEL

@@ -298,6 +298,9 @@ DEEPSPEED_GLOBAL_BATCH_KEY = "train_batch_size"
 # Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(...)): on several processes prepare() wraps a
 # model in FSDP, not DistributedDataParallel (accelerate's state: an FSDP plugin selects the FSDP type)
 FSDP_PLUGIN_KEYWORD = "fsdp_plugin"
+# Accelerator(step_scheduler_with_optimizer=False): a prepared scheduler's step() steps it on every call
+# (accelerate/scheduler.py), not only when the optimizer steps
+SCHEDULER_WITH_OPTIMIZER_KEYWORD = "step_scheduler_with_optimizer"
 ACCUMULATION_PLUGIN_STEPS = "num_steps"
 REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
 # What keeps every item appended to it, graph and all: a list, a deque. An object of another class

@@ -526,6 +526,21 @@ class FileModel:
                     Role.SCHEDULER in constructor_roles(d.value, self.imports, no_roles) for d in defs)
         return built and not any(d.op is DefOp.UNPACK for d in defs)
 
+    def prepared_untied(self, scope: Scope, name: str | None) -> bool:
+        """Is `name` bound by the prepare() of an Accelerator built with step_scheduler_with_optimizer=False,
+        whose schedulers step on every call?"""
+        for d in [d for s in (scope, self.scopes[0]) for d in s.defs_of(name or "")]:
+            if not (d.op.rebinds and isinstance(d.value, cst.Call)):
+                continue
+            receiver, method = call_receiver(d.value)
+            if method not in cat.PREPARE_METHODS or dotted(receiver) is None:
+                continue
+            if any(a.op is DefOp.ASSIGN and isinstance(a.value, cst.Call) and Role.ACCELERATOR_UNTIED_SCHEDULERS
+                   in constructor_roles(a.value, self.imports, no_roles)
+                   for s in (scope, self.scopes[0]) for a in s.defs_of(dotted(receiver))):
+                return True
+        return False
+
     def schedule_length(self, scope: Scope, built: Event) -> ScheduleLength | None:
         """How the length of the scheduler built by this event is computed, if it is given."""
         lengths = self._schedule_lengths(built.node, scope, built.order, 0)

@@ -76,6 +76,8 @@ class Role(Tag):
     ACCELERATOR = "accelerator"
     ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)
     ACCELERATOR_FSDP = "accelerator-fsdp"  # Accelerator(fsdp_plugin=...): prepare() wraps models in FSDP
+    # Accelerator(step_scheduler_with_optimizer=False): a scheduler it prepares steps on every call
+    ACCELERATOR_UNTIED_SCHEDULERS = "accelerator-untied-schedulers"
     # Accelerator(deepspeed_plugin=...): the DeepSpeed engine counts the micro-batches, accumulate() or not
     ACCELERATOR_DEEPSPEED = "accelerator-deepspeed"
     FABRIC = "fabric"

@@ -38,7 +38,8 @@ class SchedulerEveryMicroBatch(Rule):
                     continue
                 # Inside accumulate() only a scheduler built here and never prepared is known to step
                 # on every micro-batch; a prepared one skips the steps where gradients do not sync.
-                if accelerate and not model.constructed_unprepared(window.scope, event.target):
+                if accelerate and not (model.constructed_unprepared(window.scope, event.target)
+                                       or model.prepared_untied(window.scope, event.target)):
                     continue
                 if model.schedule_counts_micro_batches(window.scope, event, window):
                     continue  # its length counts micro-batches: one step per micro-batch is its unit
