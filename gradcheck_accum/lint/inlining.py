@@ -537,7 +537,8 @@ class Inliner:
         called as `fire("on_backward_end")`, or `cb.on_backward_end(self)` in its body)."""
         effects = self.project.effects(ref)
         if id(function) not in self._hooks_of:  # read once per function
-            self._hooks_of[id(function)] = (frozenset(_hook_names(function)), frozenset(_hook_keys(function)))
+            calls = _hook_calls(function)
+            self._hooks_of[id(function)] = (frozenset(_hook_names(calls)), frozenset(_hook_keys(function, calls)))
         names, keys = set(self._hooks_of[id(function)][0]), self._hooks_of[id(function)][1]
         if keys:
             for parameter, argument in paired_arguments(call, function, None):
@@ -1322,15 +1323,16 @@ def _hook_calls(function: cst.FunctionDef) -> list[cst.Call]:
             or (isinstance(c.func, cst.Call) and call_receiver(c.func) == (None, "getattr") and len(c.func.args) == 2)]
 
 
-def _hook_names(function: cst.FunctionDef) -> list[str]:
-    """The method names a function calls on its loop targets (`cb.on_backward_end(self)`)."""
-    return [c.func.attr.value for c in _hook_calls(function) if isinstance(c.func, cst.Attribute)]
+def _hook_names(hook_calls: list[cst.Call]) -> list[str]:
+    """The method names a function calls on its loop targets (`cb.on_backward_end(self)`), of its
+    _hook_calls."""
+    return [c.func.attr.value for c in hook_calls if isinstance(c.func, cst.Attribute)]
 
 
-def _hook_keys(function: cst.FunctionDef) -> list[str]:
+def _hook_keys(function: cst.FunctionDef, hook_calls: list[cst.Call]) -> list[str]:
     """The parameters a function runs a hook by (`getattr(cb, event)(self)`): its caller says which."""
     params = parameter_names(function)
-    keys = [call.func.args[1].value for call in _hook_calls(function) if isinstance(call.func, cst.Call)]
+    keys = [call.func.args[1].value for call in hook_calls if isinstance(call.func, cst.Call)]
     return [key.value for key in keys if isinstance(key, cst.Name) and key.value in params]
 
 
