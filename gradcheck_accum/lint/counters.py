@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from gradcheck_accum.lint.bindings import loop_index
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (call_receiver, children, contains, dotted, item_name, iter_names, keyword,
+from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, item_name, iter_names, keyword,
                                         last_part, positional, source)
 from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import BoundaryKind, guard_boundary, is_accumulation_count
@@ -512,9 +512,12 @@ def pass_boundary_clear(window: Window) -> Event | None:
     variant = assigned_in(scope, outer[-1]) if outer else set()
     steps = window.boundary_steps
     for event in scope.events:
-        if event.kind is not EventKind.ZERO_GRAD or event.ctx.loops != outer or event.ctx.in_handler:
+        if event.kind is not EventKind.ZERO_GRAD or event.ctx.in_handler or not window.path.allows(event):
             continue
-        if not window.path.allows(event):
+        if event.ctx.loops == outer + (loop,) and _on_first_micro_batch(event, window) \
+                and any(same_target(event, step) for step in steps):
+            return event  # `if i == 0: optimizer.zero_grad()`: the first micro-batch of every pass
+        if event.ctx.loops != outer:
             continue
         before = block_start <= event.order < start
         # after it: in the enclosing loop's body, or (a function that runs one pass) to the function's end
@@ -527,6 +530,24 @@ def pass_boundary_clear(window: Window) -> Event | None:
         if any(same_target(event, step) for step in steps):
             return event
     return None
+
+
+def _on_first_micro_batch(event: Event, window: Window) -> bool:
+    """Does the event run, inside the micro-batch loop, under one test that varies there: that the
+    window's counter holds its first value (`if cur_iter == 0:`)? Tests of the configuration (the path's
+    own) may surround it."""
+    variant = assigned_in(window.scope, window.loop)
+    inside = [g for g in event.ctx.guards if g.depth > len(window.outer) and not invariant(g.test, variant)]
+    counter, first = window.counter, window.counter_start
+    if len(inside) != 1 or not inside[0].positive or inside[0].exit is not None or counter is None or first is None:
+        return False
+    test = inside[0].test
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, cst.Equal)):
+        return False
+    sides = (test.left, test.comparisons[0].comparator)
+    return any(code(a) == code(counter) and isinstance(b, cst.Integer) and int(b.value) == first
+               for a, b in (sides, sides[::-1]))
 
 
 def _off_last_boundary(guard: Guard, window: Window) -> bool:

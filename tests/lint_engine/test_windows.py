@@ -3,7 +3,7 @@
 import libcst as cst
 import pytest
 
-from gradcheck_accum.lint.model import EventKind, FileModel, Framework, Placement, WindowShape
+from gradcheck_accum.lint.model import EventKind, FileModel, Framework, Placement, TailFate, WindowShape
 
 EVERY, BOUNDARY, AFTER, UNKNOWN = Placement.EVERY, Placement.BOUNDARY, Placement.AFTER, Placement.UNKNOWN
 GUARDED, NESTED, FRAMEWORK, UNGUARDED, PLAIN = WindowShape
@@ -482,3 +482,32 @@ def test_a_helpers_early_return_before_its_step_is_the_boundary():
     window = only_window(source)
     assert window.shape == GUARDED and window.accumulates
     assert placements(window, EventKind.STEP) == [BOUNDARY]
+
+
+FIRST_MICRO_BATCH_CLEAR = """
+import torch
+
+def train_epoch(loader, model, optimizer, num_iters):
+    for cur_iter, (x, y) in enumerate(loader):
+        if cur_iter == {first}:
+            optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y) / num_iters
+        loss.backward()
+        if (cur_iter + 1) % num_iters == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+
+def train(loader, model, optimizer, epochs, num_iters):
+    for epoch in range(epochs):
+        train_epoch(loader, model, optimizer, num_iters)
+"""
+
+
+@pytest.mark.parametrize("first, fate", [("0", TailFate.DISCARDED), ("-1", TailFate.LEAKS)])
+def test_a_clear_on_the_first_micro_batch_of_each_pass_discards_the_last_pass_tail(first, fate):
+    """`if cur_iter == 0: optimizer.zero_grad()` runs where each epoch starts: the last epoch's unstepped
+    micro-batches are thrown away there, not carried into the next window (under a test that never
+    holds, they leak)."""
+    model = FileModel(cst.parse_module(FIRST_MICRO_BATCH_CLEAR.format(first=first)))
+    tails = [model.unstepped_tail(w) for w in model.windows]
+    assert [t.fate for t in tails if t is not None] == [fate]
