@@ -569,6 +569,19 @@ def fit(self, train_dataloader, max_epochs, optimizer, scheduler, accumulate_gra
 """)
 DRIVERS: tuple[Driver, ...] = (LIGHTNING_MANUAL, LIGHTNING_AUTOMATIC)
 
+# Engines built around a function rather than a class: ignite's `Engine(process_function)` whose
+# `run(data, max_epochs)` calls `process_function(engine, batch)` once per batch of every epoch
+# (ignite/engine/engine.py, `_run_once_on_dataset`). `engine.state.iteration` counts the batches of the
+# whole run from 1, so a `% N == 0` boundary on it neither restarts nor starts early.
+PROCESS_FUNCTION_ENGINES = frozenset({"ignite.engine.Engine", "ignite.engine.engine.Engine"})
+PROCESS_FUNCTION = "process_function"  # the engine's own name for it, also its keyword
+PROCESS_FUNCTION_LOOP = f"""\
+def run(engine, data, max_epochs):
+    for epoch in range(max_epochs):
+        for batch in data:
+            {PROCESS_FUNCTION}(engine, batch)
+"""
+
 # What the schedule length is given as (ACC402): keywords of scheduler constructors, or the third
 # positional argument of transformers' get_*_schedule*(optimizer, warmup, total).
 SCHEDULE_LENGTH_KEYWORDS = ("T_max", "num_training_steps", "total_steps", "total_iters", "steps_per_epoch")

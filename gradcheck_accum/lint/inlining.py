@@ -23,7 +23,7 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import (loop_index, module_constants, module_literals, pass_from_zero,
                                            roles_from_name)
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, is_static,
-                                        paired_arguments, parameter_names)
+                                        iter_calls, keyword, paired_arguments, parameter_names, positional)
 from gradcheck_accum.lint.outline import blank_strings_and_comments
 from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
 from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED, FunctionSummary
@@ -355,6 +355,7 @@ class Inliner:
         # of the method's class (a base's loop calling `self.train_step()` runs the subclass's)
         self._origin: dict[int, tuple[LoadedModule, str, ClassRef | None]] = {}
         self._call_counters: dict[int, str] = {}  # id(loop over a method's calls) -> the attribute counting them
+        self._engine_loops: dict[int, str] = {}  # id(an engine's loop around a process function) -> the engine
         self._partials: dict[int, tuple[cst.Call, cst.Call]] = {}  # id(call) -> (the call, the call it makes)
         self.roots: list[Scope] = []  # functions of other files that call into this one in a loop
         self.frames: list[Scope] = []  # every scope walked in place of a call, in walking order
@@ -910,8 +911,37 @@ class Inliner:
                 if driver.configured_by is not None and not self._configured(driver.configured_by):
                     continue
                 walked.append(self._walk_driver(driver, cls))
+        walked += [self._walk_process_function(ref, engine) for ref, engine in self._process_functions().items()]
         self.roots.extend(walked)
         return walked
+
+    def _process_functions(self) -> dict[FunctionRef, str]:
+        """The functions of this file handed to an engine that runs them once per batch
+        (catalogue.PROCESS_FUNCTION_ENGINES: `trainer = Engine(update)` in `train()`), with the engine."""
+        this = self.context.this
+        found: dict[FunctionRef, str] = {}
+        for qualname, function in this.functions.items():
+            for call in iter_calls(function.body):
+                engine = this.imports.qualify(call.func)
+                if engine not in cat.PROCESS_FUNCTION_ENGINES:
+                    continue
+                name = dotted(positional(call, 0) or keyword(call, cat.PROCESS_FUNCTION))
+                ref = self.project.resolve_call(FunctionRef(this.path, qualname), name) if name else None
+                if ref is not None and ref.path == this.path:
+                    found.setdefault(ref, engine)
+        return found
+
+    def _walk_process_function(self, process: FunctionRef, engine: str) -> Scope:
+        """The engine's loop around a process function, walked with the function in place of its call."""
+        loaded = _synthetic_module(cat.PROCESS_FUNCTION_LOOP, "<engine loop>")
+        function = next(iter(loaded.functions.values()))
+        scope = Scope(function, function.name.value, imports=loaded.imports, foreign=True)
+        self._origin[id(scope)] = (loaded, function.name.value, None)
+        self._callables[id(scope)] = {cat.PROCESS_FUNCTION: process}
+        self._engine_loops[id(scope)] = engine
+        ScopeWalker(scope, loaded.imports, {}, set(), [0], inliner=self).walk_block(function.body.body, Context())
+        scope.env = {}
+        return scope
 
     def walk_call_counted(self, scopes: list[Scope], steps_on_count: Callable[[Scope, str], bool]) -> list[Scope]:
         """Methods that count their own calls in an attribute and step when the count reaches N
@@ -1134,6 +1164,9 @@ class Inliner:
         counter = self._call_counters.get(id(root))
         if counter is not None:
             return f"{runs}, and counts its calls in `{counter}`: each call is one micro-batch", []
+        engine = self._engine_loops.get(id(root))
+        if engine is not None:
+            return f"{runs}; the `{engine.rsplit('.', 1)[-1]}` it is given to calls it once per batch", []
         driver = self._driver_of(root)
         if driver is not None:
             mode = "manual optimisation" if driver.manual else f"automatic optimisation ({driver.configured_by})"

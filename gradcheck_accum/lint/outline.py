@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
-from gradcheck_accum.lint.evidence import backward_names
+from gradcheck_accum.lint.evidence import backward_names, process_function_engine_names
 
 BACKWARDS = backward_names()  # from the catalogue: the calls that backpropagate
 
@@ -82,6 +82,8 @@ class Outline:
 
     def _summarize(self, node: ast.stmt) -> TopLevel:
         top = TopLevel(node)
+        # `trainer = Engine(update)`: the engine's `run` calls `update` once per batch, a loop's call
+        top.loop_calls.update(match.group(1) for match in _ENGINE_BUILT.finditer(self.code, *self.span(node)))
         stack: list[ast.AST] = [node]
         while stack:
             current = stack.pop()
@@ -106,6 +108,8 @@ class Outline:
 
 
 _CALL_METHOD = "__call__"  # what calling an instance runs
+_ENGINE_BUILT = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, process_function_engine_names())))
+                           + r")\s*\(\s*(?:process_function\s*=\s*)?(\w+)")
 # Compound statements keep their statements in these fields (handlers and match cases hold bodies too).
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 # A name followed by "(", allowing what may sit between them in real code: spaces, line breaks,
