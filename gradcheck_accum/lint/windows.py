@@ -392,6 +392,24 @@ class Window:
                     return True
         return False
 
+    def cleared_between_backwards(self, event: Event) -> bool:
+        """Does a clear that may be of the window's optimizer run on every micro-batch after an earlier
+        backward of that micro-batch and before this one (an adversarial-training helper's
+        `optimizer.zero_grad(); adv_loss.backward()` after the loss's own backward)? Nothing this backward
+        adds is then summed over the window. Only a clear of another optimizer, both known, is not such."""
+        runs_under = {(id(g.owner), g.positive) for g in event.ctx.guards}
+        for zero in self.of(EventKind.ZERO_GRAD):
+            # it runs wherever the event does: on its micro-batch, under no test the event is not under
+            if zero.order >= event.order or not self.inside(zero) or self.placement(zero) not in (EVERY, UNKNOWN) \
+                    or not {(id(g.owner), g.positive) for g in zero.ctx.guards} <= runs_under:
+                continue
+            if not any(b.order < zero.order and not exclusive(b, zero) for b in self.backwards if self.inside(b)):
+                continue  # a clear before every backward (ACC101 reports it; the loss's scale is its own question)
+            if any(same_target(zero, step, self.scope) or not _distinct_optimizers(zero, step, self.scope)
+                   for step in self.boundary_steps):
+                return True
+        return False
+
     def clears_before_step(self, zero: Event) -> Event | None:
         """The step that `zero` wipes the gradients of: zero_grad runs after a backward and before a
         step of the same iteration, with no backward in between, whenever that step runs."""
@@ -577,6 +595,14 @@ def _submodule_of(cleared: str, model: str | None) -> bool:
     if model is None or not cleared.startswith(model + "."):
         return False
     return any(part not in cat.WRAPPED_MODULE_ATTRIBUTES for part in cleared[len(model) + 1:].split("."))
+
+
+def _distinct_optimizers(zero: Event, step: Event, scope: Scope) -> bool:
+    """Are the cleared and the stepped optimizer two objects, each bound once here by a construction?"""
+    if zero.model_wide or zero.target is None or step.target is None or zero.target == step.target:
+        return False
+    defs = [scope.defs_of(name) for name in (zero.target, step.target)]
+    return all(len(d) == 1 and d[0].op is DefOp.ASSIGN and isinstance(d[0].value, cst.Call) for d in defs)
 
 
 def _stepped_model(optimizer: str, scope: Scope) -> str | None:

@@ -511,3 +511,39 @@ def test_a_clear_on_the_first_micro_batch_of_each_pass_discards_the_last_pass_ta
     model = FileModel(cst.parse_module(FIRST_MICRO_BATCH_CLEAR.format(first=first)))
     tails = [model.unstepped_tail(w) for w in model.windows]
     assert [t.fate for t in tails if t is not None] == [fate]
+
+
+AWP_CLEARING = """
+import torch
+
+class AWP:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def attack_backward(self, batch):
+        adv_loss = self.model(batch).mean()
+        self.optimizer.zero_grad()
+        adv_loss.backward()
+
+def train(model, optimizer, loader, accum):
+    awp = AWP(model, optimizer)
+    for step, batch in enumerate(loader):
+        {before}
+        loss = model(batch).mean() / accum
+        loss.backward()
+        {after}
+        if (step + 1) % accum == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("before, after, cleared", [
+    ("pass", "awp.attack_backward(batch)", [False, True]),  # AWP's clear wipes the loss's gradients each time
+    ("optimizer.zero_grad()", "pass", [False]),  # a clear before every backward: ACC101's, not this
+])
+def test_a_clear_between_two_backwards_of_a_micro_batch_leaves_the_second_unsummed(before, after, cleared):
+    """What a backward adds after a clear that runs on every micro-batch, after that micro-batch's first
+    backward, is never summed over the window (ACC201 has nothing to say of its scale)."""
+    window = only_window(AWP_CLEARING.format(before=before, after=after))
+    assert [window.cleared_between_backwards(b) for b in window.backwards] == cleared
