@@ -524,8 +524,10 @@ def pass_boundary_clear(window: Window) -> Event | None:
         after = end < event.order <= block_end if outer else end < event.order
         if not (before or after):
             continue
+        # a test every backward also runs under (`if epoch < warmup: continue` before the clear and the
+        # loop) lets the clear run on every pass that makes gradients
         if not all(invariant(g.test, variant) or after and _off_last_boundary(g, window)
-                   for g in event.ctx.guards if g.depth >= len(outer)):
+                   for g in event.ctx.guards if g.depth >= len(outer) and g not in window.backward_guards):
             continue
         if any(same_target(event, step) for step in steps):
             return event

@@ -547,3 +547,25 @@ def test_a_clear_between_two_backwards_of_a_micro_batch_leaves_the_second_unsumm
     backward, is never summed over the window (ACC201 has nothing to say of its scale)."""
     window = only_window(AWP_CLEARING.format(before=before, after=after))
     assert [window.cleared_between_backwards(b) for b in window.backwards] == cleared
+
+
+EPOCH_START_CLEAR = """
+def train(model, optimizer, loader, epochs, accum):
+    for epoch in range(epochs):
+        {skip}
+        optimizer.zero_grad()
+        for i, data in enumerate(loader):
+            loss = model(data) / accum
+            loss.backward()
+            if (i + 1) % accum == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize("skip", ["pass", "if epoch < 1:\n            continue"])
+def test_an_epoch_start_clear_past_a_skip_of_the_whole_pass_discards_the_tail(skip):
+    """A test that skips the clear skips the pass's backwards too: on every pass that makes gradients
+    the clear runs first, so the last pass's tail is thrown away there."""
+    model = FileModel(cst.parse_module(EPOCH_START_CLEAR.format(skip=skip)))
+    assert [model.unstepped_tail(w).fate for w in model.windows] == [TailFate.DISCARDED]
