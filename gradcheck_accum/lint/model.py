@@ -29,7 +29,7 @@ from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is
                                              resolve_n)
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
 from gradcheck_accum.lint.vocabulary import (END_OF_SCOPE, NO_ROLES, Context, Def, DefOp, Event, EventKind, Fact,
-                                             Framework, Role, Scope)
+                                             Framework, Guard, Role, Scope)
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, accumulate_calls, build_windows, exclusive,
                                           increment, inner_count, is_micro_batch_loop, loop_events, same_target,
@@ -269,19 +269,35 @@ class FileModel:
         `event` run only where E is false (`if not use_amp:`, the `else` of `if use_amp:`)? A disabled
         scaler scales nothing, so the gradients on that path are plain ones. Names are read as
         written, in the function's own scope (a method walked from a caller reads them there too)."""
+        switches = self._scaler_switches(scope, backward)
+        # `if not use_amp:` or the `else` of `if use_amp:`, read as paths.py reads configuration tests
+        return bool(switches) and all(any(decision(g)[:2] == (code(switch), False) for g in event.ctx.guards)
+                                      for switch in switches)
+
+    def unscales_where_clipped(self, scope: Scope, backward: Event, unscale: Event, clip: Event) -> bool:
+        """Does the unscale run wherever the clip runs while the backward's scaler scales: is every test it
+        runs under, and the clip does not, the scaler's own switch (`if use_amp: scaler.unscale_(opt)`)?
+        An unscale under another setting (`if cfg.unscale:`) leaves the clip scaled where that is off."""
+        receiver = call_receiver(unscale.node)[0] if isinstance(unscale.node, cst.Call) else None
+        extra = [g for g in unscale.ctx.guards if g not in clip.ctx.guards and not _tests_object(g, dotted(receiver))]
+        if not extra:
+            return True  # (a test of the scaler itself, `if scaler:`, fails only where there is no scaler)
+        switches = self._scaler_switches(scope, backward)
+        return bool(switches) and all(any(decision(g)[:2] == (code(switch), True) for switch in switches)
+                                      for g in extra)
+
+    def _scaler_switches(self, scope: Scope, backward: Event) -> list[cst.BaseExpression] | None:
+        """The `enabled=` of every binding of the backward's GradScaler; None unless each has one."""
         scope = next((s for s in self.scopes if s.node is scope.node and s.frame is None), scope)
         scaler = _scaler_as_written(backward)
         if scaler is None:
-            return False
+            return None
         scopes = [scope] + ([s for s in self.scopes if s.owner is scope.owner and s is not scope]
                             if scaler.startswith("self.") and scope.owner is not None else [])
         defs = [d for s in scopes for d in s.defs_of(scaler) if d.op.rebinds]
         switches = [keyword(d.value, cat.SCALER_SWITCH) if isinstance(d.value, cst.Call) and Role.SCALER in
                     constructor_roles(d.value, self.imports, no_roles) else None for d in defs]
-        if not switches or None in switches:
-            return False
-        # `if not use_amp:` or the `else` of `if use_amp:`, read as paths.py reads configuration tests
-        return all(any(decision(g)[:2] == (code(switch), False) for g in event.ctx.guards) for switch in switches)
+        return None if not switches or None in switches else switches
 
     def straight_line_clears(self) -> Iterator[tuple[Scope, Event, Event]]:
         """Outside loops: a clear between a backward and the step of the same optimizer (windows.py)."""
@@ -894,6 +910,22 @@ def _rescales(d, name: str) -> bool:
     return d.op.scales or (d.op is DefOp.ASSIGN and isinstance(d.value, cst.BinaryOperation)
                            and isinstance(d.value.operator, (cst.Divide, cst.Multiply))
                            and dotted(d.value.left) == name)
+
+
+def _tests_object(guard: Guard, name: str | None) -> bool:
+    """Does the guard hold only where the object `name` exists (`if scaler:`, `if scaler is not None:`,
+    the `else` of `if scaler is None:`)?"""
+    test = guard.test
+    if name is None:
+        return False
+    if dotted(test) == name:
+        return guard.positive
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and dotted(test.left) == name \
+            and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None":
+        operator = test.comparisons[0].operator
+        return guard.positive if isinstance(operator, cst.IsNot) else not guard.positive \
+            if isinstance(operator, cst.Is) else False
+    return False
 
 
 def _length_argument(call: cst.Call) -> cst.BaseExpression | None:
