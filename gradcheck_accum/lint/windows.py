@@ -273,16 +273,19 @@ class Window:
         inside = [d for d in defs if loop in d.ctx.loops and d is not target]
         if target is not None:
             start = _enumerate_start(loop, target.index, scope)
+            first_step = min((s.order for s in self.boundary_steps), default=None)
+            # a rebinding after the test (`index += 1`, an evaluation loop's own `for step, b in ...`) changes
+            # nothing the test sees: the loop binds the index anew first
+            inside = [d for d in inside if first_step is None or d.order < first_step]
             if not inside or start is None:
                 return start
-            # `for index, batch in enumerate(loader): index += 1`: one more before the test on every pass
-            # (after it, the loop binds the index anew first); any other rebinding leaves the value unknown
-            first_step = min((s.order for s in self.boundary_steps), default=None)
+            # `for index, batch in enumerate(loader): index += 1`: one more before the test on every pass;
+            # any other rebinding leaves the value unknown
             by = increment(inside[0], name) if len(inside) == 1 else None
             conditional = any(g.depth > len(self.outer) for g in inside[0].ctx.guards)  # a test inside the loop
-            if not (isinstance(by, cst.Integer) and by.value == "1") or conditional or first_step is None:
+            if not (isinstance(by, cst.Integer) and by.value == "1") or conditional:
                 return None
-            return start + 1 if inside[0].order < first_step else start
+            return start + 1
         if len(inside) == 1 and inside[0].op is DefOp.ASSIGN and isinstance(inside[0].value, cst.BinaryOperation) \
                 and isinstance(inside[0].value.operator, cst.Add):
             value = inside[0].value  # `ni = i + nb * epoch`: the loop index, offset by whole epochs
