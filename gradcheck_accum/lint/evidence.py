@@ -56,10 +56,11 @@ def backward_names() -> frozenset[str]:
     return frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD and not api.follows_aliases)
 
 
-def process_function_engine_names() -> frozenset[str]:
+def process_function_engines() -> tuple[frozenset[str], str]:
     """The names of the engines that call the function they are built with once per batch (`Engine` of
-    `Engine(update)`): outline.py counts such a function as called in a loop."""
-    return frozenset(qualified.rsplit(".", 1)[-1] for qualified in cat.PROCESS_FUNCTION_ENGINES)
+    `Engine(update)`), and the keyword it may be given by: outline.py counts such a function as called
+    in a loop."""
+    return frozenset(qualified.rsplit(".", 1)[-1] for qualified in cat.PROCESS_FUNCTION_ENGINES), cat.PROCESS_FUNCTION
 
 
 def effect_call_names() -> frozenset[str]:

@@ -920,6 +920,8 @@ class Inliner:
         (catalogue.PROCESS_FUNCTION_ENGINES: `trainer = Engine(update)` in `train()`), with the engine."""
         this = self.context.this
         found: dict[FunctionRef, str] = {}
+        if not any(engine.rsplit(".", 1)[-1] in this.text for engine in cat.PROCESS_FUNCTION_ENGINES):
+            return found  # most files: no walk of their calls
         for qualname, function in this.functions.items():
             for call in iter_calls(function.body):
                 engine = this.imports.qualify(call.func)
@@ -934,13 +936,8 @@ class Inliner:
     def _walk_process_function(self, process: FunctionRef, engine: str) -> Scope:
         """The engine's loop around a process function, walked with the function in place of its call."""
         loaded = _synthetic_module(cat.PROCESS_FUNCTION_LOOP, "<engine loop>")
-        function = next(iter(loaded.functions.values()))
-        scope = Scope(function, function.name.value, imports=loaded.imports, foreign=True)
-        self._origin[id(scope)] = (loaded, function.name.value, None)
-        self._callables[id(scope)] = {cat.PROCESS_FUNCTION: process}
+        scope = self._walk_synthetic(loaded, None, {cat.PROCESS_FUNCTION: process})
         self._engine_loops[id(scope)] = engine
-        ScopeWalker(scope, loaded.imports, {}, set(), [0], inliner=self).walk_block(function.body.body, Context())
-        scope.env = {}
         return scope
 
     def walk_call_counted(self, scopes: list[Scope], steps_on_count: Callable[[Scope, str], bool]) -> list[Scope]:
@@ -1010,13 +1007,16 @@ class Inliner:
         label = f"<{driver.framework.value} {'manual' if driver.manual else 'automatic'} loop>"
         return self._walk_synthetic(_synthetic_module(driver.source, label), cls)
 
-    def _walk_synthetic(self, loaded: LoadedModule, cls: ClassRef) -> Scope:
+    def _walk_synthetic(self, loaded: LoadedModule, cls: ClassRef | None,
+                        callables: dict[str, FunctionRef] | None = None) -> Scope:
         """A loop written here as code (a framework's, or one over a method's calls), walked with
-        `self` an instance of `cls`."""
+        `self` an instance of `cls`, and the names of `callables` calling those functions."""
         function = next(iter(loaded.functions.values()))
         scope = Scope(function, function.name.value, imports=loaded.imports, foreign=True)
         self._origin[id(scope)] = (loaded, function.name.value, cls)
-        seed = self.inherited_env(self.context.this, cls.qualname)
+        if callables:
+            self._callables[id(scope)] = dict(callables)
+        seed = self.inherited_env(self.context.this, cls.qualname) if cls is not None else {}
         ScopeWalker(scope, loaded.imports, seed, set(), [0], inliner=self).walk_block(function.body.body, Context())
         scope.env = {}
         return scope

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
-from gradcheck_accum.lint.evidence import backward_names, process_function_engine_names
+from gradcheck_accum.lint.evidence import backward_names, process_function_engines
 
 BACKWARDS = backward_names()  # from the catalogue: the calls that backpropagate
 
@@ -108,8 +108,9 @@ class Outline:
 
 
 _CALL_METHOD = "__call__"  # what calling an instance runs
-_ENGINE_BUILT = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, process_function_engine_names())))
-                           + r")\s*\(\s*(?:process_function\s*=\s*)?(\w+)")
+_ENGINES, _PROCESS_KEYWORD = process_function_engines()
+_ENGINE_BUILT = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, _ENGINES))) + r")\s*\(\s*(?:"
+                           + _PROCESS_KEYWORD + r"\s*=\s*)?(\w+)")
 # Compound statements keep their statements in these fields (handlers and match cases hold bodies too).
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 # A name followed by "(", allowing what may sit between them in real code: spaces, line breaks,
