@@ -29,7 +29,7 @@ from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is
                                              resolve_n)
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
 from gradcheck_accum.lint.vocabulary import (END_OF_SCOPE, NO_ROLES, Context, Def, DefOp, Event, EventKind, Fact,
-                                             Framework, Guard, Role, Scope)
+                                             Framework, Role, Scope)
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, accumulate_calls, build_windows, exclusive,
                                           increment, inner_count, is_micro_batch_loop, loop_events, same_target,
@@ -279,9 +279,10 @@ class FileModel:
         runs under, and the clip does not, the scaler's own switch (`if use_amp: scaler.unscale_(opt)`)?
         An unscale under another setting (`if cfg.unscale:`) leaves the clip scaled where that is off."""
         receiver = call_receiver(unscale.node)[0] if isinstance(unscale.node, cst.Call) else None
-        extra = [g for g in unscale.ctx.guards if g not in clip.ctx.guards and not _tests_object(g, dotted(receiver))]
+        scaler_exists = (dotted(receiver), True)  # `if scaler:`, `if scaler is not None:`: false only without one
+        extra = [g for g in unscale.ctx.guards if g not in clip.ctx.guards and decision(g)[:2] != scaler_exists]
         if not extra:
-            return True  # (a test of the scaler itself, `if scaler:`, fails only where there is no scaler)
+            return True
         switches = self._scaler_switches(scope, backward)
         return bool(switches) and all(any(decision(g)[:2] == (code(switch), True) for switch in switches)
                                       for g in extra)
@@ -910,22 +911,6 @@ def _rescales(d, name: str) -> bool:
     return d.op.scales or (d.op is DefOp.ASSIGN and isinstance(d.value, cst.BinaryOperation)
                            and isinstance(d.value.operator, (cst.Divide, cst.Multiply))
                            and dotted(d.value.left) == name)
-
-
-def _tests_object(guard: Guard, name: str | None) -> bool:
-    """Does the guard hold only where the object `name` exists (`if scaler:`, `if scaler is not None:`,
-    the `else` of `if scaler is None:`)?"""
-    test = guard.test
-    if name is None:
-        return False
-    if dotted(test) == name:
-        return guard.positive
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and dotted(test.left) == name \
-            and isinstance(test.comparisons[0].comparator, cst.Name) and test.comparisons[0].comparator.value == "None":
-        operator = test.comparisons[0].operator
-        return guard.positive if isinstance(operator, cst.IsNot) else not guard.positive \
-            if isinstance(operator, cst.Is) else False
-    return False
 
 
 def _length_argument(call: cst.Call) -> cst.BaseExpression | None:
