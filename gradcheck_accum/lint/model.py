@@ -233,11 +233,10 @@ class FileModel:
             return False
 
         def freed(d: Def) -> bool:
-            made_under = {(id(g.owner), g.positive) for g in d.ctx.guards}
-            following = [b for b in backwards if d.order < b.order and not any(
-                (id(g.owner), not g.positive) in made_under for g in b.ctx.guards)]
-            return not following or any(keyword(b.node, cat.RETAIN_GRAPH_KEYWORD) is None and {
-                (id(g.owner), g.positive) for g in b.ctx.guards} <= made_under for b in following)
+            made_under = d.ctx.branches
+            following = [b for b in backwards if d.order < b.order and not exclusive(d, b)]
+            return not following or any(keyword(b.node, cat.RETAIN_GRAPH_KEYWORD) is None
+                                        and b.ctx.branches <= made_under for b in following)
         return all(freed(d) for d in made)
 
     @staticmethod
@@ -248,8 +247,8 @@ class FileModel:
         the step after it), before that loop outside any loop?"""
         if not total.target:
             return False
-        boundary = {(id(g.owner), g.positive) for step in window.boundary_steps for g in step.ctx.guards}
-        around = {(id(g.owner), g.positive) for g in total.ctx.guards}  # what the total runs under
+        boundary = frozenset().union(*(step.ctx.branches for step in window.boundary_steps))
+        around = total.ctx.branches  # what the total runs under
         whole_loop = not window.steps and not window.outer
         for d in window.scope.defs_of(total.target, total.order):
             if not d.op.rebinds:
@@ -257,10 +256,9 @@ class FileModel:
             if whole_loop and not d.ctx.loops:
                 return True
             if window.shape is WindowShape.NESTED and window.outer and window.outer[-1] in d.ctx.loops \
-                    and window.loop not in d.ctx.loops and {(id(g.owner), g.positive) for g in d.ctx.guards} <= around:
+                    and window.loop not in d.ctx.loops and d.ctx.branches <= around:
                 return True
-            if window.shape is WindowShape.GUARDED and window.loop in d.ctx.loops and any(
-                    (id(g.owner), g.positive) in boundary for g in d.ctx.guards):
+            if window.shape is WindowShape.GUARDED and window.loop in d.ctx.loops and d.ctx.branches & boundary:
                 return True
         return False
 

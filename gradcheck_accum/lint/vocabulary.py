@@ -203,6 +203,12 @@ class Context:
     withs: tuple[cst.Call, ...] = ()  # calls in enclosing `with` items
     in_handler: bool = False  # inside except/finally/match: conditions we cannot read
 
+    @property
+    def branches(self) -> frozenset[tuple[int, bool]]:
+        """The branches the code runs on: each `if` around it (by identity) with the side taken. Code whose
+        branches are a subset of another's runs wherever that code does."""
+        return frozenset((id(g.owner), g.positive) for g in self.guards)
+
     def push_guard(self, guard: Guard) -> "Context":
         return Context(self.guards + (guard,), self.loops, self.withs, self.in_handler)
 

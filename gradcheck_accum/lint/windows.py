@@ -400,11 +400,10 @@ class Window:
         backward of that micro-batch and before this one (an adversarial-training helper's
         `optimizer.zero_grad(); adv_loss.backward()` after the loss's own backward)? Nothing this backward
         adds is then summed over the window. Only a clear of another optimizer, both known, is not such."""
-        runs_under = {(id(g.owner), g.positive) for g in event.ctx.guards}
         for zero in self.of(EventKind.ZERO_GRAD):
             # it runs wherever the event does: on its micro-batch, under no test the event is not under
             if zero.order >= event.order or not self.inside(zero) or self.placement(zero) not in (EVERY, UNKNOWN) \
-                    or not {(id(g.owner), g.positive) for g in zero.ctx.guards} <= runs_under:
+                    or not zero.ctx.branches <= event.ctx.branches:
                 continue
             if not any(b.order < zero.order and not exclusive(b, zero) for b in self.backwards if self.inside(b)):
                 continue  # a clear before every backward (ACC101 reports it; the loss's scale is its own question)
@@ -423,7 +422,6 @@ class Window:
         own = [e.order for e in self.backwards]
         if not own or zero.order < min(own):
             return None
-        zero_guards = {(id(g.owner), g.positive) for g in zero.ctx.guards}
         backward_orders = None
         for step in self.steps:
             if step.via_helper or step.order < zero.order or self.placement(step) is AFTER \
@@ -434,7 +432,7 @@ class Window:
                 backward_orders = [e.order for e in self.events if e.kind is EventKind.BACKWARD]
             if any(zero.order < order < step.order for order in backward_orders):
                 continue
-            if zero_guards <= {(id(g.owner), g.positive) for g in step.ctx.guards}:
+            if zero.ctx.branches <= step.ctx.branches:
                 return step
         return None
 
@@ -565,9 +563,9 @@ def _runs_until_counted(loop: cst.While) -> bool:
         for c in test.comparisons) and set(iter_names(test)) & counted for test in exits)
 
 
-def exclusive(a: Event, b: Event) -> bool:
-    """Do the two events sit in opposite branches of one `if` (`if use_apex: ... else: ...`)? Then no
-    pass through the code runs both."""
+def exclusive(a: Event | Def, b: Event | Def) -> bool:
+    """Do the two events (or bindings) sit in opposite branches of one `if` (`if use_apex: ... else: ...`)?
+    Then no pass through the code runs both."""
     taken = {id(g.owner): g.positive for g in a.ctx.guards}
     return any(taken.get(id(g.owner), g.positive) != g.positive for g in b.ctx.guards)
 
