@@ -12,6 +12,7 @@ nothing else would stop them.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -142,6 +143,7 @@ def stop(executor: ProcessPoolExecutor) -> None:
 
 def _watch_parent(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the main process acts
+    gc.enable()  # forked from a lint that turned collection off for itself (cli.lint): a worker lints many files
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -1,6 +1,7 @@
 """`accumcheck rule`, fixes through the CLI, SARIF against the official schema, notebooks, no torch."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +110,25 @@ def test_console_script_output_and_cache_survive_its_quick_exit(tmp_path):
     first, second = (json.loads(run.stdout) for run in runs)
     assert len(first) == 40 and sorted(f["filename"] for f in first) == sorted(f["filename"] for f in second)
     assert (tmp_path / ".accumcheck_cache").is_dir()
+
+
+def test_cycle_collection_is_paused_only_in_the_console_process(tmp_path):
+    """The console's lint runs without the cycle collector (cli.lint); a lint called in a process that
+    goes on (a test, a tool importing `main`) leaves it as it was, and the pool's workers, forked
+    from a console that paused it, collect again: each goes through many files."""
+    (tmp_path / "t.py").write_text(BUGGY)
+    (tmp_path / "probe.py").write_text("import gc\n\ndef collecting(_):\n    return gc.isenabled()\n")
+    code = ("import gc, sys\nfrom gradcheck_accum import cli\nfrom gradcheck_accum.lint.pool import Pool\n"
+            "import probe\n"
+            "try:\n    cli.main(['lint', '--no-cache', 't.py'])\nexcept SystemExit:\n    pass\n"
+            "after_main = gc.isenabled()\ncli._process_ends_with_command = True\n"
+            "try:\n    cli.main(['lint', '--no-cache', 't.py'])\nexcept SystemExit:\n    pass\n"
+            "after_console = gc.isenabled()\n"
+            "with Pool(2) as pool:\n    workers = set(pool.map(probe.collecting, [0, 1, 2, 3], lambda item, how: None))\n"
+            "print(after_main, after_console, workers)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])})
+    assert out.stdout.splitlines()[-1] == "True False {True}", out.stderr
 
 
 def test_libcst_is_imported_only_when_a_file_needs_parsing(tmp_path):
