@@ -93,6 +93,8 @@ class Api:
 
 
 _CLIPS = ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_gradients")
+# timm's clippers change `.grad` in place as torch's do (timm/utils/agc.py, timm/utils/clip_grad.py)
+_TIMM_CLIPS = ("adaptive_clip_grad", "dispatch_clip_grad")
 _SYNC_SWITCHES = ("no_sync", "accumulate", "no_backward_sync", "skip_synchronize", "disable_allreduce",
                   "enable_allreduce", "disable_need_reduction", "enable_need_reduction",
                   "set_gradient_accumulation_boundary")
@@ -162,6 +164,7 @@ APIS: tuple[Api, ...] = (
       for name in _CLIPS),
     *(Api(name, _E.CLIP, _FABRIC, receiver=Role.FABRIC, has_receiver=None, unscales_first=True) for name in _CLIPS),
     *(Api(name, _E.CLIP, has_receiver=None) for name in _CLIPS),
+    *(Api(name, _E.CLIP, qualname_prefix="timm.utils.", follows_aliases=True, has_receiver=None) for name in _TIMM_CLIPS),
     # torch.compile
     Api("compile", _E.COMPILE, qualname="torch.compile", has_receiver=None, target=_NOTHING),
     # gradient synchronisation
