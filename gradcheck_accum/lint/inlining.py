@@ -663,6 +663,12 @@ class Inliner:
             return None
         return [frozenset().union(*(roles[i] for roles in tuples)) for i in range(count)]
 
+    def returned_item_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
+        """The roles every item of what the project function a call runs returns holds, when each of its
+        returns is a container of such items (`return {name: AdamW(...) for name in names}`)."""
+        returns = self._return_events(walker, call)
+        return frozenset.intersection(*(event.item_roles for event in returns)) if returns else NO_ROLES
+
     def _return_events(self, walker: ScopeWalker, call: cst.Call) -> list[Event]:
         """The returns of the project function a call runs, walked for this call; none when it builds
         nothing with a role (a DDP wrapper, an optimizer), which is not worth reading."""
@@ -1197,6 +1203,9 @@ class _ReturnsOnly:
 
     def returned_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
         return self.inliner.returned_roles(walker, call)
+
+    def returned_item_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
+        return self.inliner.returned_item_roles(walker, call)
 
     def returned_element_roles(self, walker: ScopeWalker, call: cst.Call, count: int) -> list[frozenset[Role]] | None:
         return self.inliner.returned_element_roles(walker, call, count)

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
                 -> "list[frozenset[Role]] | None":
             """Roles of each element of the tuple of `count` that the project function `call` runs returns."""
 
+        def returned_item_roles(self, walker: "ScopeWalker", call: cst.Call) -> frozenset[Role]:
+            """Roles every item of the container the project function `call` runs returns holds."""
+
         def runs_project_function(self, walker: "ScopeWalker", call: cst.Call) -> bool:
             """Does `call` run a function of the project (its own `clip_grad_norm_`, not torch's)?"""
 
@@ -108,9 +111,18 @@ class ScopeWalker:
             return self.roles(node.left) | self.roles(node.right)
         if isinstance(node, cst.Attribute) and node.attr.value == _ORIG_MOD:
             return NO_ROLES
-        if isinstance(node, cst.Subscript):  # `prepared[0]`: an element of a sequence bound element by element
+        if isinstance(node, cst.Subscript):
             key = _element_key(node)
-            return self.env.get(key, NO_ROLES) if key else NO_ROLES
+            if key in self.env:  # `prepared[0]`: an element of a sequence bound element by element
+                return self.env[key]
+            # `optimizers[name]`: any element of a container whose elements all hold the same roles
+            base = dotted(node.value)
+            if not base:
+                return NO_ROLES
+            if self.env.get(f"{base}[*]"):
+                return self.env[f"{base}[*]"]
+            # a container whose elements this file does not see (a parameter, a helper's result), named for them
+            return roles_from_name(base) if not self.env.get(base) else NO_ROLES
         if isinstance(node, cst.Attribute) and node.attr.value == cat.ACCELERATE_ACCUMULATE.name:
             owner = self.roles(node.value)
             if Role.ACCELERATOR in owner:  # `accelerator.accumulate`, the bound method, entered later
@@ -370,7 +382,8 @@ class ScopeWalker:
                 self.scan_expression(small.value, ctx)
                 elements = small.value.elements if isinstance(small.value, cst.Tuple) else ()
                 self.emit(EventKind.RETURN, small, ctx, expr=small.value, roles=self.roles(small.value),
-                          element_roles=tuple(self.roles(element.value) for element in elements))
+                          element_roles=tuple(self.roles(element.value) for element in elements),
+                          item_roles=self._every_element_roles(small.value))
             return
 
     def assign(self, target: cst.BaseExpression, value: cst.BaseExpression, ctx: Context, node) -> None:
@@ -424,6 +437,9 @@ class ScopeWalker:
         self.bind(name, roles, ctx)
         for i, element in enumerate(self._element_roles(value)):
             self.bind(f"{name}[{i}]", element, ctx)
+        every = self._every_element_roles(value)
+        if every or f"{name}[*]" in self.env:
+            self.bind(f"{name}[*]", every, ctx)
         if isinstance(value, cst.Call) and Role.SCHEDULER in roles:
             self.emit(EventKind.SCHEDULER_BUILT, value, ctx, target=name)
 
@@ -458,6 +474,23 @@ class ScopeWalker:
         while f"{sequence}[{len(elements)}]" in self.env:
             elements.append(prepared_roles(self.env[f"{sequence}[{len(elements)}]"], owner))
         return elements
+
+    def _every_element_roles(self, value: cst.BaseExpression) -> frozenset[Role]:
+        """The roles every element of a container value holds: a dict, list, tuple or set written out,
+        a comprehension (`{name: AdamW(...) for name in names}`), or what a project function returns."""
+        if isinstance(value, cst.Call):
+            return self.inliner.returned_item_roles(self, value) if self.inliner is not None else NO_ROLES
+        if isinstance(value, (cst.DictComp, cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+            return self.roles(value.value if isinstance(value, cst.DictComp) else value.elt)
+        if isinstance(value, cst.Dict):
+            elements = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+        elif isinstance(value, (cst.List, cst.Tuple, cst.Set)):
+            elements = [e.value for e in value.elements if not isinstance(e, cst.StarredElement)]
+        else:
+            return NO_ROLES
+        if not elements:
+            return NO_ROLES
+        return frozenset.intersection(*(self.roles(e) for e in elements))
 
     def _wrapped_in_place(self, value: cst.BaseExpression, ctx: Context) -> None:
         """`fully_shard(model)`: the module itself becomes the wrapper (catalogue.IN_PLACE_WRAPPERS)."""
