@@ -1129,7 +1129,8 @@ class Inliner:
         and the scope they were walked in. A finding never points into another file: it moves to
         that call, or is left to the other file's own lint."""
         out: dict[int, tuple[cst.Call | None, Scope]] = {}
-        scopes = [s for s in [*self.roots, *self.frames] if s.foreign or s.frame is not None and s.frame.path is not None]
+        scopes = [s for s in [*self.roots, *self.frames]
+                  if (s.foreign or s.frame is not None and s.frame.path is not None) and self._in_window_walk(s)]
         for scope in scopes:  # a call that runs a line first (`f(clip=False)` then `f(clip=True)`: the second)
             root = self._root_of.get(id(scope), scope)
             for event in root.events:
@@ -1143,6 +1144,14 @@ class Inliner:
                 out.setdefault(id(node), (entry, scope))
                 stack.extend(children(node))
         return out
+
+    def _in_window_walk(self, scope: Scope) -> bool:
+        """Is the scope part of a walk whose events windows hold: one that starts in this file, or in a
+        function of another file calling into it? Not the walks that only read what the methods of
+        another file's class bind (LoadedModule.class_env), whose calls are written in that file."""
+        while scope.frame is not None:
+            scope = scope.frame.caller
+        return scope.foreign or id(scope) in self._origin and self._origin[id(scope)][0] is self.context.this
 
     # -- naming the other places ------------------------------------------------------------------------
     def places(self, node: cst.CSTNode, scope: Scope | None) -> tuple[str, list[Place]]:
