@@ -1421,8 +1421,9 @@ def _callee_text(call: cst.Call) -> str | None:
 
 
 def _receiver(call: cst.Call, function: cst.FunctionDef, cls: cst.ClassDef | None) -> cst.BaseExpression | None:
-    """What `self` is bound to: the object the method is called on (`obj` in `obj.m()`, `self` in
-    `super().m()`, the instance itself when it is called: `self.scaler(...)` runs `__call__`)."""
+    """What `self` is bound to: the object the method is called on (`obj` in `obj.m()` and in
+    `getattr(obj, name)()`, `self` in `super().m()`, the instance itself when it is called:
+    `self.scaler(...)` runs `__call__`)."""
     if cls is None or is_static(function) or function.name.value == "__init__":
         return None  # `Trainer(...)`: the instance is made by the call
     func = call.func
@@ -1433,6 +1434,8 @@ def _receiver(call: cst.Call, function: cst.FunctionDef, cls: cst.ClassDef | Non
         if isinstance(func.value, cst.Call):  # super().m()
             return cst.Name("self")
         return func.value
+    if isinstance(func, cst.Call) and call_receiver(func) == (None, "getattr") and func.args:
+        return func.args[0].value  # `getattr(cb, event)(runner)`: the method of `cb`
     return None
 
 

@@ -122,7 +122,7 @@ class ScopeWalker:
             if self.env.get(f"{base}[*]"):
                 return self.env[f"{base}[*]"]
             # a container whose elements this file does not see (a parameter, a helper's result), named for them
-            return roles_from_name(base) if not self.env.get(base) else NO_ROLES
+            return roles_from_name(base)
         if isinstance(node, cst.Attribute) and node.attr.value == cat.ACCELERATE_ACCUMULATE.name:
             owner = self.roles(node.value)
             if Role.ACCELERATOR in owner:  # `accelerator.accumulate`, the bound method, entered later

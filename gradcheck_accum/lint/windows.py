@@ -502,7 +502,11 @@ class Window:
             return Role.ACCELERATOR_ACCUMULATES in self.framework_roles
         if self.shape is PLAIN:
             return False
-        return any(self.placement(s) is BOUNDARY for s in self.steps)
+        # An optimizer that may also step on every micro-batch (the same one, or one that cannot be told
+        # apart from it) uses each micro-batch's gradients as they come: nothing accumulates for it.
+        every = [s for s in self.steps if self.placement(s) is EVERY]
+        return any(self.placement(s) is BOUNDARY and not any(same_target(e, s, self.scope) for e in every)
+                   for s in self.steps)
 
     @property
     def flushes(self) -> bool:
