@@ -769,6 +769,23 @@ class Inliner:
             return None
         return self._constructed_with(owner, init)[1].get(parameter)
 
+    def attribute_constructions(self, scope: Scope, attribute: str) -> list[cst.Call]:
+        """The calls the class of a method of another file, walked in place, binds `self.<attribute>` to
+        in its methods (`self.criterion = nn.CrossEntropyLoss(ignore_index=0)` in `__init__`). The linted
+        file's own bindings are in its scopes."""
+        origin = self._origin.get(id(scope))
+        if origin is None or origin[0] is self.context.this:
+            return []
+        loaded, qualname, _ = origin
+        cls = loaded.class_of(qualname)
+        if cls is None:
+            return []
+        bound = {f"{name}.{attribute}" for name in SELF_NAMES}
+        return [small.value for method in cls.body.body if isinstance(method, cst.FunctionDef)
+                for statement in _attribute_bindings(method) for small in statement.body
+                if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call)
+                and any(dotted(target.target) in bound for target in small.targets)]
+
     def callable_of_expression(self, scope: Scope, node: cst.BaseExpression) -> FunctionRef | None:
         """What calling the value of an expression runs: a project function passed by name
         (`loss_fn=masked_nll`, `self.compute_loss`), a loss module built in place or bound to a

@@ -17,8 +17,8 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size_name, no_roles
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, dotted, full_names, item_name,
-                                        iter_names, keyword, last_part, parameter_names, positional)
+from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, full_names,
+                                        item_name, iter_names, keyword, last_part, parameter_names, positional)
 from gradcheck_accum.lint.predicates import is_accumulation_count, measures_a_tensor, parameter_value
 from gradcheck_accum.lint.vocabulary import END_OF_SCOPE, NO_ROLES, Def, DefOp, Guard, Role, Scope
 
@@ -82,13 +82,17 @@ Called = Callable[["Scope", "cst.BaseExpression"], "cst.FunctionDef | None"]
 # For a parameter of a function of this file, the arguments the file's calls of it bind to it, with their
 # scopes and the calls.
 PassedTo = Callable[[str, "Scope"], "list[tuple[cst.BaseExpression, Scope, cst.Call]]"]
+# For a method of another file's class walked in place, the calls its class binds `self.<attribute>` to.
+AttributeConstructions = Callable[["Scope", str], "list[cst.Call]"]
 
 
 class LossTracer:
     def __init__(self, module: cst.Module, imports: ImportMap, scopes: list[Scope],
                  returns: Returns | None = None, program: Program | None = None,
-                 called: Called | None = None, passed_to: PassedTo | None = None) -> None:
+                 called: Called | None = None, passed_to: PassedTo | None = None,
+                 attribute_constructions: AttributeConstructions | None = None) -> None:
         self.module, self.imports, self.scopes = module, imports, scopes
+        self.attribute_constructions = attribute_constructions
         self.module_scopes = [s for s in scopes if s.node is module]
         self.returns = returns
         self.called = called
@@ -415,6 +419,8 @@ class LossTracer:
         callee = dotted(node.func)
         imports = scope.imports or self.imports
         roles = constructor_roles(node, imports, no_roles) | self._roles_of(callee, scope)
+        if isinstance(node.func, cst.Call):  # `nn.CrossEntropyLoss(ignore_index=-100)(logits, labels)`
+            roles |= constructor_roles(node.func, imports, no_roles)
         reduction = keyword(node, cat.REDUCTION_KEYWORD)
         if Role.CRITERION in roles and reduction is not None and not isinstance(reduction, cst.SimpleString):
             # `reduction=reduction`: the literal the name holds here, or a parameter's default
@@ -728,16 +734,22 @@ class LossTracer:
             for d in where.defs_of(name):
                 if isinstance(d.value, cst.Call):
                     yield d.value, d.scope or where, d.order
+        head, _, attribute = name.partition(".")
+        if head in SELF_NAMES and attribute and self.attribute_constructions is not None:
+            # a model's forward in another file calling `self.criterion`, bound in its `__init__`
+            for constructor in self.attribute_constructions(scope, attribute):
+                yield constructor, scope, END_OF_SCOPE
 
     def _ignore_indices(self, call: cst.Call, callee: str | None, scope: Scope,
                         before: int) -> list[tuple[cst.BaseExpression | None, Scope, int]]:
         """The ignore_index of a criterion call (`F.cross_entropy(..., ignore_index=i)`), or of the
-        constructions of the criterion it calls (`loss_fct = CrossEntropyLoss(ignore_index=i)`), each
-        with where it is read; None for one whose ignore_index is not written here."""
+        constructions of the criterion it calls (`loss_fct = CrossEntropyLoss(ignore_index=i)`, or one made
+        and called at once), each with where it is read; None for one whose ignore_index is not written here."""
         own = keyword(call, cat.IGNORE_INDEX_KEYWORD)
         if own is not None:
             return [(own, scope, before)]
-        built = [(keyword(c, cat.IGNORE_INDEX_KEYWORD), where, at) for c, where, at in self._constructors(callee, scope)]
+        constructors = [(call.func, scope, before)] if isinstance(call.func, cst.Call) else self._constructors(callee, scope)
+        built = [(keyword(c, cat.IGNORE_INDEX_KEYWORD), where, at) for c, where, at in constructors]
         return [item for item in built if item[0] is not None] or [(None, scope, before)]
 
 
