@@ -18,7 +18,7 @@ from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, full_names,
-                                        item_name, iter_names, keyword, last_part, parameter_names, positional)
+                                        is_one, item_name, iter_names, keyword, last_part, parameter_names, positional)
 from gradcheck_accum.lint.predicates import is_accumulation_count, measures_a_tensor, parameter_value
 from gradcheck_accum.lint.vocabulary import END_OF_SCOPE, NO_ROLES, Def, DefOp, Guard, Role, Scope
 
@@ -130,7 +130,8 @@ class LossTracer:
                 # `loss * w`, or `w * loss` when only the left operand is a plain weight (`alpha * kd`)
                 swap = _weight_like(node.left, scope, 0) and not _weight_like(node.right, scope, 0)
                 loss, factor = (node.right, node.left) if swap else (node.left, node.right)
-                facts.scalings.append(Scaling(node, factor, False, scope, self._guards))
+                divisor = _reciprocal_of(factor, scope, before)  # `loss * (1 / n)`: a division by n
+                facts.scalings.append(Scaling(node, divisor or factor, divisor is not None, scope, self._guards))
                 self._trace(loss, scope, before, facts, depth)
                 return
             if isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
@@ -942,6 +943,14 @@ def _string_value(node: cst.BaseExpression, scope: Scope, before: int, depth: in
         return _string_value(defs[0].value, scope, defs[0].order, depth + 1)
     passed = parameter_value(node.value, scope)
     return _string_value(passed[0], passed[1], END_OF_SCOPE, depth + 1) if passed is not None else None
+
+
+def _reciprocal_of(factor: cst.BaseExpression, scope: Scope, before: int) -> cst.BaseExpression | None:
+    """`n` of a factor that is one over it: `1 / n`, or a name bound to that (`scale = 1.0 / n`)."""
+    value, _ = _bound_value(factor, scope, before)
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide) and is_one(value.left):
+        return value.right
+    return None
 
 
 def _bound_value(node: cst.BaseExpression, scope: Scope, before: int) -> tuple[cst.BaseExpression, int]:

@@ -22,7 +22,7 @@ from gradcheck_accum.lint.project import ClassRef
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returned_loss, row_width,
                                          scaled_by_own_micro_batch, summed_loss_name, varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
-                                        iter_calls, keyword, last_part, paired_arguments, parameter_names,
+                                        is_one, iter_calls, keyword, last_part, paired_arguments, parameter_names,
                                         positional, source, walk)
 from gradcheck_accum.lint.paths import decision
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
@@ -330,7 +330,7 @@ class FileModel:
             if factor is None:
                 continue
             if not divides and isinstance(factor, cst.BinaryOperation) and isinstance(factor.operator, cst.Divide):
-                factor, divides = factor.right, _is_one(factor.left)  # `mul_(1 / n)`
+                factor, divides = factor.right, is_one(factor.left)  # `mul_(1 / n)`
             if divides and self.is_accumulation_count(factor, window, scale.scope):
                 found.append(scale)
         return found
@@ -885,10 +885,6 @@ def _fixed_scale(node: cst.BaseExpression, scope: Scope, imports: ImportMap, dep
     defs = scope.defs_of(name) if name is not None and depth < 3 else []
     return bool(defs) and all(d.op is DefOp.ASSIGN and d.value is not None
                               and _fixed_scale(d.value, d.scope or scope, imports, depth + 1, returns) for d in defs)
-
-
-def _is_one(node: cst.BaseExpression) -> bool:
-    return isinstance(node, (cst.Integer, cst.Float)) and node.value in ("1", "1.", "1.0")
 
 
 def _reached(methods: list[Scope], start: set[str]) -> set[str]:

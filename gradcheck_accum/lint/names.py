@@ -50,6 +50,11 @@ def _is_node(value: object) -> bool:
     return known
 
 
+def is_one(node: cst.CSTNode | None) -> bool:
+    """The literal 1 (`1`, `1.`, `1.0`)."""
+    return isinstance(node, (cst.Integer, cst.Float)) and node.value in ("1", "1.", "1.0")
+
+
 def dotted(node: cst.CSTNode | None) -> str | None:
     """`a.b.c` for Name/Attribute chains (also `self.x`), else None."""
     # Here and in the walks below, types are compared exactly: a libcst node class is never
