@@ -484,7 +484,7 @@ class LossTracer:
         stream the inputs are cut from: none is the sentinel, so the count is the same in every
         micro-batch. Nor a count of a mask whose number of set items is fixed (_fixed_count)."""
         count, at = _bound_value(_count_kept(divisor), scope, before)
-        if not _is_count_of_items(count):
+        if not _is_count_of_items(count, scope):
             return False
         counted = _counted(count, scope.imports or self.imports)
         labels = _compared_with_sentinel(counted)
@@ -981,24 +981,28 @@ def _cut(node: cst.Subscript) -> tuple[str, ...]:
     return tuple(code(element.slice) for element in node.slice)
 
 
-def _is_count_of_items(node: cst.BaseExpression) -> bool:
+def _is_count_of_items(node: cst.BaseExpression, scope: Scope) -> bool:
     """`mask.sum()`, `(labels != -100).sum().clamp(min=1)`, `mask.sum() + eps`: a count of valid items.
     Not a count per row (`mask.sum(dim=1)`): dividing by it makes one mean per example, and a mean
     of those is over the micro-batch's rows, a count the same in every micro-batch."""
     node = _count_kept(node)
     if isinstance(node, cst.Call):
         receiver, method = call_receiver(node)
-        return method in cat.ITEM_COUNTS and receiver is not None and not _per_row(node)
+        return method in cat.ITEM_COUNTS and receiver is not None and not _per_row(node, scope)
     return False
 
 
-def _per_row(count: cst.Call) -> bool:
+def _per_row(count: cst.Call, scope: Scope) -> bool:
     """`mask.sum(1)`, `mask.sum(dim=-1)`, `torch.sum(mask, dim=(1, 2))`: a reduction along dimensions
-    given as integers, none of them the first (the batch's rows)."""
+    given as integers, none of them the first (the batch's rows); also through a parameter the call
+    binds to them (`masked_mean(x, mask, dim=-1)` reducing along `dim`)."""
     receiver, _ = call_receiver(count)
     module_function = isinstance(receiver, cst.Name) and positional(count, 0) is not None \
         and not _is_number(positional(count, 0))  # `torch.sum(mask, 1)`: the operand comes first
     dims = keyword(count, cat.DIM_KEYWORD) or positional(count, 1 if module_function else 0)
+    bound = parameter_value(dims.value, scope) if isinstance(dims, cst.Name) else None
+    if bound is not None:
+        dims = bound[0]
     if isinstance(dims, (cst.Tuple, cst.List)):
         values = [element.value for element in dims.elements]
     else:
