@@ -32,7 +32,8 @@ from gradcheck_accum.lint.vocabulary import (END_OF_SCOPE, NO_ROLES, Context, De
                                              Framework, Role, Scope)
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, accumulate_calls, build_windows, exclusive,
-                                          increment, inner_count, is_micro_batch_loop, loop_events, same_target,
+                                          grouped_models, increment, inner_count, is_micro_batch_loop, loop_events,
+                                          same_target,
                                           straight_line_clears)
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 __all__ = ["FileModel", "Window", "Event", "Scope", "LossFacts", "ScheduleLength", "EventKind", "Role", "Framework",
            "Fact", "Placement", "WindowShape", "BoundaryKind", "DDP_NO_SYNC", "DDP_SYNC_FLAG", "SYNCS_AT_BACKWARD",
            "same_target", "Tail", "TailFate",
-           "Lifetime", "PassKind", "Repetition", "Shift", "Boundary", "exclusive", "accumulate_calls"]
+           "Lifetime", "PassKind", "Repetition", "Shift", "Boundary", "exclusive", "accumulate_calls",
+           "grouped_models"]
 
 
 @dataclass(frozen=True)

@@ -964,6 +964,13 @@ def accumulate_calls(event: Event) -> list[cst.Call]:
     return calls
 
 
+def grouped_models(call: cst.Call) -> list[cst.BaseExpression]:
+    """The arguments of `accelerator.accumulate(...)` written as one tuple or list (`accumulate((a, b))`).
+    accelerate enters the `no_sync` of each argument it is given, read off the argument itself
+    (Accelerator.no_sync); a tuple has none, so the models in it all-reduce on every micro-batch."""
+    return [a.value for a in call.args if not a.star and isinstance(a.value, (cst.Tuple, cst.List))]
+
+
 def _root(scope: Scope) -> Scope:
     """The scope a walk started from: a function walked in place of a call is walked from its caller's."""
     while scope.frame is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradcheck_accum.lint.model import (DDP_NO_SYNC, DDP_SYNC_FLAG, SYNCS_AT_BACKWARD, Event, EventKind, Fact, FileModel,
-                                        Role, WindowShape)
+                                        Framework, Role, WindowShape, accumulate_calls, grouped_models)
 from gradcheck_accum.lint.rule import Report, Rule
 
 
@@ -18,7 +18,17 @@ class DdpSyncEveryMicroBatch(Rule):
     reads_outside_windows = ()
 
     def check(self, model: FileModel) -> Iterator[Report]:
+        grouped: set[int] = set()
         for window in model.windows:
+            for backward in window.backwards if window.framework is Framework.ACCELERATE and window.accumulates else ():
+                for models in (models for call in accumulate_calls(backward) for models in grouped_models(call)):
+                    if id(models) not in grouped:
+                        grouped.add(id(models))
+                        yield Report(models, "accelerator.accumulate() enters the no_sync() of each argument it is "
+                                             "given, and this tuple has none, so the models in it all-reduce "
+                                             "gradients on every micro-batch of a multi-process run; pass them as "
+                                             "separate arguments: `accelerator.accumulate(model_a, model_b)`",
+                                     scope=backward.scope)
             if window.shape not in (WindowShape.GUARDED, WindowShape.NESTED):
                 continue
             # a micro-step loop followed by a step is a window whatever guards that step (`if step !=
