@@ -33,8 +33,7 @@ from gradcheck_accum.lint.vocabulary import (END_OF_SCOPE, NO_ROLES, Context, De
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, accumulate_calls, build_windows, exclusive,
                                           grouped_models, increment, inner_count, is_micro_batch_loop, loop_events,
-                                          same_target,
-                                          straight_line_clears)
+                                          same_target, straight_line_clears)
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop

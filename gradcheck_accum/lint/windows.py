@@ -502,11 +502,13 @@ class Window:
             return Role.ACCELERATOR_ACCUMULATES in self.framework_roles
         if self.shape is PLAIN:
             return False
-        # An optimizer that may also step on every micro-batch (the same one, or one that cannot be told
-        # apart from it) uses each micro-batch's gradients as they come: nothing accumulates for it.
-        every = [s for s in self.steps if self.placement(s) is EVERY]
-        return any(self.placement(s) is BOUNDARY and not any(same_target(e, s, self.scope) for e in every)
-                   for s in self.steps)
+        return any(self.placement(s) is BOUNDARY and not self.stepped_every_micro_batch(s) for s in self.steps)
+
+    def stepped_every_micro_batch(self, event: Event) -> bool:
+        """May the optimizer `event` clears or steps also step on every micro-batch (a step of the same
+        one, or of one that cannot be told apart from it, outside the boundary test)? Then it uses each
+        micro-batch's gradients as they come: nothing accumulates for it."""
+        return any(self.placement(s) is EVERY and same_target(event, s, self.scope) for s in self.steps)
 
     @property
     def flushes(self) -> bool:

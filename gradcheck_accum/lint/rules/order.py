@@ -32,7 +32,6 @@ class ZeroGradEveryMicroBatch(Rule):
             if window.shape not in (WindowShape.GUARDED, WindowShape.NESTED):
                 continue
             steps = window.boundary_steps
-            every_step = [step for step in window.steps if window.placement(step) is Placement.EVERY]
             for zero in window.of(EventKind.ZERO_GRAD, direct=True):
                 step = window.clears_boundary_micro_batch_first(zero)
                 if step is not None:
@@ -43,8 +42,8 @@ class ZeroGradEveryMicroBatch(Rule):
                                                 description="Clear gradients after the step"))
                 if window.placement(zero) is not Placement.EVERY or not window.inside(zero):
                     continue
-                if any(same_target(zero, step, window.scope) for step in every_step):
-                    continue  # what it clears may be stepped on every micro-batch: nothing accumulates there
+                if window.stepped_every_micro_batch(zero):
+                    continue  # nothing accumulates for what it clears
                 same = [step for step in steps if same_target(zero, step, window.scope)]
                 if same and window.clears_before_step(zero) is None and not window.clears_before_next_step(zero):
                     fix = move_statement(window, zero, same[0], after=True, description="Clear gradients after the step")
