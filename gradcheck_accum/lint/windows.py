@@ -103,6 +103,17 @@ class Window:
         return [s for s in self.steps if self.placement(s) is OFF_BOUNDARY]
 
     @property
+    def steps_beside_boundary(self) -> list[Event]:
+        """Steps of a last-window flush indented into the loop (`if acc > 0: step()` below the boundary's
+        `acc = 0`): they run on every micro-batch but the boundary, where the same optimizer steps too, so
+        together they step on every micro-batch."""
+        if self.shape is not GUARDED:
+            return []
+        stepped = {b.target for b in self.boundary_steps if b.target is not None}
+        return [s for s in self.steps if self.placement(s) is OFF_BOUNDARY and s.target in stepped
+                and any(_after_reset(self, s, g) for g in _guards_below(s, self.loop))]
+
+    @property
     def loop_nest(self) -> tuple[Loop, ...]:
         """The micro-batch loop and the loops around it."""
         return self.outer + (self.loop,)
@@ -1133,7 +1144,12 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
         if guard in window.backward_guards or _ends_run(guard, window.scope):
             continue  # the path every gradient is made on; or the run goes on only this way
         boundary = guard_boundary(guard, window.scope)  # as it holds where the event runs
-        if boundary is not None and window.boundary is not None and boundary.family == window.boundary.family:
+        reset = _after_reset(window, event, guard) if boundary is None else None
+        if reset is not None:
+            placement = OFF_BOUNDARY if reset else BOUNDARY
+            if placement is BOUNDARY:
+                return BOUNDARY
+        elif boundary is not None and window.boundary is not None and boundary.family == window.boundary.family:
             placement = BOUNDARY if boundary.positive == window.boundary.positive else OFF_BOUNDARY
             if placement is BOUNDARY:
                 return BOUNDARY
@@ -1152,6 +1168,49 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
             # (i + 1) % N == 0: step`): then it runs on the boundary, when this test lets it run at all.
             unread = True
     return UNKNOWN if unread else placement
+
+
+def _after_reset(window: Window, event: Event, guard: Guard) -> bool | None:
+    """`if acc > 0:` (`acc != 0`, `acc >= 1`, `if acc:`) below the boundary's `acc = 0` in the same pass of
+    the loop, the counter unchanged in between: the count is 0 just after the boundary and positive on
+    every other micro-batch, so the test holds exactly off the boundary (True; False where it is read
+    negated, `if not acc:`). None for any other test."""
+    counter = dotted(window.counter)
+    test, positive = guard.test, guard.positive
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, positive = test.expression, not positive
+    if counter is None or not (dotted(test) == counter or _counter_positive(test, counter)):
+        return None
+    defs = window.scope.defs_of(counter)
+    resets = [d for d in defs if d.op is DefOp.ASSIGN and isinstance(d.value, cst.Integer) and d.value.value == "0"
+              and d.order < event.order and d.ctx.loops == event.ctx.loops and guard not in d.ctx.guards
+              and any(_is_boundary_guard(g, window) for g in d.ctx.guards)]
+    if not resets:
+        return None
+    last = max(d.order for d in resets)
+    if any(last < d.order < event.order for d in defs):
+        return None  # counted again before the test
+    return positive
+
+
+def _counter_positive(test: cst.BaseExpression, counter: str) -> bool:
+    """`counter > 0`, `counter != 0`, `counter >= 1`."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or dotted(test.left) != counter:
+        return False
+    comparison = test.comparisons[0]
+    bound = comparison.comparator
+    if not isinstance(bound, cst.Integer):
+        return False
+    operator = comparison.operator
+    return (isinstance(operator, (cst.GreaterThan, cst.NotEqual)) and bound.value == "0"
+            or isinstance(operator, cst.GreaterThanEqual) and bound.value == "1")
+
+
+def _is_boundary_guard(guard: Guard, window: Window) -> bool:
+    """Is the guard the window's boundary test, taken on the boundary?"""
+    boundary = guard_boundary(guard, window.scope)
+    return boundary is not None and window.boundary is not None and boundary.family == window.boundary.family \
+        and boundary.positive == window.boundary.positive
 
 
 def skips_stretch(guard: Guard, window: Window, variant: set[str] | None = None) -> bool:

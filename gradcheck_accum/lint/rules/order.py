@@ -126,6 +126,12 @@ class StepEveryMicroBatch(Rule):
                     yield Report(step.node, "the step runs when the boundary test is false, on N - 1 of every N "
                                             "micro-batches, so parameters change inside the window; the test is "
                                             "inverted: step when `(i + 1) % N == 0`")
+            for step in window.steps_beside_boundary:
+                if not step.via_helper:
+                    yield Report(step.node, "this step runs on every micro-batch where the boundary test is false, "
+                                            "and the boundary's own step on the others, so the optimizer steps on "
+                                            "every micro-batch and nothing accumulates; a step for the last, partial "
+                                            "window belongs after the loop")
             counter, steps = window.steps_on_outer_counter()
             for step in steps:
                 yield Report(step.node, f"the boundary test counts `{counter}`, the index of an enclosing loop, "
