@@ -556,10 +556,11 @@ class Inliner:
         string (written, or bound by the calls walked in place to a parameter); the project methods
         of that name overriding a project base's (Project.hook_overrides)."""
         func, receiver, name = call.func, None, None
+        looked_up = _looked_up(func)
         if isinstance(func, cst.Attribute):
             receiver, name = func.value, func.attr.value
-        elif isinstance(func, cst.Call) and call_receiver(func) == (None, "getattr") and len(func.args) == 2:
-            receiver, key = func.args[0].value, func.args[1].value
+        elif looked_up is not None:
+            receiver, key = looked_up
             key, _ = bound_argument(key, scope)
             name = key.evaluated_value if isinstance(key, cst.SimpleString) else None
         if not isinstance(receiver, cst.Name) or not isinstance(name, str):
@@ -1388,7 +1389,15 @@ def _hook_calls(function: cst.FunctionDef) -> list[cst.Call]:
             found.append(node)
         stack.extend(children(node))
     return [c for c in found if (isinstance(c.func, cst.Attribute) and dotted(c.func.value) in targets)
-            or (isinstance(c.func, cst.Call) and call_receiver(c.func) == (None, "getattr") and len(c.func.args) == 2)]
+            or _looked_up(c.func) is not None]
+
+
+def _looked_up(func: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """The object and the name of `getattr(obj, name)`, called (`getattr(cb, event)(self)` runs `cb`'s
+    method of that name)."""
+    if isinstance(func, cst.Call) and call_receiver(func) == (None, "getattr") and len(func.args) == 2:
+        return func.args[0].value, func.args[1].value
+    return None
 
 
 def _hook_names(hook_calls: list[cst.Call]) -> list[str]:
@@ -1400,7 +1409,7 @@ def _hook_names(hook_calls: list[cst.Call]) -> list[str]:
 def _hook_keys(function: cst.FunctionDef, hook_calls: list[cst.Call]) -> list[str]:
     """The parameters a function runs a hook by (`getattr(cb, event)(self)`): its caller says which."""
     params = parameter_names(function)
-    keys = [call.func.args[1].value for call in hook_calls if isinstance(call.func, cst.Call)]
+    keys = [looked_up[1] for call in hook_calls if (looked_up := _looked_up(call.func)) is not None]
     return [key.value for key in keys if isinstance(key, cst.Name) and key.value in params]
 
 
@@ -1451,9 +1460,8 @@ def _receiver(call: cst.Call, function: cst.FunctionDef, cls: cst.ClassDef | Non
         if isinstance(func.value, cst.Call):  # super().m()
             return cst.Name("self")
         return func.value
-    if isinstance(func, cst.Call) and call_receiver(func) == (None, "getattr") and func.args:
-        return func.args[0].value  # `getattr(cb, event)(runner)`: the method of `cb`
-    return None
+    looked_up = _looked_up(func)
+    return looked_up[0] if looked_up is not None else None  # `getattr(cb, event)(runner)`: the method of `cb`
 
 
 def _has_loop(function: cst.FunctionDef) -> bool:

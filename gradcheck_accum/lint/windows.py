@@ -111,7 +111,7 @@ class Window:
             return []
         stepped = {b.target for b in self.boundary_steps if b.target is not None}
         return [s for s in self.steps if self.placement(s) is OFF_BOUNDARY and s.target in stepped
-                and any(_after_reset(self, s, g) for g in _guards_below(s, self.loop))]
+                and any(_after_reset(self, s, g) is OFF_BOUNDARY for g in _guards_below(s, self.loop))]
 
     @property
     def loop_nest(self) -> tuple[Loop, ...]:
@@ -1144,15 +1144,11 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
         if guard in window.backward_guards or _ends_run(guard, window.scope):
             continue  # the path every gradient is made on; or the run goes on only this way
         boundary = guard_boundary(guard, window.scope)  # as it holds where the event runs
-        reset = _after_reset(window, event, guard) if boundary is None else None
-        if reset is not None:
-            placement = OFF_BOUNDARY if reset else BOUNDARY
-            if placement is BOUNDARY:
-                return BOUNDARY
-        elif boundary is not None and window.boundary is not None and boundary.family == window.boundary.family:
-            placement = BOUNDARY if boundary.positive == window.boundary.positive else OFF_BOUNDARY
-            if placement is BOUNDARY:
-                return BOUNDARY
+        side = _side(boundary, window) if boundary is not None else _after_reset(window, event, guard)
+        if side is BOUNDARY:
+            return BOUNDARY
+        if side is OFF_BOUNDARY:
+            placement = OFF_BOUNDARY
         elif boundary is not None and boundary.kind is BoundaryKind.SYNC_FLAG:
             if boundary.positive and not any(_accumulate_call(b) for b in window.backwards):
                 continue  # only accelerator.accumulate() lowers the flag: outside it, it is always true
@@ -1170,47 +1166,48 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
     return UNKNOWN if unread else placement
 
 
-def _after_reset(window: Window, event: Event, guard: Guard) -> bool | None:
+def _side(boundary: Boundary | None, window: Window) -> Placement | None:
+    """Where a test of the window's own boundary family holds: on the boundary, or off it; None for a
+    test of another family (or none)."""
+    if boundary is None or window.boundary is None or boundary.family != window.boundary.family:
+        return None
+    return BOUNDARY if boundary.positive == window.boundary.positive else OFF_BOUNDARY
+
+
+def _after_reset(window: Window, event: Event, guard: Guard) -> Placement | None:
     """`if acc > 0:` (`acc != 0`, `acc >= 1`, `if acc:`) below the boundary's `acc = 0` in the same pass of
     the loop, the counter unchanged in between: the count is 0 just after the boundary and positive on
-    every other micro-batch, so the test holds exactly off the boundary (True; False where it is read
-    negated, `if not acc:`). None for any other test."""
-    counter = dotted(window.counter)
+    every other micro-batch, so the test holds exactly off the boundary (and `if not acc:` on it).
+    None for any other test."""
     test, positive = guard.test, guard.positive
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         test, positive = test.expression, not positive
-    if counter is None or not (dotted(test) == counter or _counter_positive(test, counter)):
+    name = dotted(test) or _counted_above_zero(test)
+    if name is None or name != dotted(window.counter):
         return None
-    defs = window.scope.defs_of(counter)
+    defs = window.scope.defs_of(name)
     resets = [d for d in defs if d.op is DefOp.ASSIGN and isinstance(d.value, cst.Integer) and d.value.value == "0"
               and d.order < event.order and d.ctx.loops == event.ctx.loops and guard not in d.ctx.guards
-              and any(_is_boundary_guard(g, window) for g in d.ctx.guards)]
+              and any(_side(guard_boundary(g, window.scope), window) is BOUNDARY for g in d.ctx.guards)]
     if not resets:
         return None
     last = max(d.order for d in resets)
     if any(last < d.order < event.order for d in defs):
         return None  # counted again before the test
-    return positive
+    return OFF_BOUNDARY if positive else BOUNDARY
 
 
-def _counter_positive(test: cst.BaseExpression, counter: str) -> bool:
-    """`counter > 0`, `counter != 0`, `counter >= 1`."""
-    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or dotted(test.left) != counter:
-        return False
+def _counted_above_zero(test: cst.BaseExpression) -> str | None:
+    """`acc` of `acc > 0`, `acc != 0`, `acc >= 1`."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
     comparison = test.comparisons[0]
-    bound = comparison.comparator
+    bound, operator = comparison.comparator, comparison.operator
     if not isinstance(bound, cst.Integer):
-        return False
-    operator = comparison.operator
-    return (isinstance(operator, (cst.GreaterThan, cst.NotEqual)) and bound.value == "0"
-            or isinstance(operator, cst.GreaterThanEqual) and bound.value == "1")
-
-
-def _is_boundary_guard(guard: Guard, window: Window) -> bool:
-    """Is the guard the window's boundary test, taken on the boundary?"""
-    boundary = guard_boundary(guard, window.scope)
-    return boundary is not None and window.boundary is not None and boundary.family == window.boundary.family \
-        and boundary.positive == window.boundary.positive
+        return None
+    above = (isinstance(operator, (cst.GreaterThan, cst.NotEqual)) and bound.value == "0"
+             or isinstance(operator, cst.GreaterThanEqual) and bound.value == "1")
+    return dotted(test.left) if above else None
 
 
 def skips_stretch(guard: Guard, window: Window, variant: set[str] | None = None) -> bool:
