@@ -12,17 +12,15 @@ project_state()), and is reused only while that state is the same.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 from gradcheck_accum.version import __version__
 from gradcheck_accum.lint.config import Settings
 from gradcheck_accum.lint.diagnostics import Finding
+from gradcheck_accum.lint.digests import blake2b
 
 DEFAULT_DIR = Path(".accumcheck_cache")
 
@@ -33,7 +31,7 @@ def linter_key() -> str:
     checkout or an editable install whose rules changed must not restore findings the old rules
     made (a release's files never change, so this costs one stat per file and nothing more)."""
     package = Path(__file__).parent
-    stamp = hashlib.blake2b(digest_size=6)
+    stamp = blake2b(digest_size=6)
     for path in sorted([*package.rglob("*.py"), *package.parent.parent.glob("rules/*.md")]):
         stat = path.stat()
         stamp.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
@@ -164,6 +162,7 @@ class Cache:
         if not gitignore.exists():
             gitignore.write_text("*\n", encoding="utf-8")
         data = {path: entry.__dict__ for path, entry in self._tables[key].items()}
+        import tempfile
         with tempfile.NamedTemporaryFile("w", dir=file.parent, delete=False, suffix=".tmp",
                                          encoding="utf-8") as handle:
             json.dump(data, handle)
@@ -173,7 +172,7 @@ class Cache:
 def project_state(digests: list[tuple[str, str | None]]) -> str:
     """What a project's files are now, from (path, content hash) pairs: any file added, removed or
     edited changes it; a file touched but unchanged does not."""
-    state = hashlib.blake2b(digest_size=16)
+    state = blake2b(digest_size=16)
     for path, digest in digests:
         state.update(f"{path}\0{digest}\n".encode("utf-8", "surrogatepass"))
     return state.hexdigest()
@@ -198,6 +197,8 @@ def default_directory(start: Path, config_root: Path | None) -> Path:
 def remove(top: Path, extra: Path | None = None) -> list[Path]:
     """Remove every cache directory at or below `top` (ruff's `clean`), and `extra` (the cache this
     directory's runs use, which may sit above it). Returns what was removed."""
+    import shutil
+
     removed = []
     candidates = [extra] if extra is not None else []
     for current, dirs, _ in os.walk(top):

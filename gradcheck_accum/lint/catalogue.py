@@ -12,7 +12,7 @@ contain from it (evidence.py). Adding what an API does means adding an entry her
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gradcheck_accum.lint.vocabulary import NO_ROLES, EventKind, Framework, Role, Tag
 
@@ -48,8 +48,7 @@ class LossScaling(Tag):
     UNLESS_ITEMS_COUNTED = "unless the window's items are counted"
 
 
-@dataclass(frozen=True)
-class Api:
+class Api(NamedTuple):
     name: str  # the method, function or attribute name as written
     event: EventKind | None  # None: known, and changes nothing the rules look at (`env.step()`)
     framework: Framework | None = Framework.TORCH  # None: plain Python (`list.append`)
@@ -197,8 +196,7 @@ APIS: tuple[Api, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class Constructor:
+class Constructor(NamedTuple):
     """Calls whose result has a role, matched on the called name: the last part of the name resolved
     through imports (or the method name), the whole resolved name, or a part of it."""
 
@@ -335,8 +333,7 @@ PREPARED_MODEL = frozenset({Role.DDP})
 PREPARED_SHARDED_MODEL = frozenset({Role.DDP, Role.SHARDED})  # ... by an Accelerator given an FSDP plugin
 
 
-@dataclass(frozen=True)
-class NameGuess:
+class NameGuess(NamedTuple):
     """A role read from a name when nothing in the file binds it (a parameter called `optimizer`)."""
 
     role: Role
@@ -467,8 +464,7 @@ MAP_FUNCTION_KEYWORD = "function"
 GET_ITEM_METHOD = "__getitem__"
 
 
-@dataclass(frozen=True)
-class Hook:
+class Hook(NamedTuple):
     """A method a framework calls for the user: the framework's loop runs around it."""
 
     name: str
@@ -513,8 +509,7 @@ LIVE_ATTRIBUTES = frozenset({"is_last_batch", "end_of_dataloader"})
 RETURNED_LOSS_KEY = "loss"
 
 
-@dataclass(frozen=True)
-class Driver:
+class Driver(NamedTuple):
     """A framework's own training loop around the methods it calls on a user's class, written as the
     code it amounts to (read from the framework's sources, see each entry). The file model walks it as
     a caller of those methods (inlining.py), so their events sit in the framework's window: its

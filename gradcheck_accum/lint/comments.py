@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import tokenize
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gradcheck_accum.lint.lines import split_lines
 
@@ -20,8 +21,7 @@ _FSTRING_START = getattr(tokenize, "FSTRING_START", None)  # Python 3.12+ splits
 _FSTRING_END = getattr(tokenize, "FSTRING_END", None)
 
 
-@dataclass(frozen=True)
-class Comment:
+class Comment(NamedTuple):
     line: int
     column: int  # 0-based, in characters
     text: str  # from "#" to the end of the line

@@ -13,7 +13,7 @@ import re
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from gradcheck_accum.lint.diagnostics import SEVERITIES
 from gradcheck_accum.lint.registry import codes as known_codes
@@ -87,8 +87,7 @@ def expand(selectors: Iterable[str]) -> set[str]:
     return codes
 
 
-@dataclass(frozen=True)
-class Overrides:
+class Overrides(NamedTuple):
     """What the command line changes in every configuration it applies to."""
 
     select: tuple[str, ...] | None = None

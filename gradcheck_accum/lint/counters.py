@@ -21,8 +21,7 @@ of this.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from gradcheck_accum.lint.bindings import loop_index
 from gradcheck_accum.lint.lazy import cst
@@ -64,8 +63,7 @@ class TailFate(Tag):
     DISCARDED = "discarded"  # backpropagated, never stepped, cleared where the next pass begins
 
 
-@dataclass(frozen=True)
-class Tail:
+class Tail(NamedTuple):
     """The micro-batches after the last boundary of each pass, and what becomes of them."""
 
     fate: TailFate
@@ -562,8 +560,7 @@ def _off_last_boundary(guard: Guard, window: Window) -> bool:
 
 # -- distance boundaries --------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Shift:
+class Shift(NamedTuple):
     """How many micro-batches a distance boundary's windows hold beyond N: the first window (where
     the counter and the reference start) and every later one (`>` where `>=` was meant)."""
 

@@ -33,6 +33,8 @@ _ASSIGNMENT_TOKENS = {
 def tokens(need: Need) -> frozenset[str]:
     """Any one of these is in every file that holds `need`. A token ending in "(" stands for a call
     of that name (prefilter.present)."""
+    if isinstance(need, cat.Api):  # before the tuple test: an Api is a NamedTuple
+        return frozenset({need.token})
     if isinstance(need, tuple):
         return frozenset().union(*(tokens(part) for part in need))
     if isinstance(need, EventKind):
@@ -41,8 +43,6 @@ def tokens(need: Need) -> frozenset[str]:
         return _role_tokens(need)
     if isinstance(need, BoundaryKind):
         return frozenset(need.evidence_tokens)
-    if isinstance(need, cat.Api):
-        return frozenset({need.token})
     return _fact_tokens(need)
 
 

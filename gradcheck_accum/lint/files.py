@@ -8,11 +8,10 @@ import fnmatch
 import io
 import os
 import stat
-import tempfile
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, NamedTuple
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.config import Resolver, Settings
@@ -209,8 +208,7 @@ def matches(path: Path | str, patterns: Iterable[str], root: Path | None) -> boo
     return False
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(NamedTuple):
     """A file's text and the codec its bytes were decoded with, so that what is written back is the
     same bytes except where a fix changed the text (line breaks are never translated)."""
 
@@ -311,6 +309,7 @@ def write_source(path: Path, data: bytes) -> None:
     if not info.st_mode & 0o222 or not os.access(real, os.W_OK):
         raise UnwritableFile("the file is read-only; left unchanged")
     try:
+        import tempfile  # imported when used (as in config.py): a pre-commit run on one file pays for little
         descriptor, temporary = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".accumcheck")
     except OSError as exc:
         raise UnwritableFile(f"cannot write beside it: {exc.strerror or exc}; left unchanged") from None

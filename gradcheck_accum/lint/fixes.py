@@ -7,8 +7,7 @@ replaced by a new node, removed, or flattened into several statements (how a sta
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, NamedTuple, TypeVar, Union
 
 from gradcheck_accum.lint.lazy import cst
 
@@ -24,11 +23,10 @@ if TYPE_CHECKING:  # annotations only: libcst is loaded lazily (see gradcheck_ac
     Replacement = Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel, Callable[[cst.CSTNode], cst.CSTNode]]
 
 
-@dataclass(frozen=True)
-class Fix:
+class Fix(NamedTuple):
     safe: bool
     description: str
-    replacements: tuple[tuple[cst.CSTNode, Replacement], ...] = field(default_factory=tuple)
+    replacements: tuple[tuple[cst.CSTNode, Replacement], ...] = ()
     line_edit: tuple[int, str, str] | None = None  # (line, old text, new text): for comments, which are not nodes
 
     @property

@@ -16,7 +16,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
@@ -1253,8 +1253,7 @@ class _ReturnsOnly:
         return None  # no loop here is a window
 
 
-@dataclass(frozen=True)
-class Place:
+class Place(NamedTuple):
     """A place in some file that a finding names: the module it is in, the node, what it does there."""
 
     module: LoadedModule

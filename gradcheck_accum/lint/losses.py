@@ -10,7 +10,7 @@ that need them stay silent.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 from dataclasses import dataclass, field
 
 from gradcheck_accum.lint import catalogue as cat
@@ -26,8 +26,7 @@ if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
 
 
-@dataclass(frozen=True)
-class Scaling:
+class Scaling(NamedTuple):
     """A division or multiplication of the loss after it was computed (`loss / n`, `loss *= w`)."""
 
     node: cst.CSTNode  # the operation (or the augmented assignment)

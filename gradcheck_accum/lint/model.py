@@ -6,10 +6,9 @@ rule needs is re-exported below, so what a rule can know is what this module ans
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cached_property
 from collections import ChainMap
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import ACCUM_NAME, constructor_roles, no_roles
@@ -45,8 +44,7 @@ __all__ = ["FileModel", "Window", "Event", "Scope", "LossFacts", "ScheduleLength
            "grouped_models"]
 
 
-@dataclass(frozen=True)
-class ScheduleLength:
+class ScheduleLength(NamedTuple):
     """How a scheduler constructor's length (`T_max=`, `num_training_steps=`) is computed."""
 
     counts_data: bool  # from len(...) of something: micro-batches

@@ -15,12 +15,12 @@ in the notebook, so no line of the user's can be taken for one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, replace
 
 from gradcheck_accum.lint.diagnostics import Finding
+from gradcheck_accum.lint.digests import content_hash
 from gradcheck_accum.lint.lines import first_line_break, split_lines
 
 
@@ -120,9 +120,9 @@ def _kind(value: object) -> str:
 
 
 def _unused_token(text: str) -> str:
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    digest = content_hash(text, size=8)
     while digest in text:
-        digest = hashlib.blake2b(digest.encode(), digest_size=8).hexdigest()
+        digest = content_hash(digest, size=8)
     return digest
 
 

@@ -18,7 +18,6 @@ it stays a guard of the events under it (windows.py places them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import product
 from typing import Callable, Iterable, NamedTuple
 
@@ -42,8 +41,7 @@ class Decision(NamedTuple):
     test: cst.BaseExpression  # the test without its `not`
 
 
-@dataclass(frozen=True)
-class Path:
+class Path(NamedTuple):
     """One way through the configuration tests of a loop: a value for each test decided."""
 
     decisions: tuple[Decision, ...] = ()

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import LITERAL_TRUTH, is_accumulation_name
@@ -44,8 +43,7 @@ class Count(Tag):
     MANY = "many"  # N is more than 1 on this side
 
 
-@dataclass(frozen=True)
-class Boundary:
+class Boundary(NamedTuple):
     """A periodic test such as `(i + 1) % N == 0`, normalised.
 
     Two tests with the same `family` split micro-batches the same way; `positive` is True when the
@@ -80,7 +78,7 @@ class Boundary:
         return self.same_count(other) and self.offset == other.offset
 
     def flipped(self) -> "Boundary":
-        return replace(self, positive=not self.positive)
+        return self._replace(positive=not self.positive)
 
 
 def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Boundary | None:
@@ -100,9 +98,9 @@ def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Boundary 
             # `N == 1 or ...` says when every micro-batch is a window, which is no end of data
             if _only_short_epochs(other) or _compares_count_with_literal(other, found.n, scope):
                 return found
-            return replace(found, flush=True, flush_condition=_condition_of_flush(other, found))
+            return found._replace(flush=True, flush_condition=_condition_of_flush(other, found))
         if isinstance(test.operator, cst.And) and not found.positive:
-            return replace(found, flush=True)  # `not a or not b` in De Morgan form
+            return found._replace(flush=True)  # `not a or not b` in De Morgan form
         return found
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         return _comparison(test, scope)

@@ -10,21 +10,21 @@ import os
 import sys
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 from gradcheck_accum.lint import deep, lazy, notebooks, registry
 from gradcheck_accum.lint.cache import project_state
 from gradcheck_accum.lint.config import Settings, expand
 from gradcheck_accum.lint.diagnostics import Finding
+from gradcheck_accum.lint.digests import content_hash
 from gradcheck_accum.lint.engine import FixResult, ParseFailure, analyze, fix_source, syntax_error
 from gradcheck_accum.lint.files import Source, Target, UnreadableFile, UnwritableFile, matches, read_source, write_source
 from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.prefilter import screen
 from gradcheck_accum.lint.inlining import project_evidence
 from gradcheck_accum.lint.project import SummaryStore, project_for, refresh_all, save_all
-from gradcheck_accum.lint.project.store import content_hash
 from gradcheck_accum.lint.rule import Rule
 from gradcheck_accum.lint.suppressions import UNUSED_SUPPRESSION, could_report_unused
 
@@ -38,8 +38,7 @@ PARALLEL_THRESHOLD = 32
 PARALLEL_ANALYSIS = 8
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(NamedTuple):
     fix: bool = False
     unsafe_fixes: bool = False
     diff: bool = False  # compute fixes but write nothing; FileResult.diff holds the unified diff
@@ -76,7 +75,7 @@ def lint_targets(targets: list[Target], settings: Settings | None = None, option
         return chosen, rules_of[id(chosen)]
 
     if cache is not None and options.summaries is None:
-        options = replace(options, summaries=cache.linter_directory)
+        options = options._replace(summaries=cache.linter_directory)
     refresh_all()  # a second run in this process sees the files as they are now
     results: dict[Target, FileResult] = {}
     work = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from gradcheck_accum.lint.comments import Layout, layout_of
 from gradcheck_accum.lint.diagnostics import Finding
@@ -20,8 +20,7 @@ if TYPE_CHECKING:
     Reported = dict[Finding, "Fix | None"]
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(NamedTuple):
     """A check that is not a rule class: its code, name and summary, as a rule has them."""
 
     code: str
@@ -90,8 +89,7 @@ _SKIP_FILE = re.compile(r"#\s*accumcheck:\s*skip-file\b")
 _MAY_SUPPRESS = re.compile(r"noqa|accumcheck", re.IGNORECASE)  # in the text of every comment above
 
 
-@dataclass(frozen=True)
-class Comment:
+class Comment(NamedTuple):
     """A suppression comment that names codes."""
 
     line: int

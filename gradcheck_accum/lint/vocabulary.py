@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, MutableMapping
+from typing import TYPE_CHECKING, MutableMapping, NamedTuple
 
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import ImportMap, dotted
@@ -196,8 +196,7 @@ class Guard:
     scope: "Scope | None" = field(default=None, compare=False)  # whose names the test reads
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(NamedTuple):
     guards: tuple[Guard, ...] = ()
     loops: tuple[Loop, ...] = ()
     withs: tuple[cst.Call, ...] = ()  # calls in enclosing `with` items

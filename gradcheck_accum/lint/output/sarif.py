@@ -8,7 +8,6 @@ the repository, as GitHub code scanning expects.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import Counter
 from pathlib import Path
@@ -84,6 +83,7 @@ class _Locations:
         artifact = self.artifact(finding.path)["uri"]
         key = f"{finding.code}\0{artifact}\0{finding.cell}\0{' '.join((finding.snippet or '').split())}"
         self.seen[key] += 1
+        import hashlib  # imported when used (as in config.py): a run printing text never pays for OpenSSL
         return hashlib.sha256(f"{key}\0{self.seen[key]}".encode()).hexdigest()[:32]
 
 

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, NamedTuple, TypeVar
 
 from gradcheck_accum.lint.project.summary import (MODULE_CODE, REGISTRY, STAR, ClassSummary, FunctionSummary,
                                                  ModuleSummary)
@@ -113,8 +113,7 @@ class ClassRef:
         return FunctionRef(self.path, f"{self.qualname}.{name}")
 
 
-@dataclass(frozen=True)
-class CallSite:
+class CallSite(NamedTuple):
     caller: FunctionRef
     callee: str  # as written in the caller
     in_loop: bool  # the call sits inside a loop of the caller

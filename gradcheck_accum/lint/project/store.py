@@ -8,20 +8,15 @@ than pickle: a cache directory inside a cloned repository is not trusted code.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from stat import S_ISREG
 
 from gradcheck_accum.version import __version__
+from gradcheck_accum.lint.digests import content_hash
 from gradcheck_accum.lint.project.index import SummarySource
 from gradcheck_accum.lint.project.summary import FORMAT, ModuleSummary, summarize
-
-
-def content_hash(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 class SummaryStore(SummarySource):
@@ -178,6 +173,7 @@ class SummaryStore(SummarySource):
             return
         try:
             self.file.parent.mkdir(parents=True, exist_ok=True)
+            import tempfile
             with tempfile.NamedTemporaryFile("w", dir=self.file.parent, delete=False, suffix=".tmp",
                                              encoding="utf-8") as handle:
                 json.dump(self._entries, handle, separators=(",", ":"))
