@@ -23,16 +23,16 @@ from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returne
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
                                         is_one, iter_calls, keyword, last_part, paired_arguments, parameter_names,
                                         positional, source, walk)
-from gradcheck_accum.lint.paths import decision
+from gradcheck_accum.lint.paths import decision, invariant
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
 from gradcheck_accum.lint.vocabulary import (END_OF_SCOPE, NO_ROLES, Context, Def, DefOp, Event, EventKind, Fact,
                                              Framework, Role, Scope)
 from gradcheck_accum.lint.walker import ScopeWalker
-from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, accumulate_calls, build_windows, exclusive,
-                                          grouped_models, increment, inner_count, is_micro_batch_loop, loop_events,
-                                          same_target, straight_line_clears)
+from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, accumulate_calls, assigned_in, build_windows,
+                                          exclusive, grouped_models, increment, inner_count, is_micro_batch_loop,
+                                          loop_events, same_target, straight_line_clears)
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
@@ -334,13 +334,20 @@ class FileModel:
                 found.append(scale)
         return found
 
-    def normalised(self, facts: LossFacts, window: Window | None, backward: Event | None) -> bool:
+    def normalised(self, facts: LossFacts, window: Window | None, backward: Event | None,
+                   reweighs: bool = False) -> bool:
         """Is the traced loss scaled in a way that can normalise the window: by a factor that may be
         N or a window-wide count, on every micro-batch? Dividing by a count or the size of the
         micro-batch itself makes a per-micro-batch mean, and a scaling only under a condition that
         changes from one micro-batch to the next (`if batch["runt_size"] > 0: loss = loss * w`)
-        leaves the others unscaled; neither is normalisation (`loss = -loss` is not scaling at all)."""
-        return any(self._normalises(scaling, window, backward) for scaling in facts.scalings)
+        leaves the others unscaled; neither is normalisation (`loss = -loss` is not scaling at all).
+
+        `reweighs`: only a factor that may differ between micro-batches counts (a mean of means is
+        mended by each micro-batch's share of the window's items; a factor the loop never changes,
+        `args.nll_weight` or N itself, scales every micro-batch's mean alike)."""
+        variant = assigned_in(window.scope, window.loop) if reweighs and window is not None else None
+        return any(self._normalises(scaling, window, backward) for scaling in facts.scalings
+                   if variant is None or scaling.scope is not window.scope or not invariant(scaling.factor, variant))
 
     def _normalises(self, scaling: Scaling, window: Window | None, backward: Event | None) -> bool:
         """`window` None: the loss a hook returns to a framework's loop, which calls it per micro-batch."""

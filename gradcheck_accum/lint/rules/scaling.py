@@ -121,7 +121,8 @@ class MeanOfMeansTokenLoss(Rule):
                     yield Report(node, "a per-micro-batch mean over a varying number of valid tokens divided by "
                                        "N over-weights micro-batches with few tokens; sum the loss and divide "
                                        "by the valid-token count of the whole window")
-                if model.framework_divides_loss(window, backward) and not model.normalised(facts, window, backward):
+                if model.framework_divides_loss(window, backward) \
+                        and not model.normalised(facts, window, backward, reweighs=True):
                     yield Report(backward.node, f"{backward.framework.display} divides this per-micro-batch mean "
                                                 f"over a varying number of valid tokens by N, which over-weights "
                                                 f"micro-batches with few tokens; sum the loss and divide it by the "
