@@ -641,7 +641,10 @@ class LossTracer:
                     continue
                 value = positional(value, d.index)  # `model, loader = accelerator.prepare(model, loader)`
             # else `x, y = batch` or `= next(it)`: a part of the batch, read as the batch itself (as a loop's
-            # `for x, y in loader` is)
+            # `for x, y in loader` is); so are the batch's items cut or reshaped
+            # (`shift_labels = batch["labels"][..., 1:].contiguous().view(-1)`)
+            if d.op is DefOp.ASSIGN and isinstance(_values_kept(value), cst.Subscript):
+                value = _container(_values_kept(value))
             if value is not None and d.op in (DefOp.ASSIGN, DefOp.UNPACK, DefOp.LOOP_TARGET) \
                     and self._collated_with_masking(value, d.scope or scope, depth + 1):
                 return True
