@@ -25,7 +25,8 @@ from gradcheck_accum.lint.bindings import (loop_index, module_constants, module_
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, is_static,
                                         iter_calls, keyword, paired_arguments, parameter_names, positional)
 from gradcheck_accum.lint.outline import blank_strings_and_comments
-from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, effect_names, watched_words
+from gradcheck_accum.lint.project import (CALLABLE_METHODS, ClassRef, FunctionRef, Project, SummaryStore, effect_names,
+                                          watched_words)
 from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED, FunctionSummary
 from gradcheck_accum.lint.predicates import bound_argument, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Frame, Role, Scope
@@ -905,7 +906,8 @@ class Inliner:
             if self.project.effects(ref) & _BACKWARDS:
                 for root in self._loops_calling(ref, 2):
                     roots.setdefault(root)
-            elif self.project.effects(ref) and self.project.overrides(ref):
+            elif self.project.effects(ref) and not _run_by_python(function.name.value) \
+                    and self.project.overrides(ref):
                 # a hook other files run by name (a callback's on_backward_end): the loops around the
                 # functions that name it
                 for site in self.project.mentioning(function.name.value, self.project.reaching(this.path)):
@@ -1587,3 +1589,9 @@ def _statements(node: cst.CSTNode) -> list[cst.CSTNode]:
 
 
 __all__ = ["Inliner", "ProjectContext", "LoadedModule"]
+
+
+def _run_by_python(name: str) -> bool:
+    """A method Python or torch runs, never a hook code elsewhere fires by its name: `__init__`
+    (every `super().__init__()` of a project names it), `forward` (every module's call runs it)."""
+    return name in CALLABLE_METHODS or name.startswith("__") and name.endswith("__")

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.project.index import CallSite, ClassRef, FunctionRef, Project, find_root, python_files
+from gradcheck_accum.lint.project.index import (CALLABLE_METHODS, CallSite, ClassRef, FunctionRef, Project, find_root,
+                                                python_files)
 from gradcheck_accum.lint.project.store import SummaryStore
 from gradcheck_accum.lint.project.summary import GRADIENT_ONLY
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS
@@ -69,5 +70,5 @@ def save_all() -> None:
             project.summaries.save()
 
 
-__all__ = ["CallSite", "ClassRef", "FunctionRef", "Project", "SummaryStore", "effect_names", "find_root",
+__all__ = ["CALLABLE_METHODS", "CallSite", "ClassRef", "FunctionRef", "Project", "SummaryStore", "effect_names", "find_root",
            "python_files", "project_for", "refresh_all", "save_all", "watched_names", "watched_words"]

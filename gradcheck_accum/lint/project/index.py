@@ -30,7 +30,7 @@ ROOT_MARKERS = ("pyproject.toml", "setup.cfg", "setup.py", ".git")
 _SKIPPED = {".git", ".hg", ".svn", ".venv", "venv", ".env", "__pycache__", "build", "dist", "node_modules", ".tox",
             ".nox", ".eggs", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".accumcheck_cache",
             ".ipynb_checkpoints", "site-packages"}
-_CALLABLE_METHODS = ("__call__", "forward")  # what calling an instance runs (nn.Module.__call__ runs forward)
+CALLABLE_METHODS = ("__call__", "forward")  # what calling an instance runs (nn.Module.__call__ runs forward)
 _MAX_DEPTH = 8  # re-exports, attribute chains and base classes followed at most this deep
 _ELEMENT = re.compile(r"(.+)\[(\d+)\]")  # "f[0]": element 0 of what f returns (summary.py)
 
@@ -312,7 +312,7 @@ class Project:
         if constructor:
             return None
         if not rest:
-            for name in _CALLABLE_METHODS:
+            for name in CALLABLE_METHODS:
                 found = self.lookup_method(owner, name)
                 if found is not None:
                     return found
