@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from gradcheck_accum.lint.bindings import loop_index
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, item_name, iter_names, keyword,
-                                        last_part, positional, source)
+                                        last_part, positional, source, walk)
 from gradcheck_accum.lint.paths import invariant
-from gradcheck_accum.lint.predicates import BoundaryKind, guard_boundary, is_accumulation_count
+from gradcheck_accum.lint.predicates import BoundaryKind, guard_boundary, is_accumulation_count, reads_length
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Guard, Scope, Tag
 from gradcheck_accum.lint.windows import Placement, Window, assigned_in, increment, loop_guards, same_target
 
@@ -124,8 +124,8 @@ def pass_kind(window: Window) -> PassKind:
         if (isinstance(test, cst.Name) and test.value == "True") or (isinstance(test, cst.Integer) and test.value != "0"):
             # `try: batch = next(it) except StopIteration: break`: the pass ends with its data
             return PassKind.DATA if _breaks_on_exhaustion(loop.body) else PassKind.ENDLESS
-        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and \
-                _multiple_of_n(test.comparisons[0].comparator, window, 0):
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and (
+                _multiple_of_n(test.comparisons[0].comparator, window, 0) or _whole_windows_of_data(test, window)):
             return PassKind.MULTIPLE_OF_N
         return PassKind.COUNT
     return PassKind.UNKNOWN
@@ -153,6 +153,39 @@ def _stops_after_whole_windows(window: Window) -> bool:
                 and not any(contains(statement, e.node) for statement in body[:index + 1] for e in backwards):
             return True
     return False
+
+
+def _whole_windows_of_data(test: cst.Comparison, window: Window) -> bool:
+    """`while steps < len(loader) // N`, where the loop adds one to `steps` only on the boundary: the
+    test can turn false only right after a boundary, and not before the data has no whole window
+    left, so each pass ends after whole windows and the micro-batches beyond them are never fetched."""
+    if not isinstance(test.comparisons[0].operator, cst.LessThan):
+        return False
+    count = dotted(test.left)
+    steps = [d for d in window.scope.defs_of(count) if window.loop in d.ctx.loops] if count else []
+    if not steps or not all(_adds_one_on_boundary(d, count, window) for d in steps):
+        return False
+    bounds = _values_of(test.comparisons[0].comparator, window.scope)
+    return bool(bounds) and all(
+        isinstance(bound, cst.BinaryOperation) and isinstance(bound.operator, cst.FloorDivide)
+        and reads_length(bound.left) and is_accumulation_count(bound.right, window.n, scope)
+        for bound, scope in bounds)
+
+
+def _values_of(node: cst.BaseExpression, scope: Scope) -> list[tuple[cst.BaseExpression, Scope]]:
+    """What an expression holds: itself, or every value a name is assigned here, or for `self.x` bound
+    nowhere in this method, in any method of its class (`self.steps_per_epoch = ...` in `setup()`)."""
+    name = dotted(node)
+    if name is None:
+        return [(node, scope)]
+    defs = scope.defs_of(name)
+    if defs:
+        return [(d.value, d.scope or scope) for d in defs if d.op is DefOp.ASSIGN and d.value is not None] \
+            if all(d.op is DefOp.ASSIGN and d.value is not None for d in defs) else []
+    if not name.startswith("self.") or scope.owner is None:
+        return []
+    return [(assign.value, scope) for assign in walk(scope.owner) if isinstance(assign, cst.Assign)
+            and any(dotted(target.target) == name for target in assign.targets)]
 
 
 def _quotient_bound(node: cst.BaseExpression, before: list[cst.BaseStatement]) -> cst.BaseExpression:
