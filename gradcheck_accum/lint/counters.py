@@ -127,6 +127,8 @@ def pass_kind(window: Window) -> PassKind:
         if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and (
                 _multiple_of_n(test.comparisons[0].comparator, window, 0) or _whole_windows_of_data(test, window)):
             return PassKind.MULTIPLE_OF_N
+        if window.stops_on_flag and not _breaks_on_exhaustion(loop.body):
+            return PassKind.MULTIPLE_OF_N  # one window per pass, and the data is refilled, never cut short
         return PassKind.COUNT
     return PassKind.UNKNOWN
 
@@ -162,10 +164,11 @@ def _whole_windows_of_data(test: cst.Comparison, window: Window) -> bool:
     if not isinstance(test.comparisons[0].operator, cst.LessThan):
         return False
     count = dotted(test.left)
-    steps = [d for d in window.scope.defs_of(count) if window.loop in d.ctx.loops] if count else []
+    scope = window.boundary_scope or window.scope  # the function walked in place of a call that holds the loop
+    steps = [d for d in scope.defs_of(count) if window.loop in d.ctx.loops] if count else []
     if not steps or not all(_adds_one_on_boundary(d, count, window) for d in steps):
         return False
-    bounds = _values_of(test.comparisons[0].comparator, window.scope)
+    bounds = _values_of(test.comparisons[0].comparator, scope)
     return bool(bounds) and all(
         isinstance(bound, cst.BinaryOperation) and isinstance(bound.operator, cst.FloorDivide)
         and reads_length(bound.left) and is_accumulation_count(bound.right, window.n, scope)
@@ -300,15 +303,7 @@ def step_count_bound(window: Window) -> cst.BaseExpression | None:
 
 def _adds_one_on_boundary(d: Def, name: str, window: Window) -> bool:
     by = increment(d, name)
-    if not (isinstance(by, cst.Integer) and by.value == "1"):
-        return False
-    for guard in d.ctx.guards:
-        boundary = guard_boundary(guard, window.scope)
-        if boundary is not None and boundary.positive and (
-                boundary.kind is BoundaryKind.SYNC_FLAG
-                or window.boundary is not None and boundary.family == window.boundary.family):
-            return True
-    return False
+    return isinstance(by, cst.Integer) and by.value == "1" and window.bound_on_boundary(d)
 
 
 def _breaks_on_exhaustion(node: cst.CSTNode) -> bool:

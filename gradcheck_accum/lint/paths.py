@@ -25,7 +25,7 @@ from gradcheck_accum.lint.catalogue import LIVE_ATTRIBUTES
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import call_receiver, code, iter_calls, iter_names
 from gradcheck_accum.lint.predicates import Count, compares_n_with_one
-from gradcheck_accum.lint.vocabulary import Event, EventKind, Guard
+from gradcheck_accum.lint.vocabulary import Def, Event, EventKind, Guard
 
 # Calls whose value a loop cannot change between micro-batches (the rest may read live state).
 _PURE_CALLS = {"len", "isinstance", "hasattr", "getattr", "bool", "int", "float", "str", "is_available"}
@@ -46,8 +46,8 @@ class Path(NamedTuple):
 
     decisions: tuple[Decision, ...] = ()
 
-    def allows(self, event: Event) -> bool:
-        """Does the event run on this path (no guard of it contradicts a decision)?"""
+    def allows(self, event: Event | Def) -> bool:
+        """Does the event (or binding) run on this path (no guard of it contradicts a decision)?"""
         if not self.decisions:
             return True
         chosen = {d.key: d.value for d in self.decisions}

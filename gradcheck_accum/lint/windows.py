@@ -348,7 +348,30 @@ class Window:
             return False
         owners = {id(g.owner): g.owner for step in self.boundary_steps for g in step.ctx.guards
                   if g.positive and g.test is self.boundary.comparison}
-        return any(isinstance(owner, cst.If) and ends_with_break(owner) for owner in owners.values())
+        return any(isinstance(owner, cst.If) and ends_with_break(owner) for owner in owners.values()) \
+            or self.stops_on_flag
+
+    @property
+    def stops_on_flag(self) -> bool:
+        """`while not window_done:` where the loop sets `window_done` only on the boundary (on the
+        window's path): the loop ends with its first window."""
+        test = self.loop.test if isinstance(self.loop, cst.While) else None
+        if not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)):
+            return False
+        flag = dotted(test.expression)
+        scope = self.boundary_scope or self.scope  # the function walked in place of a call that holds the loop
+        sets = [d for d in scope.defs_of(flag) if self.loop in d.ctx.loops and self.path.allows(d)] if flag else []
+        return bool(sets) and all(self.bound_on_boundary(d) for d in sets)
+
+    def bound_on_boundary(self, d: Def) -> bool:
+        """Is the binding made only on the window's boundary (under its test, or `if accelerator.sync_gradients:`)?"""
+        for guard in d.ctx.guards:
+            boundary = guard_boundary(guard, self.scope)
+            if boundary is not None and boundary.positive and (
+                    boundary.kind is BoundaryKind.SYNC_FLAG
+                    or self.boundary is not None and boundary.family == self.boundary.family):
+                return True
+        return False
 
     @property
     def repeats_fixed_input(self) -> bool:
