@@ -481,6 +481,18 @@ class Window:
                  and (e.kind is EventKind.BACKWARD or (e.kind is EventKind.STEP and same_target(zero, e, self.scope)))]
         return bool(later) and later[0].kind is EventKind.STEP
 
+    def clears_accumulated_model(self, zero: Event) -> bool:
+        """Inside `accelerator.accumulate(model)`, `model.zero_grad()` on every micro-batch: accelerate
+        holds back a prepared optimizer's zero_grad until the window's last micro-batch, but a module's
+        own zero_grad is torch's, and wipes what the window has summed each time."""
+        call = _accumulate_call(zero)
+        if self.framework is not Framework.ACCELERATE or not self.accumulates or call is None \
+                or zero.api is None or zero.api.form is not cat.Form.CALL or not zero.model_wide \
+                or Role.OPTIMIZER in zero.roles or self.placement(zero) is not EVERY or not self.inside(zero):
+            return False
+        # one of the models accumulate() was given (a prepared model, whose zero_grad accelerate leaves alone)
+        return zero.target is not None and zero.target in {dotted(a.value) for a in call.args if not a.star}
+
     def clears_last_micro_batch_first(self, zero: Event) -> Event | None:
         """Inside `accelerator.accumulate()`, a prepared optimizer's zero_grad before the backward: it
         acts only on the window's last micro-batch (catalogue.SYNC_ONLY_OPTIMIZER), and there it

@@ -29,6 +29,11 @@ class ZeroGradEveryMicroBatch(Rule):
                                                 "them after the step",
                                      move_statement(window, zero, step, after=True,
                                                     description="Clear gradients after the step"))
+                    if window.clears_accumulated_model(zero):
+                        yield Report(zero.node, "inside accelerator.accumulate() the prepared optimizer clears "
+                                                "gradients only on the window's last micro-batch, but the model's "
+                                                "own zero_grad() runs on every micro-batch and wipes what the window "
+                                                "has summed; call optimizer.zero_grad() instead")
             if window.shape not in (WindowShape.GUARDED, WindowShape.NESTED):
                 continue
             steps = window.boundary_steps
