@@ -208,8 +208,8 @@ class FileModel:
     def unstepped_tail(self, window: Window) -> Tail | None:
         """The micro-batches after the last boundary of each pass, when they are backpropagated and
         then lost (counters.py); None when nothing is lost or the code does not say."""
-        if window.shape is not WindowShape.GUARDED:
-            return None
+        if window.shape is not WindowShape.GUARDED or not window.accumulates:
+            return None  # an optimizer that also steps on every micro-batch leaves nothing behind
         return unstepped_tail(window, self.repetition(window))
 
     # -- losses -------------------------------------------------------------------------------------

@@ -114,6 +114,18 @@ class Window:
                 and any(_after_reset(self, s, g) is OFF_BOUNDARY for g in _guards_below(s, self.loop))]
 
     @property
+    def steps_besides_boundary_step(self) -> list[Event]:
+        """Steps on every micro-batch of an optimizer the loop also steps under its boundary test, both
+        written in the same body (`if i % N == 0: optimizer.step()` and `optimizer.step()` below it): the
+        optimizer steps on every micro-batch, twice on the boundary, and nothing accumulates."""
+        if self.shape is not GUARDED:
+            return []
+        stepped = {(b.target, id(b.scope)) for b in self.boundary_steps
+                   if b.target is not None and not b.via_helper and self.inside(b)}
+        return [s for s in self.steps if self.placement(s) is EVERY and not s.via_helper and self.inside(s)
+                and (s.target, id(s.scope)) in stepped]
+
+    @property
     def loop_nest(self) -> tuple[Loop, ...]:
         """The micro-batch loop and the loops around it."""
         return self.outer + (self.loop,)

@@ -137,6 +137,11 @@ class StepEveryMicroBatch(Rule):
                                             "and the boundary's own step on the others, so the optimizer steps on "
                                             "every micro-batch and nothing accumulates; a step for the last, partial "
                                             "window belongs after the loop")
+            for step in window.steps_besides_boundary_step:
+                yield Report(step.node, "this step runs on every micro-batch, and the boundary test's step of the "
+                                        "same optimizer once more on the window's last one, so parameters change "
+                                        "inside the window and nothing accumulates; remove it: the boundary's step "
+                                        "is the window's")
             counter, steps = window.steps_on_outer_counter()
             for step in steps:
                 yield Report(step.node, f"the boundary test counts `{counter}`, the index of an enclosing loop, "
