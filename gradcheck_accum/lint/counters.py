@@ -21,14 +21,14 @@ of this.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from gradcheck_accum.lint.bindings import loop_index
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, item_name, iter_names, keyword,
-                                        last_part, positional, source, walk)
+                                        last_part, positional, source)
 from gradcheck_accum.lint.paths import invariant
-from gradcheck_accum.lint.predicates import BoundaryKind, guard_boundary, is_accumulation_count, reads_length
+from gradcheck_accum.lint.predicates import BoundaryKind, conjuncts, guard_boundary, is_accumulation_count, reads_length
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Guard, Scope, Tag
 from gradcheck_accum.lint.windows import Placement, Window, assigned_in, increment, loop_guards, same_target
 
@@ -160,7 +160,8 @@ def _stops_after_whole_windows(window: Window) -> bool:
 def _whole_windows_of_data(test: cst.Comparison, window: Window) -> bool:
     """`while steps < len(loader) // N`, where the loop adds one to `steps` only on the boundary: the
     test can turn false only right after a boundary, and not before the data has no whole window
-    left, so each pass ends after whole windows and the micro-batches beyond them are never fetched."""
+    left, so each pass ends after whole windows and the micro-batches beyond them are never fetched.
+    A bound lowered below that (`min(max_steps, len(loader) // N)`) ends the pass sooner, as whole."""
     if not isinstance(test.comparisons[0].operator, cst.LessThan):
         return False
     count = dotted(test.left)
@@ -169,26 +170,61 @@ def _whole_windows_of_data(test: cst.Comparison, window: Window) -> bool:
     if not steps or not all(_adds_one_on_boundary(d, count, window) for d in steps):
         return False
     bounds = _values_of(test.comparisons[0].comparator, scope)
-    return bool(bounds) and all(
-        isinstance(bound, cst.BinaryOperation) and isinstance(bound.operator, cst.FloorDivide)
+    return bool(bounds) and all(_at_most_whole_windows(bound, scope, window) for bound in bounds)
+
+
+def _at_most_whole_windows(bound: cst.BaseExpression, scope: Scope, window: Window) -> bool:
+    """`len(loader) // N`, or `min(...)` of something and that."""
+    if isinstance(bound, cst.Call) and call_receiver(bound) == (None, "min"):
+        return any(_at_most_whole_windows(a.value, scope, window) for a in bound.args if not a.star)
+    return isinstance(bound, cst.BinaryOperation) and isinstance(bound.operator, cst.FloorDivide) \
         and reads_length(bound.left) and is_accumulation_count(bound.right, window.n, scope)
-        for bound, scope in bounds)
 
 
-def _values_of(node: cst.BaseExpression, scope: Scope) -> list[tuple[cst.BaseExpression, Scope]]:
+def _values_of(node: cst.BaseExpression, scope: Scope) -> list[cst.BaseExpression]:
     """What an expression holds: itself, or every value a name is assigned here, or for `self.x` bound
-    nowhere in this method, in any method of its class (`self.steps_per_epoch = ...` in `setup()`)."""
+    nowhere in this method, in any method of its class (`self.steps_per_epoch = ...` in `setup()`).
+    A value assigned only when it is below the name's (`if cap < x: x = cap`) lowers it, and is left out."""
     name = dotted(node)
     if name is None:
-        return [(node, scope)]
+        return [node]
     defs = scope.defs_of(name)
     if defs:
-        return [(d.value, d.scope or scope) for d in defs if d.op is DefOp.ASSIGN and d.value is not None] \
-            if all(d.op is DefOp.ASSIGN and d.value is not None for d in defs) else []
-    if not name.startswith("self.") or scope.owner is None:
+        if not all(d.op is DefOp.ASSIGN and d.value is not None for d in defs):
+            return []
+        assigned = [(d.value, [g.test for g in d.ctx.guards if g.positive]) for d in defs]
+    elif name.startswith("self.") and scope.owner is not None:
+        assigned = list(_attribute_assignments(scope.owner, name, []))
+    else:
         return []
-    return [(assign.value, scope) for assign in walk(scope.owner) if isinstance(assign, cst.Assign)
-            and any(dotted(target.target) == name for target in assign.targets)]
+    return [value for value, tests in assigned if not any(_lowers(test, value, name) for test in tests)]
+
+
+def _attribute_assignments(node: cst.CSTNode, name: str,
+                           tests: list[cst.BaseExpression]) -> Iterator[tuple[cst.BaseExpression, list]]:
+    """The values assigned to `name` in `node`, each with the tests of the `if` bodies around it."""
+    for child in children(node):
+        if isinstance(child, cst.If):
+            yield from _attribute_assignments(child.body, name, tests + [child.test])
+            if child.orelse is not None:
+                yield from _attribute_assignments(child.orelse, name, tests)
+        elif isinstance(child, cst.Assign):
+            if any(dotted(target.target) == name for target in child.targets):
+                yield child.value, tests
+        else:
+            yield from _attribute_assignments(child, name, tests)
+
+
+def _lowers(test: cst.BaseExpression, value: cst.BaseExpression, name: str) -> bool:
+    """Does the test hold only when `value` is below what `name` holds (`cap < name`, `name > cap`)?"""
+    for term in conjuncts(test):
+        if not (isinstance(term, cst.Comparison) and len(term.comparisons) == 1):
+            continue
+        operator, right = term.comparisons[0].operator, term.comparisons[0].comparator
+        if isinstance(operator, cst.LessThan) and code(term.left) == code(value) and dotted(right) == name \
+                or isinstance(operator, cst.GreaterThan) and dotted(term.left) == name and code(right) == code(value):
+            return True
+    return False
 
 
 def _quotient_bound(node: cst.BaseExpression, before: list[cst.BaseStatement]) -> cst.BaseExpression:
