@@ -165,7 +165,7 @@ def _whole_windows_of_data(test: cst.Comparison, window: Window) -> bool:
     if not isinstance(test.comparisons[0].operator, cst.LessThan):
         return False
     count = dotted(test.left)
-    scope = window.boundary_scope or window.scope  # the function walked in place of a call that holds the loop
+    scope = window.counting_scope
     steps = [d for d in scope.defs_of(count) if window.loop in d.ctx.loops] if count else []
     if not steps or not all(_adds_one_on_boundary(d, count, window) for d in steps):
         return False

@@ -240,12 +240,18 @@ class Window:
             return None
         return accelerator_accumulation_steps(built[0].value)
 
+    @property
+    def counting_scope(self) -> Scope:
+        """Whose names the boundary test reads: the window's scope, or a function walked in place of a
+        call in its loop (whose own bindings the window's scope does not hold)."""
+        return self.boundary_scope or self.scope
+
     def index_counter(self) -> tuple[str, int, Scope] | None:
         """The boundary test's counter as the loop's own code names it, its first value, and the scope the
         loop is written in, when it is the loop's index (`for i, batch in enumerate(loader)`): also a
         loop of a function walked in place, whose index the window's own scope cannot name."""
         name = dotted(self.boundary.counter) if self.boundary is not None else None
-        scope = self.boundary_scope or self.scope
+        scope = self.counting_scope
         while name is not None and scope is not None:  # from where the test is read out to the loop's code
             target = _loop_target(scope, name, self.loop)
             if target is not None:
@@ -283,7 +289,7 @@ class Window:
         through the parameters it arrives by; None when it is a name of the called function itself."""
         if node is None:
             return None
-        node, scope = bound_argument(node, self.boundary_scope or self.scope)
+        node, scope = bound_argument(node, self.counting_scope)
         return node if scope is self.scope else None
 
     def _first_value(self, counter: cst.BaseExpression | None, depth: int, scope: Scope | None = None) -> int | None:
@@ -371,8 +377,8 @@ class Window:
         if not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)):
             return False
         flag = dotted(test.expression)
-        scope = self.boundary_scope or self.scope  # the function walked in place of a call that holds the loop
-        sets = [d for d in scope.defs_of(flag) if self.loop in d.ctx.loops and self.path.allows(d)] if flag else []
+        sets = [d for d in self.counting_scope.defs_of(flag) if self.loop in d.ctx.loops and self.path.allows(d)] \
+            if flag else []
         return bool(sets) and all(self.bound_on_boundary(d) for d in sets)
 
     def bound_on_boundary(self, d: Def) -> bool:
