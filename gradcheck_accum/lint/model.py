@@ -278,6 +278,10 @@ class FileModel:
         receiver = call_receiver(unscale.node)[0] if isinstance(unscale.node, cst.Call) else None
         scaler_exists = (dotted(receiver), True)  # `if scaler:`, `if scaler is not None:`: false only without one
         extra = [g for g in unscale.ctx.guards if g not in clip.ctx.guards and decision(g)[:2] != scaler_exists]
+        # a setting the scaling backward also runs under (`if use_amp: scaler.scale(loss).backward()`):
+        # wherever the gradients were scaled, the unscale runs
+        scaled_under = {decision(g)[:2] for g in backward.ctx.guards if dotted(decision(g).test) is not None}
+        extra = [g for g in extra if decision(g)[:2] not in scaled_under]
         if not extra:
             return True
         switches = self._scaler_switches(scope, backward)
