@@ -98,7 +98,7 @@ class LossTracer:
         self.passed_to = passed_to
         self.program = program or (lambda token: [module] if token in module.code else [])
         self._returning = 0  # how many project functions' returns are being read
-        self._writes: dict[str, bool] = {}
+        self._writes: dict[str | tuple[str, str], bool] = {}  # label written; ("pads", pad id) padded with
         # (id(scope), name) -> whether a batch of that name comes from a label-masking collator, over
         # all its bindings: `batch` is bound by every loop of a file, and each loss read it again
         self._masked_batches: dict[tuple[int, str], bool] = {}
@@ -372,6 +372,15 @@ class LossTracer:
             self._writes[value] = any(_writes_label(module, value) for module in self.program(value))
         return self._writes[value]
 
+    def _pads_with(self, value: str) -> bool:
+        """Does the training program pad its data with the value this expression holds (a pad id:
+        `padding_value=tokenizer.pad_token_id`, `seq + [self.pad_id] * k`)?"""
+        key = ("pads", value)
+        if key not in self._writes:
+            self._writes[key] = any(_writes_label(module, value, expression=True)
+                                    for module in self.program(value.rsplit(".", 1)[-1]))
+        return self._writes[key]
+
     def _trace_call(self, node: cst.Call, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
         receiver, method = call_receiver(node)
         if receiver is None and method == cat.SUM_FUNCTION and node.args and not scope.defs_of(method) \
@@ -453,13 +462,19 @@ class LossTracer:
             # outside the project write.
             # An index one past the logits' last class (`ignore_index=start_logits.size(1)`, positions
             # clamped to it) marks positions outside the sequence, which well-formed data has none of.
+            # Next tokens padded with the pad id the criterion ignores (`seq + [pad_id] * (n - len(seq))`)
+            # hold it, though: the program that pads its rows with it makes the count vary.
             target = positional(node, 1) or keyword(node, "target")
-            if target is None or not _next_tokens(target, scope, before, 0):
-                for ignored, where, at in self._ignore_indices(node, callee, scope, before):
-                    if _is_number(ignored) and not _is_ignored_label(ignored):
-                        facts.ignoring.add(code(ignored))
-                    elif ignored is None or not _is_size(ignored, where, at):
+            next_tokens = target is not None and _next_tokens(target, scope, before, 0)
+            for ignored, where, at in self._ignore_indices(node, callee, scope, before):
+                if next_tokens:
+                    if ignored is not None and not _is_number(ignored) and self._pads_with(code(ignored)):
                         facts.token_level = True
+                    continue
+                if _is_number(ignored) and not _is_ignored_label(ignored):
+                    facts.ignoring.add(code(ignored))
+                elif ignored is None or not _is_size(ignored, where, at):
+                    facts.token_level = True
         # Only producers whose reduction we know count: torch losses and criteria, and model
         # forwards (HF-style `.loss`). Anything else (`compute_loss(...)`) may sum or scale inside.
         if not (Role.CRITERION in roles or (imports.qualify(node.func) or "").startswith("torch")
@@ -815,22 +830,25 @@ def _writes_ignored_label(function: cst.CSTNode) -> bool:
     return _writes_label(function, str(cat.IGNORED_LABEL), loosely=True)
 
 
-def _writes_label(node: cst.CSTNode, value: str, loosely: bool = False) -> bool:
+def _writes_label(node: cst.CSTNode, value: str, loosely: bool = False, expression: bool = False) -> bool:
     """Does the code write the literal `value` into tensors or label lists: as a fill value
     (`padding_value=-1`, `masked_fill(mask, -1)`, `torch.full_like(y, -1)`), into items
     (`y[mask == 0] = -1`), or repeated in a list (`[-100] * len(prompt)`)? `loosely`: any argument
-    or assignment of it counts (-100 has no other use; -1 is also a dimension and an index)."""
+    or assignment of it counts (-100 has no other use; -1 is also a dimension and an index).
+    `expression`: `value` is the text of an expression (`tokenizer.pad_token_id`), not a number."""
+    def matches(written: cst.BaseExpression) -> bool:
+        return code(written) == value if expression else _is_literal(written, value)
+
     stack = [node]
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Call) and any(_is_literal(a.value, value) and (loosely or _fills(node, a))
-                                              for a in node.args):
+        if isinstance(node, cst.Call) and any(matches(a.value) and (loosely or _fills(node, a)) for a in node.args):
             return True
-        if isinstance(node, cst.Assign) and _is_literal(node.value, value) and (
+        if isinstance(node, cst.Assign) and matches(node.value) and (
                 loosely or any(isinstance(t.target, cst.Subscript) for t in node.targets)):
             return True
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply) and any(
-                isinstance(side, cst.List) and any(_is_literal(e.value, value) for e in side.elements)
+                isinstance(side, cst.List) and any(matches(e.value) for e in side.elements)
                 for side in (node.left, node.right)):
             return True
         stack.extend(children(node))
