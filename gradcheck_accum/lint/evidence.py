@@ -102,6 +102,8 @@ def _role_tokens(role: Role) -> frozenset[str]:
         return frozenset({cat.DEEPSPEED_INITIALIZE.split(".")[0]})
     if role is Role.ACCELERATOR_ACCUMULATES:  # the constructor keyword, or the attribute set later
         return frozenset({cat.ACCUMULATION_STEPS_KEYWORD, cat.ACCUMULATION_PLUGIN_KEYWORD})
+    if role is Role.NO_SYNC_CONTEXT:  # the bound method, `context = self.model.no_sync`
+        return frozenset({"." + cat.DDP_NO_SYNC.name})
     if role is Role.WRAPS_COMPILED:
         role = Role.DDP
     found = set(_constructor_words(role))

@@ -104,6 +104,9 @@ class Role(Tag):
     # an Accelerator's bound `accumulate` method (`self.accum_scope = self.accelerator.accumulate`),
     # entered later by calling it: `with self.accum_scope(model):`
     ACCUMULATE_CONTEXT = "accumulate-context"
+    # a DDP model's bound `no_sync` method (`context = self.model.no_sync if ... else nullcontext`),
+    # entered later by calling it: `with context():`
+    NO_SYNC_CONTEXT = "no-sync-context"
 
 
 Roles = frozenset  # frozenset[Role]

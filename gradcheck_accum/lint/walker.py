@@ -127,6 +127,10 @@ class ScopeWalker:
             owner = self.roles(node.value)
             if Role.ACCELERATOR in owner:  # `accelerator.accumulate`, the bound method, entered later
                 return owner | {Role.ACCUMULATE_CONTEXT}
+        if isinstance(node, cst.Attribute) and node.attr.value == cat.DDP_NO_SYNC.name:
+            owner = self.roles(node.value)
+            if Role.DDP in owner and not owner & cat.DDP_NO_SYNC.receiver_lacks:
+                return owner | {Role.NO_SYNC_CONTEXT}  # `model.no_sync`, the bound method, entered later
         if isinstance(node, cst.Attribute) and node.attr.value == "module":
             # ddp_model.module is what DDP wrapped: compiled if it wrapped a compiled module.
             if Role.WRAPS_COMPILED in self.roles(node.value):
@@ -557,6 +561,11 @@ class ScopeWalker:
             self._emit_call(cat.ACCELERATE_ACCUMULATE, call, None, dotted(positional(call, 0)),
                             bound - {Role.ACCUMULATE_CONTEXT}, ctx)
             return
+        if Role.NO_SYNC_CONTEXT in bound and not call.args:
+            # `with context():` where `context = self.model.no_sync` (on some branch): that model's no_sync()
+            self._emit_call(cat.DDP_NO_SYNC, call, None, self._bound_no_sync_model(dotted(call.func)),
+                            bound - {Role.NO_SYNC_CONTEXT}, ctx)
+            return
         callee = dotted(call.func)
         # the models a project function called in a loop calls itself (`self.compute_loss(batch)`
         # calling `self.model(x)`): that call is their forward
@@ -576,6 +585,14 @@ class ScopeWalker:
                       roles=self.roles(receiver if forward else call.func),
                       argument_names=frozenset(name for a in call.args for name in iter_names(a.value)),
                       argument_roles=handed)
+
+    def _bound_no_sync_model(self, name: str | None) -> str | None:
+        """The model whose `no_sync` a name is bound to (`context = self.model.no_sync`)."""
+        for d in self.scope.defs_of(name) if name else ():
+            for value in (d.value.body, d.value.orelse) if isinstance(d.value, cst.IfExp) else (d.value,):
+                if isinstance(value, cst.Attribute) and value.attr.value == cat.DDP_NO_SYNC.name:
+                    return dotted(value.value)
+        return None
 
     def _matches(self, api: Api, call: cst.Call, receiver, target: str | None, owner: frozenset[Role],
                  qual: str) -> bool:

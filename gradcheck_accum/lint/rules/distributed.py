@@ -86,8 +86,9 @@ class NoSyncMissesForward(Rule):
     name = "no-sync-misses-forward"
     summary = "model.no_sync() wraps the backward but not the forward call, so it has no effect."
     severity = "warning"  # DDP still all-reduces every micro-batch: slow, not wrong
-    requires = (Fact.TRAINING_LOOP, (DDP_NO_SYNC, DDP_SYNC_FLAG))
-    reads_outside_windows = (DDP_NO_SYNC, DDP_SYNC_FLAG)  # every sync switch of the file
+    # `with model.no_sync():`, or entering it through a name bound to the method (`with context():`)
+    requires = (Fact.TRAINING_LOOP, (DDP_NO_SYNC, DDP_SYNC_FLAG, Role.NO_SYNC_CONTEXT))
+    reads_outside_windows = (DDP_NO_SYNC, DDP_SYNC_FLAG, Role.NO_SYNC_CONTEXT)  # every sync switch of the file
 
     def check(self, model: FileModel) -> Iterator[Report]:
         # DDP reads its switch in the forward (catalogue.SYNCS_AT_BACKWARD says which models do not)
