@@ -1210,6 +1210,8 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
             continue  # past a helper's early `return` that is no boundary (`if not grads: return`): its way on
         elif skips_stretch(guard, window, variant):
             continue  # what follows runs on every micro-batch the skip leaves
+        elif _holds_when_finite(guard):
+            continue  # `if torch.isfinite(grad_norm): optimizer.step()`: every micro-batch but a failed one
         elif not invariant(guard.test, variant) and not _per_item(window, event, guard, variant):
             if event.kind not in (EventKind.BACKWARD, EventKind.STEP) and _run_phase(guard.test, window, variant):
                 continue  # `if train_steps >= start_clip_iter: clip(...)`: every micro-batch from then on
@@ -1217,6 +1219,20 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
             # (i + 1) % N == 0: step`): then it runs on the boundary, when this test lets it run at all.
             unread = True
     return UNKNOWN if unread else placement
+
+
+def _holds_when_finite(guard: Guard) -> bool:
+    """Does the side of the test the code runs on hold whenever the values are numbers:
+    `if torch.isfinite(norm):`, `if not torch.isnan(loss).any():`, the `else` of `if math.isinf(x):`?"""
+    test, positive = guard.test, guard.positive
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, positive = test.expression, not positive
+    while isinstance(test, cst.Call) and call_receiver(test)[1] in ("all", "any", "item") and not test.args:
+        test = call_receiver(test)[0]
+    if not isinstance(test, cst.Call):
+        return False
+    _, method = call_receiver(test)
+    return method in cat.FINITE_TESTS and positive == (method == "isfinite")
 
 
 def _side(boundary: Boundary | None, window: Window) -> Placement | None:
