@@ -98,7 +98,7 @@ class LossTracer:
         self.passed_to = passed_to
         self.program = program or (lambda token: [module] if token in module.code else [])
         self._returning = 0  # how many project functions' returns are being read
-        self._writes: dict[str | tuple[str, str], bool] = {}  # label written; ("pads", pad id) padded with
+        self._writes: dict[tuple[str, bool], bool] = {}  # (value, is an expression) -> the program writes it
         # (id(scope), name) -> whether a batch of that name comes from a label-masking collator, over
         # all its bindings: `batch` is bound by every loop of a file, and each loss read it again
         self._masked_batches: dict[tuple[int, str], bool] = {}
@@ -366,19 +366,14 @@ class LossTracer:
             facts.token_level |= any(self._writes_label(value) for value in facts.ignoring)
             facts.ignoring = set()
 
-    def _writes_label(self, value: str) -> bool:
-        """Does the training program write the label `value` (`-100`) into its data?"""
-        if value not in self._writes:
-            self._writes[value] = any(_writes_label(module, value) for module in self.program(value))
-        return self._writes[value]
-
-    def _pads_with(self, value: str) -> bool:
-        """Does the training program pad its data with the value this expression holds (a pad id:
-        `padding_value=tokenizer.pad_token_id`, `seq + [self.pad_id] * k`)?"""
-        key = ("pads", value)
+    def _writes_label(self, value: str, expression: bool = False) -> bool:
+        """Does the training program write the label `value` (`-100`) into its data? `expression`: the
+        text of an expression it pads its rows with (`tokenizer.pad_token_id`), not a number."""
+        key = (value, expression)
         if key not in self._writes:
-            self._writes[key] = any(_writes_label(module, value, expression=True)
-                                    for module in self.program(value.rsplit(".", 1)[-1]))
+            token = value.rsplit(".", 1)[-1] if expression else value  # what a file that writes it contains
+            self._writes[key] = any(_writes_label(module, value, expression=expression)
+                                    for module in self.program(token))
         return self._writes[key]
 
     def _trace_call(self, node: cst.Call, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
@@ -468,7 +463,8 @@ class LossTracer:
             next_tokens = target is not None and _next_tokens(target, scope, before, 0)
             for ignored, where, at in self._ignore_indices(node, callee, scope, before):
                 if next_tokens:
-                    if ignored is not None and not _is_number(ignored) and self._pads_with(code(ignored)):
+                    if ignored is not None and not _is_number(ignored) \
+                            and self._writes_label(code(ignored), expression=True):
                         facts.token_level = True
                     continue
                 if _is_number(ignored) and not _is_ignored_label(ignored):

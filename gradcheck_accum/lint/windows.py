@@ -1224,9 +1224,8 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
 def _holds_when_finite(guard: Guard) -> bool:
     """Does the side of the test the code runs on hold whenever the values are numbers:
     `if torch.isfinite(norm):`, `if not torch.isnan(loss).any():`, the `else` of `if math.isinf(x):`?"""
-    test, positive = guard.test, guard.positive
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        test, positive = test.expression, not positive
+    taken = decision(guard)  # the test without its `not`, and the side taken
+    test, positive = taken.test, taken.value
     while isinstance(test, cst.Call) and call_receiver(test)[1] in ("all", "any", "item") and not test.args:
         test = call_receiver(test)[0]
     if not isinstance(test, cst.Call):
