@@ -264,7 +264,9 @@ def pass_length(window: Window) -> cst.BaseExpression | None:
             and source_.args[0].value.value == "0"))
         if starts_at_zero and call_receiver(source_)[1] in ("range", "trange") and not window.outer:
             return source_.args[-1].value  # the whole run, not an epoch of it
-    bounds = _exit_bounds(loop) if isinstance(loop, cst.While) or loop is nest[0] else []
+    # a break in an inner loop ends the run too when its count is the run's (never set again by a loop
+    # around it): once it reaches B every later pass breaks as it reaches the test
+    bounds = _exit_bounds(loop)
     if loop is not nest[0]:
         bounds += _exit_bounds(nest[0])  # the outermost loop's exits end the run
     for each in nest:
