@@ -25,7 +25,7 @@ from gradcheck_accum.lint.catalogue import LIVE_ATTRIBUTES
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import call_receiver, code, iter_calls, iter_names
 from gradcheck_accum.lint.predicates import Count, compares_n_with_one
-from gradcheck_accum.lint.vocabulary import Def, Event, EventKind, Guard
+from gradcheck_accum.lint.vocabulary import Context, Def, Event, EventKind, Guard
 
 # Calls whose value a loop cannot change between micro-batches (the rest may read live state).
 _PURE_CALLS = {"len", "isinstance", "hasattr", "getattr", "bool", "int", "float", "str", "is_available"}
@@ -88,6 +88,37 @@ def _compared_with_none(test: cst.BaseExpression) -> tuple[cst.BaseExpression, b
     if isinstance(target.operator, cst.Is):
         return test.left, False
     return None
+
+
+def excluded_by(bound: Context, here: Context, rebound: Callable[[str], bool]) -> bool:
+    """Can code under the guards `here` never run on a pass where code under the guards `bound` ran?
+    So when some test is taken one way by the one and the other way by the other (`if env == "ddp":`
+    and its `else`, or `elif env == "cpu":`, the same name compared with another literal), and that
+    test calls nothing that may read live state and reads no name `rebound(name)` says changed."""
+    for guard in bound.guards:
+        taken = decision(guard)
+        if any(call_receiver(call)[1] not in _PURE_CALLS for call in iter_calls(taken.test)) \
+                or any(rebound(name) for name in iter_names(taken.test)):
+            continue
+        for other in here.guards:
+            there = decision(other)
+            if there.key == taken.key and there.value is not taken.value:
+                return True
+            if taken.value and there.value and _other_literal(taken.test, there.test):
+                return True
+    return False
+
+
+def _other_literal(one: cst.BaseExpression, other: cst.BaseExpression) -> bool:
+    """`x == "a"` and `x == "b"`: one name compared for equality with two different literals."""
+    sides = []
+    for test in (one, other):
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, cst.Equal)
+                and isinstance(test.comparisons[0].comparator, (cst.SimpleString, cst.Integer))):
+            return False
+        sides.append((code(test.left), test.comparisons[0].comparator.value))
+    return sides[0][0] == sides[1][0] and sides[0][1] != sides[1][1]
 
 
 def invariant(test: cst.BaseExpression, variant: set[str]) -> bool:

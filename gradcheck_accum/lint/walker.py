@@ -18,6 +18,7 @@ from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, full_names, item_name,
                                         iter_calls, iter_names, keyword, last_part, parameter_names, positional)
+from gradcheck_accum.lint.paths import excluded_by
 from gradcheck_accum.lint.predicates import analyze, caller_name, excludes_only_single_windows, parameter_value
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
@@ -78,6 +79,9 @@ class ScopeWalker:
         self.constants = constants or {}  # module flags bound once to a literal (bindings.module_constants)
         self._outer_names: set[str] | frozenset[str] | None = None  # see _before
         self.statement: cst.CSTNode | None = None
+        self.ctx = Context()  # around the statement being walked: the guards a name's roles are read under
+        # name -> (order, context, roles) of each binding under a test that added roles to it (see name_roles)
+        self._guarded_roles: dict[str, list[tuple[int, Context, frozenset[Role]]]] = {}
         # id(test) -> what the project predicate it calls returns, and where (None: it calls none)
         self.predicates: dict[int, tuple[cst.BaseExpression, Scope] | None] = {}
 
@@ -141,14 +145,42 @@ class ScopeWalker:
     def name_roles(self, name: str) -> frozenset[Role]:
         """Roles of a dotted name (`model`, `self.model`) at the current point of the walk."""
         if name in self.env:
-            return self.env[name] | (roles_from_name(name) if not self.env[name] else NO_ROLES)
+            held = self.env[name] - self._roles_off_this_path(name)
+            return held | (roles_from_name(name) if not held else NO_ROLES)
         return roles_from_name(name)
+
+    def _roles_off_this_path(self, name: str) -> frozenset[Role]:
+        """The roles a name gained only from bindings under a test that the statement being walked is
+        on the other side of: `model = DDP(model)` under `if env == "ddp":` is no DDP model in the
+        `elif env == "cpu":` branch, nor in a helper called from there, when nothing rebinds what the
+        test reads in between (paths.excluded_by)."""
+        bindings = self._guarded_roles.get(name)
+        if not bindings or not self.ctx.guards:
+            return NO_ROLES
+        off, on = NO_ROLES, NO_ROLES
+        for order, bound, roles in bindings:
+            if excluded_by(bound, self.ctx, lambda read: self._rebound_since(read, order, bound)):
+                off |= roles
+            else:
+                on |= roles
+        return off - on
+
+    def _rebound_since(self, name: str, order: int, bound: Context) -> bool:
+        """Has `name` (or the object it is an attribute of) been bound since the binding at `order`, or
+        in a loop around it (where its next pass may bind it again)?"""
+        root = name.split(".")[0]
+        return any(d.order > order or set(d.ctx.loops) & set(bound.loops)
+                   for read in {name, root} for d in self.scope.defs.get(read, ()))
 
     def bind(self, name: str, roles: frozenset[Role], ctx: Context) -> None:
         # A binding outside any branch replaces what the name was; inside one it may or may not run.
         if ctx.conditional:
-            self.env[name] = self._before(name) | roles
+            before = self._before(name)
+            if ctx.guards and roles - before:
+                self._guarded_roles.setdefault(name, []).append((self.counter[0], ctx, roles - before))
+            self.env[name] = before | roles
         else:
+            self._guarded_roles.pop(name, None)
             self.env[name] = roles
 
     def _before(self, name: str) -> frozenset[Role]:
@@ -249,6 +281,13 @@ class ScopeWalker:
         return inner
 
     def walk_stmt(self, stmt: cst.CSTNode, ctx: Context) -> None:
+        outer, self.ctx = self.ctx, ctx
+        try:
+            self._walk_stmt(stmt, ctx)
+        finally:
+            self.ctx = outer
+
+    def _walk_stmt(self, stmt: cst.CSTNode, ctx: Context) -> None:
         self.statement = stmt
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:

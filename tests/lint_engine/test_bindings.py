@@ -115,3 +115,50 @@ def test_unpacking_reads_only_the_element_a_name_gets(unpack, found):
     codes = [f.code for f in analyze(source, "t.py", rules).findings]
     if found is not None:
         assert codes == found
+
+
+
+_WRAPPED_ON_ONE_BRANCH = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def train(model, loader, env, rank):
+    if {wrap_test}:
+        model = DDP(model, device_ids=[rank])
+    for step, batch in enumerate(loader):
+        {rebind}
+        if {call_test}:
+            model(batch).backward()
+"""
+
+_WRAPPED_IN_THE_LOOP = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+def train(model, loader, rank):
+    for step, batch in enumerate(loader):
+        if step == 0:
+            model = DDP(model, device_ids=[rank])
+        else:
+            model(batch).backward()
+"""
+
+
+@pytest.mark.parametrize(("source", "ddp"), [
+    # the other side of the same configuration test, or the same name equal to another literal: never DDP there
+    (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="env == 'ddp'", call_test="not env == 'ddp'", rebind="pass"), False),
+    (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="env == 'ddp'", call_test="env == 'cpu'", rebind="pass"), False),
+    (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="use_ddp", call_test="not use_ddp", rebind="pass"), False),
+    # the same side, or a test of something else: it may be DDP there
+    (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="env == 'ddp'", call_test="env == 'ddp'", rebind="pass"), True),
+    (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="env == 'ddp'", call_test="env != 'cpu'", rebind="pass"), True),
+    (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="env == 'ddp'", call_test="rank == 0", rebind="pass"), True),
+    # what the test reads changes after the wrap, or on the loop's next pass: the wrap stays when it flips
+    (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="env == 'ddp'", call_test="env == 'cpu'", rebind="env = next_env(step)"),
+     True),
+    (_WRAPPED_IN_THE_LOOP, True),
+])
+def test_roles_bound_under_a_test_are_not_held_on_its_other_side(source, ddp):
+    model = FileModel(cst.parse_module(source))
+    (forward,) = [event for _, event in model.events(EventKind.MODEL_CALL) if event.target == "model"]
+    assert (Role.DDP in forward.roles) is ddp
