@@ -374,7 +374,8 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
     "item": LossOp.DETACHES, "detach": LossOp.DETACHES, "tolist": LossOp.DETACHES, "cpu": LossOp.DETACHES,
     "mean": LossOp.KEEPS, "sum": LossOp.KEEPS, "squeeze": LossOp.KEEPS, "float": LossOp.KEEPS, "to": LossOp.KEEPS,
     "view": LossOp.KEEPS, "reshape": LossOp.KEEPS, "contiguous": LossOp.KEEPS,
-    "values": LossOp.KEEPS,  # `sum(loss_dict.values())`: the dict's losses
+    "values": LossOp.KEEPS, "items": LossOp.KEEPS,  # `sum(loss_dict.values())`: the dict's losses
+    "stack": LossOp.KEEPS, "cat": LossOp.KEEPS,  # `torch.stack(losses).sum()`: the losses, side by side
     # element-wise and indexing operations on per-token values (`logprobs.gather(-1, ids).squeeze(-1)`):
     # what they make is still the operand, element by element
     **{name: LossOp.KEEPS for name in ELEMENTWISE_METHODS | {"gather", "unsqueeze", "flatten", "masked_fill",
@@ -434,6 +435,7 @@ COUNT_KEEPING_METHODS = frozenset({"clamp", "clamp_min", "float", "item", "to", 
 COUNT_KEEPING_FUNCTIONS = frozenset({"int", "float", "max"})
 ROUNDING_FUNCTIONS = frozenset({"round", "ceil", "floor", "min"})  # `math.ceil(l * ratio)`: a number still
 SUM_FUNCTION = "sum"  # the builtin: `sum(loss_dict.values())` adds loss terms
+SEQUENCE_FUNCTIONS = frozenset({"list", "tuple"})  # builtins that hold the items they are given, in order
 NEXT_BATCH_FUNCTION = "next"  # `batch = next(it)`: a new micro-batch each time it runs
 # The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value ...
 IGNORED_LABEL = -100

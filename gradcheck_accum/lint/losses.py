@@ -103,6 +103,8 @@ class LossTracer:
         # all its bindings: `batch` is bound by every loop of a file, and each loss read it again
         self._masked_batches: dict[tuple[int, str], bool] = {}
         self._guards: tuple[Guard, ...] = ()  # the conditions of the definition being read
+        # the variable of each comprehension being read -> what it iterates (`v` of `for k, v in d.items()`)
+        self._iterated: dict[str, cst.BaseExpression] = {}
 
     def facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
         """The facts of `expr` as evaluated just before program point `before` in `scope`."""
@@ -161,6 +163,9 @@ class LossTracer:
             for branch in branches:
                 self._trace(branch, scope, before, facts, depth)
             return
+        if isinstance(node, (cst.GeneratorExp, cst.ListComp, cst.SetComp, cst.DictComp)):
+            self._trace_each(node, scope, before, facts, depth)
+            return
         if isinstance(node, cst.Dict) and returned_loss(node) is not None:
             self._trace(returned_loss(node), scope, before, facts, depth + 1)  # `{"loss": loss, ...}`
             return
@@ -187,6 +192,14 @@ class LossTracer:
             return
         name = dotted(node)
         if name is None:
+            return
+        if name in self._iterated:  # a comprehension's variable: an item of what it iterates
+            inner = self._iterated
+            self._iterated = {other: source for other, source in inner.items() if other != name}
+            try:
+                self._trace(inner[name], scope, before, facts, depth + 1)
+            finally:
+                self._iterated = inner
             return
         facts.names.add(name)
         if isinstance(node, cst.Attribute) and not scope.defs_of(name, before) \
@@ -277,20 +290,24 @@ class LossTracer:
             facts.sum_reduced |= term.sum_reduced
             facts.detached |= term.detached
 
-    def _trace_sum(self, iterable: cst.BaseExpression, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
-        """`sum(loss_dict.values())`, `sum(losses[k] * weights[k] for k in losses)`: a sum of loss terms.
-        A factor that changes with the term (it reads the comprehension's variable) weighs the terms
-        against each other; it normalises nothing."""
-        if not isinstance(iterable, (cst.GeneratorExp, cst.ListComp)):
-            self._trace(iterable, scope, before, facts, depth)
-            return
-        variables = set()
-        clause = iterable.for_in
+    def _trace_each(self, comprehension: cst.BaseComp, scope: Scope, before: int, facts: LossFacts,
+                    depth: int) -> None:
+        """`sum(losses[k] * weights[k] for k in losses)`, `{k: v / n for k, v in losses.items()}`: the loss
+        terms a comprehension makes, each read as its element. A factor that changes with the term (it
+        reads the comprehension's variable) weighs the terms against each other; it normalises nothing."""
+        iterated = {}
+        clause = comprehension.for_in
         while clause is not None:
-            variables.update(full_names(clause.target))
+            iterated.update(dict.fromkeys(full_names(clause.target), clause.iter))
             clause = clause.inner_for_in
+        variables = set(iterated)
         terms = LossFacts()
-        self._trace(iterable.elt, scope, before, terms, depth)
+        element = comprehension.value if isinstance(comprehension, cst.DictComp) else comprehension.elt
+        outer, self._iterated = self._iterated, {**self._iterated, **iterated}
+        try:
+            self._trace(element, scope, before, terms, depth)
+        finally:
+            self._iterated = outer
         terms.scalings = [s for s in terms.scalings if s.divides or not variables & set(iter_names(s.factor))]
         facts.absorb(terms)
 
@@ -378,9 +395,10 @@ class LossTracer:
 
     def _trace_call(self, node: cst.Call, scope: Scope, before: int, facts: LossFacts, depth: int) -> None:
         receiver, method = call_receiver(node)
-        if receiver is None and method == cat.SUM_FUNCTION and node.args and not scope.defs_of(method) \
-                and (scope.imports or self.imports).qualify(node.func) is None:
-            self._trace_sum(node.args[0].value, scope, before, facts, depth)
+        if receiver is None and method in cat.SEQUENCE_FUNCTIONS | {cat.SUM_FUNCTION} and node.args \
+                and not scope.defs_of(method) and (scope.imports or self.imports).qualify(node.func) is None:
+            # `sum(terms)` adds the terms, `list(loss_dict.values())` holds them
+            self._trace(node.args[0].value, scope, before, facts, depth)
             return
         if receiver is not None and self.imports.qualify(node.func):
             # `torch.sum(x)`, `torch.mean(x, dim=1)`: a module's function; its first argument is the operand
