@@ -19,8 +19,9 @@ from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, full_names,
                                         is_one, item_name, iter_names, keyword, last_part, parameter_names, positional)
+from gradcheck_accum.lint.paths import excluded_by
 from gradcheck_accum.lint.predicates import is_accumulation_count, measures_a_tensor, parameter_value
-from gradcheck_accum.lint.vocabulary import END_OF_SCOPE, NO_ROLES, Def, DefOp, Guard, Role, Scope
+from gradcheck_accum.lint.vocabulary import END_OF_SCOPE, NO_ROLES, Context, Def, DefOp, Guard, Role, Scope
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
@@ -103,15 +104,18 @@ class LossTracer:
         # all its bindings: `batch` is bound by every loop of a file, and each loss read it again
         self._masked_batches: dict[tuple[int, str], bool] = {}
         self._guards: tuple[Guard, ...] = ()  # the conditions of the definition being read
+        self._reading_at: tuple[Guard, ...] = ()  # the conditions of the point whose names are being read
         # the variable of each comprehension being read -> what it iterates (`v` of `for k, v in d.items()`)
         self._iterated: dict[str, cst.BaseExpression] = {}
 
-    def facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
-        """The facts of `expr` as evaluated just before program point `before` in `scope`."""
+    def facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int,
+              guards: tuple[Guard, ...] = ()) -> LossFacts:
+        """The facts of `expr` as evaluated just before program point `before` in `scope`, under `guards`."""
         facts = LossFacts()
         if expr is None:
             facts.known = False
             return facts
+        self._reading_at = guards
         self._trace(expr, scope, before, facts, 0)
         self._settle_ignored(facts)
         return facts
@@ -222,7 +226,12 @@ class LossTracer:
         """Read the definitions of `name` that can reach `before` into `facts`: the last unconditional
         one and any later ones. False when none of them binds the name anew (only `name /= n` and
         the like): its value from before them is still to be read."""
-        defs = scope.defs_of(name, before)
+        # a binding under a test the point read is on the other side of never reaches it (`if pp:
+        # loss = torch.stack(losses).mean()` else `loss = out.loss; loss.backward()`)
+        at = Context(self._reading_at)
+        defs = [d for d in scope.defs_of(name, before) if not excluded_by(d.ctx, at, lambda read: any(
+            d.order < other.order < before or set(other.ctx.loops) & set(d.ctx.loops)
+            for other in scope.defs_of(read.split(".")[0])))]
         reaching = []
         for d in reversed(defs):
             reaching.append(d)
@@ -238,11 +247,12 @@ class LossTracer:
                 facts.known = False
             elif d.value is not None:
                 where = d.scope or scope  # a parameter's argument is read in the caller
-                outer, self._guards = self._guards, d.ctx.guards
+                outer = self._guards, self._reading_at
+                self._guards = self._reading_at = d.ctx.guards
                 try:
                     self._trace_def(d, where, facts, depth)
                 finally:
-                    self._guards = outer
+                    self._guards, self._reading_at = outer
         return any(d.op.rebinds for d in reaching)
 
     def _trace_def(self, d: Def, where: Scope, facts: LossFacts, depth: int) -> None:

@@ -308,7 +308,7 @@ class FileModel:
                 yield scope, zero, step
 
     def backward_facts(self, window: Window, backward: Event) -> LossFacts:
-        return self._losses.facts(backward.expr, backward.scope or window.scope, backward.order)
+        return self._losses.facts(backward.expr, backward.scope or window.scope, backward.order, backward.ctx.guards)
 
     def is_accumulation_count(self, node: cst.BaseExpression, window: Window | None, scope: Scope) -> bool:
         """Is this expression N (the window's count, or a name that says accumulation)?"""
