@@ -590,22 +590,25 @@ class Window:
 
     def is_micro_batch_loop(self) -> bool:
         """For a nested window: does the inner loop clearly walk the micro-batches of one window?"""
-        return is_micro_batch_loop(self.loop, self.n)
+        return is_micro_batch_loop(self.loop, self.n, self.scope)
 
 
 _SMALL_STARTS = ("0", "1")  # the values a count starts from that say where its first window ends
 _MICRO_WORDS = {"micro", "microbatch", "microbatches", "mb", "chunk", "chunks", "accum", "accumulation"}
 
 
-def is_micro_batch_loop(loop: Loop, n: cst.BaseExpression | None) -> bool:
+def is_micro_batch_loop(loop: Loop, n: cst.BaseExpression | None, scope: Scope | None = None) -> bool:
     """Does the loop clearly walk the micro-batches of one window, N of them? (`for micro_step in
     range(grad_accum)`, `for chunk in batch.chunk(n)`, `while seen < total:` counting what it has
-    done; not `for task in ...`.)"""
+    done, `for x, y in zip(xs, ys)` over a batch's fields cut into groups of rows alike; not
+    `for task in ...`.)"""
     if isinstance(loop, cst.While):
         return _runs_until_counted(loop)
     if not isinstance(loop, cst.For):
         return False
     if n is not None and (is_accumulation_name(n) or _is_chunking(loop.iter)):
+        return True
+    if scope is not None and _walks_row_groups(loop.iter, scope):
         return True
     names = list(iter_names(loop.iter)) + list(iter_names(loop.target))
     return any(_MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in names)
@@ -1008,7 +1011,48 @@ def _self_updating_loops(events: list[Event]) -> set[int]:
 
 
 def _is_chunking(source: cst.BaseExpression) -> bool:
-    return isinstance(source, cst.Call) and call_receiver(source)[1] in {"chunk", "split", "tensor_split"}
+    return isinstance(source, cst.Call) and call_receiver(source)[1] in _CHUNKING
+
+
+_CHUNKING = {"chunk", "split", "tensor_split"}
+
+
+def _walks_row_groups(source: cst.BaseExpression, scope: Scope) -> bool:
+    """`zip(xs, ys, ...)` where each of two or more sequences is a tensor cut into groups of rows
+    (`x.split(k)`, `x.chunk(n)`, `x.reshape(x.shape[0] // k, k, ...)`, written there or bound once to a
+    name): the fields of one batch, walked a group of rows at a time, are the micro-batches of one
+    step. (One tensor cut alone may be a sequence cut along time, truncated backpropagation.)"""
+    if not (isinstance(source, cst.Call) and call_receiver(source) == (None, "zip") and len(source.args) >= 2):
+        return False
+    for arg in source.args:
+        value = _bound_once(arg.value, scope)
+        if value is None or not _cuts_rows(value, scope):
+            return False
+    return True
+
+
+def _bound_once(node: cst.BaseExpression, scope: Scope) -> cst.BaseExpression | None:
+    """The value a name is bound to by its one plain assignment in the scope; an expression itself."""
+    name = dotted(node)
+    if name is None:
+        return node
+    defs = scope.defs_of(name)
+    return defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN else None
+
+
+def _cuts_rows(value: cst.BaseExpression, scope: Scope) -> bool:
+    """`x.split(k)` or `x.chunk(n)` along the first dimension, or `x.reshape(b // k, k, ...)`."""
+    if not isinstance(value, cst.Call):
+        return False
+    _, method = call_receiver(value)
+    if method in _CHUNKING:
+        dim = keyword(value, "dim") or positional(value, 1)
+        return dim is None or isinstance(dim, cst.Integer) and dim.value == "0"
+    if method in ("reshape", "view") and len(value.args) >= 2:
+        groups, size = _bound_once(value.args[0].value, scope), value.args[1].value
+        return isinstance(groups, cst.BinaryOperation) and isinstance(groups.operator, cst.FloorDivide) \
+            and code(groups.right) == code(size)
+    return False
 
 
 def _accumulate_call(event: Event) -> cst.Call | None:
