@@ -23,7 +23,7 @@ from typing import Callable, Iterable, NamedTuple
 
 from gradcheck_accum.lint.catalogue import LIVE_ATTRIBUTES
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import call_receiver, code, iter_calls, iter_names
+from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_calls, iter_names
 from gradcheck_accum.lint.predicates import Count, compares_n_with_one
 from gradcheck_accum.lint.vocabulary import Context, Def, Event, EventKind, Guard
 
@@ -104,21 +104,36 @@ def excluded_by(bound: Context, here: Context, rebound: Callable[[str], bool]) -
             there = decision(other)
             if there.key == taken.key and there.value is not taken.value:
                 return True
-            if taken.value and there.value and _other_literal(taken.test, there.test):
+            if taken.value and there.value and _disagree(taken.test, there.test):
                 return True
     return False
 
 
-def _other_literal(one: cst.BaseExpression, other: cst.BaseExpression) -> bool:
-    """`x == "a"` and `x == "b"`: one name compared for equality with two different literals."""
-    sides = []
-    for test in (one, other):
-        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
-                and isinstance(test.comparisons[0].operator, cst.Equal)
-                and isinstance(test.comparisons[0].comparator, (cst.SimpleString, cst.Integer))):
-            return False
-        sides.append((code(test.left), test.comparisons[0].comparator.value))
-    return sides[0][0] == sides[1][0] and sides[0][1] != sides[1][1]
+def _disagree(one: cst.BaseExpression, other: cst.BaseExpression) -> bool:
+    """Two tests of one name that no value passes both of: `x == "a"` and `x == "b"`; `"ds" in x` and
+    `x == "cpu"` ("ds" is no part of "cpu")."""
+    first, second = _literal_test(one), _literal_test(other)
+    if first is None or second is None or first[0] != second[0]:
+        return False
+    (_, equal_a, a), (_, equal_b, b) = first, second
+    if equal_a and equal_b:
+        return a != b
+    if equal_a != equal_b and isinstance(a, str) and isinstance(b, str):
+        part, whole = (b, a) if equal_a else (a, b)
+        return part not in whole
+    return False
+
+
+def _literal_test(test: cst.BaseExpression) -> tuple[str, bool, object] | None:
+    """(the name's text, True for `name == literal` or False for `"text" in name`, the literal's value)."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return None
+    operator, right = test.comparisons[0].operator, test.comparisons[0].comparator
+    if isinstance(operator, cst.Equal) and isinstance(right, (cst.SimpleString, cst.Integer)):
+        return code(test.left), True, right.evaluated_value
+    if isinstance(operator, cst.In) and isinstance(test.left, cst.SimpleString) and dotted(right) is not None:
+        return code(right), False, test.left.evaluated_value
+    return None
 
 
 def invariant(test: cst.BaseExpression, variant: set[str]) -> bool:

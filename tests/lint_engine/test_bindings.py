@@ -149,10 +149,12 @@ def train(model, loader, rank):
     (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="env == 'ddp'", call_test="not env == 'ddp'", rebind="pass"), False),
     (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="env == 'ddp'", call_test="env == 'cpu'", rebind="pass"), False),
     (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="use_ddp", call_test="not use_ddp", rebind="pass"), False),
+    (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="'ddp' in env", call_test="env == 'cpu'", rebind="pass"), False),
     # the same side, or a test of something else: it may be DDP there
     (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="env == 'ddp'", call_test="env == 'ddp'", rebind="pass"), True),
     (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="env == 'ddp'", call_test="env != 'cpu'", rebind="pass"), True),
     (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="env == 'ddp'", call_test="rank == 0", rebind="pass"), True),
+    (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="'ddp' in env", call_test="env == 'torch_ddp'", rebind="pass"), True),
     # what the test reads changes after the wrap, or on the loop's next pass: the wrap stays when it flips
     (_WRAPPED_ON_ONE_BRANCH.format(wrap_test="env == 'ddp'", call_test="env == 'cpu'", rebind="env = next_env(step)"),
      True),
