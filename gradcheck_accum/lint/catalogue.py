@@ -383,6 +383,11 @@ LOSS_OPERATIONS: dict[str, LossOp] = {
                                                              "permute"}},
 }
 PARTIAL = "functools.partial"  # a callable that calls its first argument with the others first
+# What a model whose forward syncs its gradients holds, and what no model holds (a forward is a call of a
+# distributed model: DDP, FSDP, one accelerate prepared)
+DISTRIBUTED_MODEL_ROLES = frozenset({Role.DDP, Role.SHARDED, Role.REPLICATED, Role.PREPARED})
+NOT_MODEL_ROLES = frozenset({Role.OPTIMIZER, Role.SCHEDULER, Role.SCALER, Role.CRITERION, Role.DEEPSPEED,
+                             Role.ACCELERATOR, Role.FABRIC})
 # `x.masked_select(mask)` / `torch.masked_select(x, mask)`: the items the mask sets, flattened.
 MASKED_SELECT = "masked_select"
 # Tensor methods that move, cast or reshape labels without changing which values they hold

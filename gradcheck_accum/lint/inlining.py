@@ -44,9 +44,6 @@ _EVERY_CALLER = _COUNT | _PASS | _INDEX  # roles a parameter keeps only when eve
 _BACKWARDS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 _STEPS = frozenset(api.name for api in cat.APIS if api.event is EventKind.STEP)
 _PROPERTIES = frozenset({cat.PROPERTY, "cached_property", "functools.cached_property"})  # read as attributes
-_DISTRIBUTED_MODEL = frozenset({Role.DDP, Role.SHARDED, Role.REPLICATED, Role.PREPARED})
-_NOT_MODELS = frozenset({Role.OPTIMIZER, Role.SCHEDULER, Role.SCALER, Role.CRITERION, Role.DEEPSPEED, Role.ACCELERATOR,
-                         Role.FABRIC})
 _MAX_PROGRAM_FILES = 40  # ProjectContext.program: the file and the project modules it imports, at most
 _STATE_DICT_TOKENS = frozenset(api.token for api in cat.APIS if api.event is EventKind.STATE_DICT)
 
@@ -702,7 +699,7 @@ class Inliner:
                 continue
             base = dotted(argument)
             held = walker.roles(argument) if not rest else walker.name_roles(f"{base}.{rest}") if base else NO_ROLES
-            if held & _DISTRIBUTED_MODEL and not held & _NOT_MODELS:
+            if held & cat.DISTRIBUTED_MODEL_ROLES and not held & cat.NOT_MODEL_ROLES:
                 roles |= held
         return roles
 

@@ -17,7 +17,7 @@ from gradcheck_accum.lint.bindings import (LITERAL_TRUTH, constructor_roles, dee
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, full_names, item_name,
-                                        iter_calls, iter_names, keyword, last_part, parameter_names, positional)
+                                        iter_calls, iter_names, keyword, last_part, parameter_names, positional, walk)
 from gradcheck_accum.lint.paths import excluded_by
 from gradcheck_accum.lint.predicates import analyze, caller_name, excludes_only_single_windows, parameter_value
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
@@ -619,11 +619,36 @@ class ScopeWalker:
             # Any other call on a local object: forward passes (`model(x)`, `self.net(x)`) are among them.
             forward = method == "forward"
             handed = forwarded.union(*(self.roles(a.value) for a in call.args
-                                       if not a.star and dotted(a.value) is not None))
+                                       if not a.star and dotted(a.value) is not None),
+                                     *(self._closure_forwards(a.value) for a in call.args))
             self.emit(EventKind.MODEL_CALL, call, ctx, target=target if forward else callee,
                       roles=self.roles(receiver if forward else call.func),
                       argument_names=frozenset(name for a in call.args for name in iter_names(a.value)),
                       argument_roles=handed)
+
+    def _closure_forwards(self, argument: cst.BaseExpression) -> frozenset[Role]:
+        """For a function defined in this one and handed over (by name, or first in `functools.partial(f,
+        ...)`): the distributed models it calls by this scope's names (`def denoise_fn(x): return
+        model(x)` with `model` a DDP wrapper here), whose forward runs when the callee calls it."""
+        if isinstance(argument, cst.Call) and argument.args and self.imports.qualify(argument.func) == cat.PARTIAL:
+            argument = argument.args[0].value
+        if not isinstance(argument, cst.Name) or not isinstance(self.scope.node, cst.FunctionDef):
+            return NO_ROLES
+        function = next((statement for statement in self.scope.node.body.body if isinstance(statement, cst.FunctionDef)
+                         and statement.name.value == argument.value), None)
+        if function is None:
+            return NO_ROLES
+        own = parameter_names(function, starred=True) | {name for node in walk(function.body)
+                                                         if isinstance(node, cst.AssignTarget)
+                                                         for name in full_names(node.target)}
+        found: frozenset[Role] = NO_ROLES
+        for inner in iter_calls(function.body):
+            callee = (dotted(inner.func) or "").removesuffix(".forward")
+            if callee and callee.split(".")[0] not in own and callee.split(".")[0] not in SELF_NAMES:
+                held = self.name_roles(callee)
+                if held & cat.DISTRIBUTED_MODEL_ROLES and not held & cat.NOT_MODEL_ROLES:
+                    found |= held
+        return found
 
     def _bound_no_sync_model(self, name: str | None) -> str | None:
         """The model whose `no_sync` a name is bound to (`context = self.model.no_sync`)."""
