@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+import warnings
 
 from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 
@@ -29,7 +30,9 @@ def too_deep(source: str) -> str | None:
     if not _may_be_too_deep(code):
         return None
     try:
-        tree = ast.parse(source)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes and the like: not ours to print
+            tree = ast.parse(source)
     except SyntaxError as exc:
         if _newer_syntax(exc, source) and not _may_be_too_deep(code, max_line=None):
             return None  # libcst reads it, and says so if it is not Python after all

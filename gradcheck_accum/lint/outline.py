@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
@@ -133,7 +134,9 @@ def python_tree(text: str) -> ast.Module | None:
     """CPython's tree of `text` (\n line breaks only), None when CPython rejects it. Read-only: the
     tree may be shared."""
     try:
-        return ast.parse(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a file's invalid escapes are its own business, not a line of ours
+            return ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 

@@ -246,3 +246,13 @@ def test_python_3_12_type_statements_and_type_parameters_are_linted(run, tmp_pat
 def test_an_f_string_that_no_python_accepts_is_still_an_error(run, tmp_path):
     table = "SIZES = [" + ", ".join(str(i) for i in range(400)) + "]\n"
     check_one_bad_file(run, tmp_path, "broken_fstring.py", table + 'print(f"lr {config[}")\n' + LOOP, "syntax error")
+
+
+def test_what_python_warns_of_in_a_file_is_not_printed(run, tmp_path, recwarn):
+    """`1if x else 2` makes CPython's parser warn ("invalid decimal literal"); the file is fine to
+    lint, and the warning, about the file and not the run, is no line of ours."""
+    (tmp_path / "loop.py").write_text("x = 1if True else 2\n" + LOOP)
+    result = run("lint", ".")
+    assert result.exit_code == 1  # its findings, no error
+    assert not [w for w in recwarn if issubclass(w.category, SyntaxWarning)]
+    assert "Warning" not in result.stderr
