@@ -386,10 +386,18 @@ def _plus_one(counter: cst.BaseExpression) -> int:
     return 0
 
 
+def uncast(node: cst.BaseExpression) -> cst.BaseExpression:
+    """`float(n)`, `int(n)`: the number n, whatever its type."""
+    while isinstance(node, cst.Call) and len(node.args) == 1 and not node.args[0].keyword \
+            and dotted(node.func) in cat.NUMBER_CASTS:
+        node = node.args[0].value
+    return node
+
+
 def resolve_n(node: cst.BaseExpression, scope: Scope) -> str:
     """Canonical text of N: through the arguments bound to a called function's parameters, then one
-    level of plain aliasing (`n = cfg.accum`)."""
-    node, scope = bound_argument(node, scope)
+    level of plain aliasing (`n = cfg.accum`), past casts to a number."""
+    node, scope = bound_argument(uncast(node), scope)
     name = dotted(node)
     if name is not None:
         defs = [d for d in scope.defs_of(name) if d.op is DefOp.ASSIGN and d.value is not None]
@@ -469,7 +477,9 @@ def _attribute_chain(base: str, rest: str) -> cst.BaseExpression:
 
 def is_accumulation_count(node: cst.BaseExpression, n: cst.BaseExpression | None, scope: Scope) -> bool:
     """Is this expression N: a name that says accumulation (or an alias of one, or a parameter every
-    caller binds to N), a getter of one (`engine.gradient_accumulation_steps()`), or the same N as `n`?"""
+    caller binds to N), a getter of one (`engine.gradient_accumulation_steps()`), or the same N as `n`?
+    Cast to a number (`float(n)`) it still is."""
+    node = uncast(node)
     if _says_accumulation(node):
         return True
     name = dotted(node)
