@@ -102,6 +102,10 @@ _TORCH, _DDP, _ACCELERATE, _FABRIC, _DEEPSPEED = (Framework.TORCH, Framework.DDP
 _E = EventKind
 _FIRST, _NOTHING = Operand.FIRST_ARGUMENT, Operand.NOTHING
 
+# accelerate's prepared scheduler skips the steps where gradients do not sync (it steps once per window)
+# from 0.16 on (huggingface/accelerate#999); before, it stepped on every micro-batch inside accumulate().
+ACCELERATE_SCHEDULER_SKIPS_UNSYNCED_SINCE = ("accelerate", (0, 16))
+
 # `with model.no_sync():` on a DistributedDataParallel model
 # `with accelerator.accumulate(model):`, also entered through a bound method bound to a name first
 ACCELERATE_ACCUMULATE = Api("accumulate", _E.SYNC_CONTROL, _ACCELERATE, receiver=Role.ACCELERATOR, has_receiver=None,

@@ -616,6 +616,13 @@ class FileModel:
         schedule is, so how often it is called does not move it."""
         return isinstance(stepped.node, cst.Call) and bool(stepped.node.args)
 
+    @cached_property
+    def prepared_schedulers_step_every_micro_batch(self) -> bool:
+        """Does the project declare an accelerate older than the one whose prepared scheduler skips the
+        micro-batches where gradients do not sync (catalogue)? Then it steps on every micro-batch."""
+        return not self.context.alone and self.context.project.requires_below(
+            *cat.ACCELERATE_SCHEDULER_SKIPS_UNSYNCED_SINCE)
+
     def schedule_counts_micro_batches(self, scope: Scope, stepped: Event, window: Window | None = None) -> bool:
         """Is the scheduler this event steps built with a length counted in micro-batches
         (`len(loader) * epochs`, not divided; or the number of micro-batches the window's loop runs)?

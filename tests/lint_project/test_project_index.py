@@ -332,3 +332,24 @@ def test_callers_of_functions_of_one_name_are_told_apart(tmp_path):
     for module, runner in (("a.py", "run_a.py"), ("b.py", "run_b.py")):
         (site,) = proj.callers(FunctionRef(tmp_path / module, "train_step"))
         assert site.caller == FunctionRef(tmp_path / runner, "<module>") and site.in_loop
+
+
+@pytest.mark.parametrize(("files", "old"), [
+    ({"requirements.txt": "accelerate==0.15.0\ntorch\n"}, True),
+    ({"requirements.txt": "accelerate[deepspeed] >=0.12, <0.16\n"}, True),
+    ({"requirements-train.txt": "accelerate==0.15.*\n"}, True),
+    ({"pyproject.toml": '[project]\ndependencies = ["accelerate<=0.15.2", "torch"]\n'}, True),
+    ({"setup.py": 'setup(install_requires=["accelerate==0.14.0"])\n'}, True),
+    # a release from 0.16 on may run: any declaration without a cap below it, or none at all
+    ({"requirements.txt": "accelerate==0.16.0\n"}, False),
+    ({"requirements.txt": "accelerate<=0.16\n"}, False),
+    ({"requirements.txt": "accelerate>=0.14\n"}, False),
+    ({"requirements.txt": "accelerate==0.15.0\n", "pyproject.toml": '[project]\ndependencies = ["accelerate"]\n'},
+     False),
+    ({"requirements.txt": "# accelerate==0.15.0\naccelerate\n"}, False),
+    ({"requirements.txt": "accelerate-tools==0.1\n"}, False),
+    ({"requirements.txt": "torch\n"}, False),
+])
+def test_a_dependency_capped_below_a_release(tmp_path, files, old):
+    write(tmp_path, files)
+    assert project(tmp_path).requires_below("accelerate", (0, 16)) is old

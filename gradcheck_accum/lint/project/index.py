@@ -130,6 +130,7 @@ class Project:
         self._listed = files
         self._by_name: dict[str, Path] | None = None  # the files by path string (_files_by_name)
         self._module_paths: dict[tuple[Path, str, int], Path | None] = {}  # module_path's answers
+        self._pins: dict[tuple[str, tuple[int, ...]], bool] = {}  # requires_below's answers
 
     def refresh(self) -> None:
         """Forget what this run learned: the file list and what was derived from summaries; each
@@ -137,10 +138,23 @@ class Project:
         self._files = self._listed
         self._by_name = None
         self._module_paths.clear()
+        self._pins.clear()
         self.summaries.memo.clear()
         refresh = getattr(self.summaries, "refresh", None)
         if refresh is not None:
             refresh()
+
+    # -- declared dependencies ------------------------------------------------------------------------
+    def requires_below(self, package: str, version: tuple[int, ...]) -> bool:
+        """Does every requirement of `package` the project declares at its root (requirements*.txt,
+        pyproject.toml, setup.py, setup.cfg) cap it below `version` (`accelerate==0.15.0`,
+        `accelerate<0.16`)? Then its code runs on the older semantics. False when it is not declared or
+        some declaration leaves it open (`accelerate>=0.14`, `accelerate`): a current version may run."""
+        key = (package, version)
+        if key not in self._pins:
+            caps = [_cap(specifiers) for specifiers in _requirements_of(self.root, package)]
+            self._pins[key] = bool(caps) and all(cap is not None and cap <= version for cap in caps)
+        return self._pins[key]
 
     # -- files and modules ----------------------------------------------------------------------------
     @property
@@ -733,3 +747,40 @@ def module_code(path: Path) -> FunctionRef:
 
 __all__ = ["Project", "FunctionRef", "ClassRef", "CallSite", "SummarySource", "find_root", "python_files",
            "ClassSummary", "module_code"]
+
+
+_REQUIREMENT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+_VERSION = r"\d+(?:\.\d+)*"
+_SPECIFIER = re.compile(rf"(==|<=|<|>=|>|~=|!=)\s*({_VERSION})")
+
+
+def _requirements_of(root: Path, package: str) -> list[str]:
+    """The version specifiers (`==0.15.0`, `>=0.14,<0.16`, or "" for none) of each requirement of
+    `package` written in the project's dependency files, comments left out."""
+    files = sorted(root.glob("requirements*.txt")) + sorted(root.glob("requirements/*.txt")) \
+        + [root / name for name in _REQUIREMENT_FILES]
+    requirement = re.compile(rf"(?:^|[\s\"'\[,])(?i:{re.escape(package)})(?:\[[^\]]*\])?\s*"
+                             rf"((?:(?:==|<=|<|>=|>|~=|!=)\s*{_VERSION}(?:\.\*)?\s*,?\s*)*)(?=$|[\s\"';#])",
+                             re.MULTILINE)
+    found = []
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        text = re.sub(r"(?m)#.*$", "", text)  # commented-out requirements are no requirements
+        found += [match.group(1) for match in requirement.finditer(text)]
+    return found
+
+
+def _cap(specifiers: str) -> tuple[int, ...] | None:
+    """Just above the newest version the specifiers allow (`==0.15.0` and `<=0.15.0` allow 0.15.0,
+    `<0.16` nothing from 0.16 on), compared as tuples; None when they set no upper bound."""
+    caps = []
+    for operator, version in _SPECIFIER.findall(specifiers):
+        numbers = tuple(int(part) for part in version.split("."))
+        if operator in ("==", "<="):
+            caps.append(numbers + (1,))  # 0.15.0 < (0, 15, 0, 1) <= the next release
+        elif operator == "<":
+            caps.append(numbers)
+    return min(caps) if caps else None

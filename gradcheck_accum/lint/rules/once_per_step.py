@@ -66,7 +66,9 @@ class ScheduleLengthIgnoresAccumulation(Rule):
             if not w.accumulates:
                 continue
             for e in w.of(EventKind.SCHEDULER_STEP):
-                if w.placement(e) is _BOUNDARY or (w.shape is WindowShape.FRAMEWORK and Role.PREPARED in e.roles):
+                # a prepared scheduler steps with the optimizer, unless the project's accelerate predates that
+                prepared = Role.PREPARED in e.roles and not model.prepared_schedulers_step_every_micro_batch
+                if w.placement(e) is _BOUNDARY or (w.shape is WindowShape.FRAMEWORK and prepared):
                     per_window.setdefault(e.target, []).append(w)
         for _, built in reversed(model.events(EventKind.SCHEDULER_BUILT)):  # the composite after its parts
             for part in model.scheduler_parts(built) if built.target in per_window else ():
