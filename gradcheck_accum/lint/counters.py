@@ -21,12 +21,12 @@ of this.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple
 
 from gradcheck_accum.lint.bindings import loop_index
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, item_name, iter_names, keyword,
-                                        last_part, positional, source)
+from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, item_name, iter_calls,
+                                        iter_names, keyword, last_part, parameter_names, positional, source)
 from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import BoundaryKind, conjuncts, guard_boundary, is_accumulation_count, reads_length
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Guard, Scope, Tag
@@ -80,9 +80,11 @@ _SIZED_WORDS = ("loader", "batches", "dataset", "samples")
 _ENDLESS_WORDS = ("cycle", "iter", "infinite", "repeat", "stream", "endless")
 
 
-def unstepped_tail(window: Window, repetition: Repetition) -> Tail | None:
+def unstepped_tail(window: Window, repetition: Repetition, literals: Mapping[str, bool | int] | None = None) \
+        -> Tail | None:
     """The tail a guarded window leaves at the end of each pass, when the code makes it certain that
-    one is left and lost; None when there is none, or when the code does not say."""
+    one is left and lost; None when there is none, or when the code does not say. `literals`: the
+    file's module-level names bound once to a number (bindings.module_literals)."""
     boundary = window.boundary
     if boundary is None or boundary.kind not in (BoundaryKind.MODULO, BoundaryKind.DISTANCE):
         return None
@@ -94,7 +96,7 @@ def unstepped_tail(window: Window, repetition: Repetition) -> Tail | None:
     off = (Placement.UNKNOWN, Placement.OFF_BOUNDARY)
     if any(window.inside(s) and s.target in stepped and window.placement(s) in off for s in window.steps):
         return None
-    kind = pass_kind(window)
+    kind = pass_kind(window, literals or {})
     if kind not in (PassKind.DATA, PassKind.COUNT):
         return None
     # A loop over data is an epoch, usually run by a caller elsewhere; a count is the whole run
@@ -110,12 +112,12 @@ def unstepped_tail(window: Window, repetition: Repetition) -> Tail | None:
     return None
 
 
-def pass_kind(window: Window) -> PassKind:
+def pass_kind(window: Window, literals: Mapping[str, bool | int] | None = None) -> PassKind:
     loop = window.loop
     if _stops_after_whole_windows(window):
         return PassKind.MULTIPLE_OF_N
     if isinstance(loop, cst.For):
-        found = _source_kind(loop.iter, window, 0)
+        found = _source_kind(loop.iter, window, 0, literals or {})
         # A loop that an enclosing loop runs again and again walks something finite each time: a
         # `for` over an endless source inside an epoch loop would never let the epoch end.
         return PassKind.DATA if found is PassKind.UNKNOWN and window.outer else found
@@ -363,20 +365,25 @@ def _breaks(node: cst.CSTNode) -> bool:
     return not isinstance(node, (cst.For, cst.While, cst.FunctionDef)) and any(_breaks(c) for c in children(node))
 
 
-def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int) -> PassKind:
+def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int,
+                 literals: Mapping[str, bool | int] | None = None) -> PassKind:
     if node is None or depth > 3:
         return PassKind.UNKNOWN
+    literals = literals or {}
     scope = window.scope
     if isinstance(node, cst.Call) and id(node) in scope.iterated:  # a generator passing its argument's items on
-        return _source_kind(scope.iterated[id(node)], window, depth + 1)
+        return _source_kind(scope.iterated[id(node)], window, depth + 1, literals)
     if isinstance(node, cst.Call):
         callee = call_receiver(node)[1] or ""
         if callee in ("enumerate", "tqdm", "iter"):  # `iter(loader)` is as finite as the loader
-            return _source_kind(positional(node, 0), window, depth + 1)
+            return _source_kind(positional(node, 0), window, depth + 1, literals)
         if callee == "range":
             stop = node.args[-1].value if 1 <= len(node.args) <= 2 else None
             if stop is not None and _multiple_of_n(stop, window, 0):
                 return PassKind.MULTIPLE_OF_N
+            folded = [_number(each, scope, literals, 0) for each in (stop, window.n)]
+            if len(node.args) == 1 and None not in folded and folded[1] > 0 and folded[0] % folded[1] == 0:
+                return PassKind.MULTIPLE_OF_N  # `range(n_micro)` with both numbers written in the file
             return PassKind.COUNT
         if callee == "islice" and len(node.args) == 2 and _multiple_of_n(node.args[1].value, window, 0):
             return PassKind.MULTIPLE_OF_N  # `islice(loader, steps_per_epoch * N)`: the pass stops after whole windows
@@ -397,6 +404,8 @@ def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int) ->
     name = dotted(node)
     if name is None:
         return PassKind.UNKNOWN
+    if _holds_n_items(name, window):
+        return PassKind.MULTIPLE_OF_N
     defs = [d for d in scope.defs_of(name) if d.value is not None and d.op.rebinds]
     for d in defs:
         if isinstance(d.value, cst.Call):
@@ -404,6 +413,75 @@ def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int) ->
             if found is not PassKind.UNKNOWN:
                 return found
     return PassKind.DATA if any(word in last_part(name).lower() for word in _SIZED_WORDS) else PassKind.UNKNOWN
+
+
+def _number(node: cst.BaseExpression | None, scope: Scope, literals: Mapping[str, bool | int], depth: int) -> int | None:
+    """The integer an expression always holds: a literal, a name bound once to one (here, or at the
+    top of the module and nowhere else), or `+ - * //` of such; None otherwise."""
+    if node is None or depth > 6:
+        return None
+    if isinstance(node, cst.Integer):
+        return int(node.evaluated_value)
+    if isinstance(node, cst.BinaryOperation):
+        left, right = _number(node.left, scope, literals, depth + 1), _number(node.right, scope, literals, depth + 1)
+        if left is None or right is None:
+            return None
+        operator = node.operator
+        if isinstance(operator, cst.Add):
+            return left + right
+        if isinstance(operator, cst.Subtract):
+            return left - right
+        if isinstance(operator, cst.Multiply):
+            return left * right
+        if isinstance(operator, cst.FloorDivide) and right != 0:
+            return left // right
+        return None
+    if not isinstance(node, cst.Name):
+        return None
+    defs = scope.defs_of(node.value)
+    if defs:
+        return _number(defs[0].value, scope, literals, depth + 1) if len(defs) == 1 and defs[0].op is DefOp.ASSIGN \
+            else None
+    # the module's names, read in the linted file's own functions (not one walked from another file)
+    local = scope.frame is None and scope.imports is None \
+        and not (isinstance(scope.node, cst.FunctionDef) and node.value in parameter_names(scope.node))
+    value = literals.get(node.value) if local else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _holds_n_items(name: str, window: Window) -> bool:
+    """A list made with N slots (`buffer = [None] * N`, `[None for _ in range(N)]`; for `self.buffer`, in
+    any method of the class), its slots only ever replaced (`buffer[i % N] = item`), never added to:
+    a pass over it walks one window."""
+    scope = window.scope
+    defs = [d for d in scope.defs_of(name) if d.op is not DefOp.ITEM]
+    if defs:
+        values = [d.value for d in defs if d.op is DefOp.ASSIGN] if all(d.op is DefOp.ASSIGN for d in defs) else []
+    elif name.startswith("self.") and scope.owner is not None:
+        values = [value for value, _ in _attribute_assignments(scope.owner, name, [])]
+    else:
+        return False
+    where = scope.owner if name.startswith("self.") and scope.owner is not None else scope.node
+    grown = any(dotted(call.func) in (f"{name}.{method}" for method in _GROWING) for call in iter_calls(where))
+    return bool(values) and not grown and all(_n_slots(value, window) for value in values)
+
+
+_GROWING = ("append", "extend", "insert", "pop", "clear", "remove")  # list methods that change its length
+
+
+def _n_slots(value: cst.BaseExpression | None, window: Window) -> bool:
+    """`[x] * N` (or `N * [x]`), `[x for _ in range(N)]`."""
+    scope = window.scope
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
+        for one, times in ((value.left, value.right), (value.right, value.left)):
+            if isinstance(one, cst.List) and len(one.elements) == 1 and is_accumulation_count(times, window.n, scope):
+                return True
+        return False
+    if isinstance(value, cst.ListComp) and value.for_in.inner_for_in is None and value.for_in.ifs == [] \
+            and isinstance(value.for_in.iter, cst.Call) and call_receiver(value.for_in.iter) == (None, "range") \
+            and len(value.for_in.iter.args) == 1:
+        return is_accumulation_count(value.for_in.iter.args[0].value, window.n, scope)
+    return False
 
 
 def _multiple_of_n(node: cst.BaseExpression, window: Window, depth: int) -> bool:

@@ -210,7 +210,7 @@ class FileModel:
         then lost (counters.py); None when nothing is lost or the code does not say."""
         if window.shape is not WindowShape.GUARDED or not window.accumulates:
             return None  # an optimizer that also steps on every micro-batch leaves nothing behind
-        return unstepped_tail(window, self.repetition(window))
+        return unstepped_tail(window, self.repetition(window), self.context.this.literals)
 
     # -- losses -------------------------------------------------------------------------------------
     def loss_facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
