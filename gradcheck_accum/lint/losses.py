@@ -713,24 +713,42 @@ class LossTracer:
         value = keyword(node, switch) if switch else None
         return value is None or isinstance(value, cst.Name) and value.value == "True"
 
-    def _masking_dataset(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+    def _masking_dataset(self, node: cst.BaseExpression, scope: Scope, depth: int, index: int | None = None) -> bool:
         """A dataset whose examples carry the ignored label: mapped by a function of this file that
         writes it (`raw.map(preprocess)`, also further down a chain of `.map`/`.filter`/`.shuffle`
-        calls), or an instance of a class of this file whose `__getitem__` writes it."""
+        calls), or an instance of a class of this file whose `__getitem__` writes it, also built by a
+        project function and returned (element `index` of what it returns, for `train, val = f(...)`),
+        with the class it is handed (`dataset_cls(...)` for a `dataset_cls` parameter)."""
         if depth > 6:
             return False
         if not isinstance(node, cst.Call):
             name = dotted(node)
             defs = scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else []) \
                 if name else []
-            return any(d.op is DefOp.ASSIGN and d.value is not None
-                       and self._masking_dataset(d.value, d.scope or scope, depth + 1) for d in defs)
+            return any(d.op in (DefOp.ASSIGN, DefOp.UNPACK) and d.value is not None
+                       and self._masking_dataset(d.value, d.scope or scope, depth + 1,
+                                                 d.index if d.op is DefOp.UNPACK else None) for d in defs)
         receiver, method = call_receiver(node)
-        if receiver is not None and method in cat.DATASET_TRANSFORMS:
+        if receiver is not None and method in cat.DATASET_TRANSFORMS and index is None:
             function = positional(node, 0) or keyword(node, cat.MAP_FUNCTION_KEYWORD)
             if method == cat.DATASET_MAP and function is not None and self._writes_ignored(function, scope):
                 return True
             return self._masking_dataset(receiver, scope, depth + 1)
+        returned = self.returns(node, scope, END_OF_SCOPE) if self.returns is not None else None
+        if returned:
+            for value, where, _ in returned:
+                if index is not None:
+                    value = value.elements[index].value if isinstance(value, (cst.Tuple, cst.List)) \
+                        and index < len(value.elements) and not isinstance(value.elements[index], cst.StarredElement) \
+                        else None
+                if value is not None and self._masking_dataset(value, where, depth + 1):
+                    return True
+            return False
+        if index is not None:
+            return False
+        handed = [d for d in scope.defs_of(method or "") if d.op is DefOp.ASSIGN] if receiver is None else []
+        if len(handed) == 1 and isinstance(handed[0].value, cst.Name):
+            method = handed[0].value.value  # `dataset_cls(...)`, the parameter bound to a class of the project
         return self._function_writes_ignored(cat.GET_ITEM_METHOD, of_class=method)
 
     def _writes_ignored(self, function: cst.BaseExpression, scope: Scope) -> bool:
