@@ -19,7 +19,7 @@ from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, full_names,
                                         is_one, item_name, iter_names, keyword, last_part, parameter_names, positional)
-from gradcheck_accum.lint.paths import excluded_by
+from gradcheck_accum.lint.paths import excluded_by, rebound_since
 from gradcheck_accum.lint.predicates import is_accumulation_count, measures_a_tensor, parameter_value
 from gradcheck_accum.lint.vocabulary import END_OF_SCOPE, NO_ROLES, Context, Def, DefOp, Guard, Role, Scope
 
@@ -229,9 +229,8 @@ class LossTracer:
         # a binding under a test the point read is on the other side of never reaches it (`if pp:
         # loss = torch.stack(losses).mean()` else `loss = out.loss; loss.backward()`)
         at = Context(self._reading_at)
-        defs = [d for d in scope.defs_of(name, before) if not excluded_by(d.ctx, at, lambda read: any(
-            d.order < other.order < before or set(other.ctx.loops) & set(d.ctx.loops)
-            for other in scope.defs_of(read.split(".")[0])))]
+        defs = [d for d in scope.defs_of(name, before)
+                if not excluded_by(d.ctx, at, lambda read, d=d: rebound_since(scope, read, d, d.order, before))]
         reaching = []
         for d in reversed(defs):
             reaching.append(d)

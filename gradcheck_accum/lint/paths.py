@@ -25,7 +25,7 @@ from gradcheck_accum.lint.catalogue import LIVE_ATTRIBUTES
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_calls, iter_names
 from gradcheck_accum.lint.predicates import Count, compares_n_with_one
-from gradcheck_accum.lint.vocabulary import Context, Def, Event, EventKind, Guard
+from gradcheck_accum.lint.vocabulary import Context, Def, Event, EventKind, Guard, Scope
 
 # Calls whose value a loop cannot change between micro-batches (the rest may read live state).
 _PURE_CALLS = {"len", "isinstance", "hasattr", "getattr", "bool", "int", "float", "str", "is_available"}
@@ -107,6 +107,15 @@ def excluded_by(bound: Context, here: Context, rebound: Callable[[str], bool]) -
             if taken.value and there.value and _disagree(taken.test, there.test):
                 return True
     return False
+
+
+def rebound_since(scope: Scope, name: str, bound: Def | Context, order: int, before: int | None = None) -> bool:
+    """Is `name` (or the object it is an attribute of) bound in `scope` after program point `order` (and
+    before `before`), or in a loop around the binding `bound` (whose next pass may bind it again)? The
+    question excluded_by asks of each name a test reads."""
+    loops = set(bound.ctx.loops if isinstance(bound, Def) else bound.loops)
+    return any(order < d.order and (before is None or d.order < before) or loops & set(d.ctx.loops)
+               for read in {name, name.split(".")[0]} for d in scope.defs.get(read, ()))
 
 
 def _disagree(one: cst.BaseExpression, other: cst.BaseExpression) -> bool:

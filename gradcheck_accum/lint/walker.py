@@ -18,7 +18,7 @@ from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, full_names, item_name,
                                         iter_calls, iter_names, keyword, last_part, parameter_names, positional, walk)
-from gradcheck_accum.lint.paths import excluded_by
+from gradcheck_accum.lint.paths import excluded_by, rebound_since
 from gradcheck_accum.lint.predicates import analyze, caller_name, excludes_only_single_windows, parameter_value
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
@@ -159,18 +159,11 @@ class ScopeWalker:
             return NO_ROLES
         off, on = NO_ROLES, NO_ROLES
         for order, bound, roles in bindings:
-            if excluded_by(bound, self.ctx, lambda read: self._rebound_since(read, order, bound)):
+            if excluded_by(bound, self.ctx, lambda read: rebound_since(self.scope, read, bound, order)):
                 off |= roles
             else:
                 on |= roles
         return off - on
-
-    def _rebound_since(self, name: str, order: int, bound: Context) -> bool:
-        """Has `name` (or the object it is an attribute of) been bound since the binding at `order`, or
-        in a loop around it (where its next pass may bind it again)?"""
-        root = name.split(".")[0]
-        return any(d.order > order or set(d.ctx.loops) & set(bound.loops)
-                   for read in {name, root} for d in self.scope.defs.get(read, ()))
 
     def bind(self, name: str, roles: frozenset[Role], ctx: Context) -> None:
         # A binding outside any branch replaces what the name was; inside one it may or may not run.
