@@ -89,3 +89,16 @@ def test_fixture_findings_match_markers(path: Path):
     report = mismatches(path.read_text(), str(path))
     if report:
         pytest.fail("\n".join([f"{path.name}: findings differ from the `# expect:` markers", *report]), pytrace=False)
+
+
+def test_a_step_every_micro_batch_names_what_happened_to_the_losses():
+    """ACC104 on a loop whose backward runs only with the step says the other losses are dropped;
+    on a loop that backpropagates every micro-batch and steps each time, that parameters change
+    inside the window."""
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures"
+    dropped = fixtures / "wakeword_backward_only_when_window_full.py"
+    (finding,) = [f for f in lint_source(dropped.read_text(), str(dropped)) if f.code == "ACC104"]
+    assert "computed and dropped" in finding.message
+    every = fixtures / "manual_step_every_micro_batch.py"
+    messages = [f.message for f in lint_source(every.read_text(), str(every)) if f.code == "ACC104"]
+    assert messages and all("parameters change inside the window" in m for m in messages)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradcheck_accum.lint.fixes import move_statement
-from gradcheck_accum.lint.model import (EventKind, Fact, FileModel, Framework, Placement, Repetition, WindowShape,
-                                        accumulate_calls, same_target)
+from gradcheck_accum.lint.model import (Event, EventKind, Fact, FileModel, Framework, Placement, Repetition, Window,
+                                        WindowShape, accumulate_calls, same_target)
 from gradcheck_accum.lint.rule import Report, Rule
 
 
@@ -163,7 +163,13 @@ class StepEveryMicroBatch(Rule):
                 continue  # the micro-batches are the inner loop's (ACC105 when only the last loss is left)
             every = [s for s in window.steps if not s.via_helper and window.placement(s) is Placement.EVERY]
             steps = [s for s in every if model.declares_accumulation(window, s)]
-            if steps:
+            if steps and _backward_only_with_step(window, steps[0]):
+                yield Report(steps[0].node, "the loop is prepared for accumulation, but the loss is backpropagated "
+                                            "only under the test the step runs under: the other micro-batches' "
+                                            "losses are computed and dropped, and each step sees one micro-batch; "
+                                            "backpropagate every micro-batch's loss and step when the window is "
+                                            "complete")
+            elif steps:
                 yield Report(steps[0].node, "the loop is prepared for accumulation but the optimizer steps on every "
                                             "micro-batch, so parameters change inside the window; step only when "
                                             "the window is complete")
@@ -189,3 +195,14 @@ class BackwardAfterMicroStepLoop(Rule):
                     yield Report(backward.node, "the loss is computed on every micro-step of the loop above but "
                                                 "backpropagated once after it, so only the last micro-batch "
                                                 "reaches the gradient; call backward inside the loop")
+
+
+def _backward_only_with_step(window: Window, step: Event) -> bool:
+    """Does every backward of the loop body run only under a test of the body that the step also runs
+    under (`if seen < 128: ... else: loss.backward(); optimizer.step()`)? Then the micro-batches where
+    it fails make a loss that is never backpropagated."""
+    body = len(window.outer) + 1
+    shared = {id(g.owner): g.positive for g in step.ctx.guards if g.depth >= body}
+    backwards = [b for b in window.backwards if window.inside(b)]
+    return bool(shared) and bool(backwards) and all(
+        any(shared.get(id(g.owner)) is g.positive for g in b.ctx.guards) for b in backwards)
