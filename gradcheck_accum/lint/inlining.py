@@ -29,7 +29,7 @@ from gradcheck_accum.lint.project import (CALLABLE_METHODS, ClassRef, FunctionRe
                                           watched_words)
 from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED, FunctionSummary
 from gradcheck_accum.lint.predicates import bound_argument, is_accumulation_count
-from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Frame, Role, Scope
+from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Frame, Guard, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 
 MAX_DEPTH = 4  # calls walked in place within calls walked in place
@@ -143,8 +143,8 @@ class LoadedModule:
                 parameters = constructed_with if method.name.value == "__init__" and constructed_with else {}
                 walker = ScopeWalker(scope, self.imports, {**self.env, **env, **parameters}, set(), [0],
                                      inliner=_ReturnsOnly(inliner) if inliner is not None else None)
-                for statement in _attribute_bindings(method):
-                    walker.walk_stmt(statement, Context())
+                for statement, ctx in _attribute_bindings_in_context(method):
+                    walker.walk_stmt(statement, ctx)
                 for name, roles in scope.env.items():
                     roles = roles - {Role.COMPILED, Role.WRAPS_COMPILED}
                     if name.startswith("self.") and roles:
@@ -1518,19 +1518,49 @@ def _attribute_bindings(method: cst.FunctionDef) -> list[cst.SimpleStatementLine
     """The assignments of a method, at any depth, in order, when some of them bind an attribute of
     `self` (the others bind what those read: `prepared = accelerator.prepare(*parts)`, then
     `self.model = prepared[0]`); none for a method that binds no attribute."""
-    out, binds = [], False
-    stack: list[cst.CSTNode] = list(reversed(method.body.body))
+    return [statement for statement, _ in _attribute_bindings_in_context(method)]
+
+
+def _attribute_bindings_in_context(method: cst.FunctionDef) -> list[tuple[cst.SimpleStatementLine, Context]]:
+    """_attribute_bindings, each with the branches and loops around it (a binding in one branch of an
+    `if`/`elif` may not run: `self.net = DataParallel(self.net)` there leaves `self.net` the DDP
+    wrapper that the other branch binds, as far as the class knows)."""
+    out: list[tuple[cst.SimpleStatementLine, Context]] = []
+    binds = False
+    stack: list[tuple[cst.CSTNode, Context]] = [(statement, Context()) for statement in reversed(method.body.body)]
     while stack:
-        statement = stack.pop()
+        statement, ctx = stack.pop()
         if isinstance(statement, cst.SimpleStatementLine):
             assignments = [small for small in statement.body if isinstance(small, (cst.Assign, cst.AnnAssign))]
             if assignments:
-                out.append(statement)
+                out.append((statement, ctx))
                 binds = binds or any(_binds_self(small) for small in assignments)
         elif not isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            for block in _blocks(statement):
-                stack.extend(reversed(block))
+            for block, inner in reversed(_blocks_in_context(statement, ctx)):
+                stack.extend((each, inner) for each in reversed(block))
     return out if binds else []
+
+
+def _blocks_in_context(statement: cst.CSTNode, ctx: Context) -> list[tuple[list[cst.CSTNode], Context]]:
+    """The blocks of a compound statement, in source order, each with the context it runs in."""
+    if isinstance(statement, cst.If):
+        blocks = [(list(statement.body.body), ctx.push_guard(Guard(statement.test, True, statement, len(ctx.loops))))]
+        otherwise = ctx.push_guard(Guard(statement.test, False, statement, len(ctx.loops)))
+        if isinstance(statement.orelse, cst.If):
+            blocks += _blocks_in_context(statement.orelse, otherwise)
+        elif statement.orelse is not None:
+            blocks.append((list(statement.orelse.body.body), otherwise))
+        return blocks
+    if isinstance(statement, (cst.For, cst.While)):
+        return [(block, ctx.push_loop(statement)) for block in _blocks(statement)]
+    if isinstance(statement, cst.Try) or type(statement).__name__ == "TryStar":
+        handled = ctx.handler()  # a handler runs only on an error, and `else` only without one
+        blocks = [(list(statement.body.body), ctx)]
+        blocks += [(list(handler.body.body), handled) for handler in statement.handlers]
+        blocks += [(list(statement.orelse.body.body), handled)] if statement.orelse is not None else []
+        blocks += [(list(statement.finalbody.body.body), ctx)] if statement.finalbody is not None else []
+        return blocks
+    return [(block, ctx) for block in _blocks(statement)]
 
 
 def _binds_self(small: cst.Assign | cst.AnnAssign) -> bool:
