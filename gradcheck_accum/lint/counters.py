@@ -501,6 +501,8 @@ def _multiple_of_n(node: cst.BaseExpression, window: Window, depth: int) -> bool
 
 def counter_lifetime(window: Window) -> Lifetime:
     counter = window.counter
+    if counter is None and window.index_counter() is not None:
+        return _index_lifetime(window.loop)  # the index of a loop walked in place of a call
     found = _lifetime(counter, window, 0) if counter is not None else Lifetime.UNKNOWN
     return found or Lifetime.UNKNOWN
 
@@ -682,7 +684,10 @@ def _on_first_micro_batch(event: Event, window: Window) -> bool:
     own) may surround it."""
     variant = assigned_in(window.scope, window.loop)
     inside = [g for g in event.ctx.guards if g.depth > len(window.outer) and not invariant(g.test, variant)]
-    counter, first = window.counter, window.counter_start
+    counter, first = code(window.counter) if window.counter is not None else None, window.counter_start
+    index = window.index_counter() if counter is None else None
+    if index is not None:  # the index of a loop walked in place of a call, as that loop's code names it
+        counter, first = index[0], index[1]
     if len(inside) != 1 or not inside[0].positive or inside[0].exit is not None or counter is None or first is None:
         return False
     test = inside[0].test
@@ -690,8 +695,18 @@ def _on_first_micro_batch(event: Event, window: Window) -> bool:
             and isinstance(test.comparisons[0].operator, cst.Equal)):
         return False
     sides = (test.left, test.comparisons[0].comparator)
-    return any(code(a) == code(counter) and isinstance(b, cst.Integer) and int(b.value) == first
-               for a, b in (sides, sides[::-1]))
+    for a, b in (sides, sides[::-1]):
+        if not (isinstance(b, cst.Integer) and int(b.value) == (first if code(a) == counter else 0)):
+            continue
+        if code(a) == counter:
+            return True  # `if i == 0:`
+        # `if i % N == 0:` on the loop's own index from 0 (it restarts with the pass), when that is not
+        # the boundary itself: the start of each window, the first of them the pass's first micro-batch
+        if first == 0 and isinstance(a, cst.BinaryOperation) and isinstance(a.operator, cst.Modulo) \
+                and code(a.left) == counter and window.index_counter() is not None:
+            opened = guard_boundary(inside[0], window.counting_scope)
+            return opened is None or window.boundary is None or not opened.same_micro_batches(window.boundary)
+    return False
 
 
 def _off_last_boundary(guard: Guard, window: Window) -> bool:

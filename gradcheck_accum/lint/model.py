@@ -155,7 +155,9 @@ class FileModel:
 
     def _n_is_one(self, window: Window) -> bool:
         name = dotted(window.n) if window.n is not None else None
-        if name is None or window.scope.defs_of(name) or window.scope.frame is not None:
+        # a function's own binding of the name hides the module's (the module's own are the literal's)
+        if name is None or window.scope.frame is not None or window.scope.node is not self.module \
+                and window.scope.defs_of(name):
             return False
         value = self.context.this.literals.get(name)
         return value == 1 and not isinstance(value, bool)

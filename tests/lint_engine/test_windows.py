@@ -509,8 +509,8 @@ def test_a_clear_on_the_first_micro_batch_of_each_pass_discards_the_last_pass_ta
     micro-batches are thrown away there, not carried into the next window (under a test that never
     holds, they leak)."""
     model = FileModel(cst.parse_module(FIRST_MICRO_BATCH_CLEAR.format(first=first)))
-    tails = [model.unstepped_tail(w) for w in model.windows]
-    assert [t.fate for t in tails if t is not None] == [fate]
+    tails = [model.unstepped_tail(w) for w in model.windows]  # train_epoch's, and train's walking it in place
+    assert tails and {t.fate for t in tails if t is not None} == {fate}
 
 
 AWP_CLEARING = """
