@@ -519,7 +519,11 @@ class Window:
         if self.framework is not Framework.ACCELERATE or not self.accumulates or _accumulate_call(zero) is None \
                 or cat.SYNC_ONLY_OPTIMIZER not in zero.roles:
             return None
-        later = [b for b in self.backwards if b.order > zero.order and self.inside(b) and _accumulate_call(b)]
+        # a backward in another `accumulate()` entry is another micro-batch of accelerate's count (a loop body
+        # that enters it once per loss): the clear ran after the step of the one before
+        entered = _accumulate_call(zero)
+        later = [b for b in self.backwards
+                 if b.order > zero.order and self.inside(b) and _accumulate_call(b) is entered]
         if not later or any(e.kind is EventKind.MODEL_CALL and last_part(e.target) in cat.DEEPSPEED_ENGINE_METHODS
                             for e in self.scope.events):
             return None  # the model is a DeepSpeed engine: the prepared optimizer's zero_grad does nothing
