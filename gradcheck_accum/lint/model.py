@@ -242,16 +242,24 @@ class FileModel:
 
     @staticmethod
     def _restarts_each_window(window: Window, total: Event) -> bool:
-        """Is the total bound anew around a nested micro-step loop, in the loop that runs one window
-        per iteration, or on the boundary of a guarded window; or, for a loop that never steps (the
+        """Is the total (or the container whose entry it is kept in) bound anew around a nested micro-step
+        loop, in the loop that runs one window per iteration, or on the boundary of a guarded window (of
+        accelerate's, where gradients sync); or, for a loop that never steps (the
         whole loop is one window: a closure given to `optimizer.step(closure)`, a full-batch pass with
         the step after it), before that loop outside any loop?"""
-        if not total.target:
+        container = total.target or _appended_container(total)
+        if not container:
             return False
         boundary = frozenset().union(*(step.ctx.branches for step in window.boundary_steps))
         around = total.ctx.branches  # what the total runs under
         whole_loop = not window.steps and not window.outer
-        for d in window.scope.defs_of(total.target, total.order):
+        # accelerate's window: bound anew where gradients sync (`if accelerator.sync_gradients: info =
+        # defaultdict(list)`), after the backward of the window's last micro-batch, before the next one's total
+        if window.shape is WindowShape.FRAMEWORK and any(
+                d.op.rebinds and window.loop in d.ctx.loops and window.bound_on_boundary(d)
+                for d in window.scope.defs_of(container)):
+            return True
+        for d in window.scope.defs_of(container, total.order):
             if not d.op.rebinds:
                 continue
             if whole_loop and not d.ctx.loops:
@@ -868,6 +876,15 @@ class FileModel:
             return []
         loops = event.ctx.loops
         return [e for e in loop_events(scope, loops[-1]) if e.ctx.loops[:len(loops)] == loops]
+
+
+def _appended_container(total: Event) -> str | None:
+    """`info` in `info["loss"].append(loss)`: the container whose entry a total is kept in."""
+    call = total.node
+    receiver = call.func.value if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) else None
+    if isinstance(receiver, cst.Subscript):
+        return dotted(receiver.value)
+    return None
 
 
 def _entered_on(sync: Event) -> str | None:
