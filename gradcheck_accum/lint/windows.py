@@ -530,6 +530,20 @@ class Window:
         return next((s for s in self.steps if s.order > later[0].order and self.inside(s)
                      and same_target(zero, s, self.scope)), None)
 
+    def on_other_micro_batch(self, event: Event) -> bool:
+        """Does the event run once per window, but under a test of the window's counter and N that
+        singles out another micro-batch than the boundary's (`if step % N == 0:` beside a step under
+        `if (step + 1) % N == 0:`): the window's first, before the others have added their gradients?"""
+        boundary = self.boundary
+        if self.shape is not GUARDED or boundary is None or boundary.offset is None or not self.inside(event):
+            return False
+        for guard in event.ctx.guards:
+            test = guard_boundary(guard, self.scope)
+            if test is not None and test.positive and test.offset is not None and test.same_count(boundary) \
+                    and not test.same_micro_batches(boundary):
+                return True
+        return False
+
     def clears_boundary_micro_batch_first(self, zero: Event) -> Event | None:
         """A guarded window's clear under the step's own boundary test, before that micro-batch's
         backward (`if (i + 1) % N == 0: optimizer.zero_grad()` at the top of the body, the step at its

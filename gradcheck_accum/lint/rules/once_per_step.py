@@ -116,6 +116,11 @@ class ClipEveryMicroBatch(Rule):
                 if placement is _EVERY and window.inside(clip):
                     yield Report(clip.node, "gradients are clipped on every micro-batch, so partial sums are "
                                             "clipped repeatedly; clip once on the boundary, before the step", fix)
+                elif placement is _BOUNDARY and window.on_other_micro_batch(clip):
+                    yield Report(clip.node, "gradients are clipped once per window, but on another micro-batch than "
+                                            "the one the optimizer steps on, before the rest of the window adds its "
+                                            "gradients: the summed gradient that is stepped is never clipped; clip "
+                                            "on the boundary, before the step", fix)
                 elif placement is _BOUNDARY and steps and all(s.order < clip.order for s in steps) \
                         and not window.inside_step(clip):
                     yield Report(clip.node, "gradients are clipped after the optimizer step, where clipping changes "
