@@ -823,6 +823,12 @@ def build_windows(scope: Scope) -> list[Window]:
         if event.kind is EventKind.BACKWARD and event.ctx.loops:
             loop = event.ctx.loops[-1]
             backward_loops[id(loop)] = loop
+    backwards_in: dict[int, list[Event]] = {}
+    for event in scope.events:
+        if event.kind is EventKind.BACKWARD and event.ctx.loops:
+            backwards_in.setdefault(id(event.ctx.loops[-1]), []).append(event)
+    for key in [key for key, loop in backward_loops.items() if _breaks_after_each(loop, backwards_in[key])]:
+        del backward_loops[key]
     stacks = {key: _loop_stack(scope, loop) for key, loop in backward_loops.items()}
     # The loops of each block that hold a micro-batch loop (the block's training loops), by start.
     training: dict[tuple[int, ...], dict[int, Loop]] = {}
@@ -833,6 +839,44 @@ def build_windows(scope: Scope) -> list[Window]:
     neighbours = {block: _Neighbours(scope, loops.values()) for block, loops in training.items()}
     return [window for key, loop in backward_loops.items()
             for window in _loop_windows(scope, loop, stacks[key], neighbours[tuple(id(x) for x in stacks[key])])]
+
+
+def _breaks_after_each(loop: Loop, backwards: list[Event]) -> bool:
+    """Does the loop end right after each of its backwards (`for _ in range(retries): try: ...;
+    loss.backward(); break`)? Its body then backpropagates once per run of the loop: it retries until
+    one micro-batch goes through, it does not accumulate N of them."""
+    return all(event.stmt is not None and _breaks_after(loop.body.body, event.stmt) for event in backwards)
+
+
+def _breaks_after(statements, stmt: cst.CSTNode) -> bool:
+    """In this statement list, is a `break` of the enclosing loop certain once `stmt` has run?"""
+    for index, statement in enumerate(statements):
+        if statement is not stmt and not contains(statement, stmt):
+            continue
+        if isinstance(statement, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef)) and statement is not stmt:
+            return False  # a nested loop's break is its own; a definition runs later
+        if statement is not stmt and any(_breaks_after(block.body, stmt) for block in _blocks(statement)
+                                         if contains(block, stmt)):
+            return True
+        return any(isinstance(later, cst.SimpleStatementLine) and any(isinstance(small, cst.Break) for small in later.body)
+                   for later in statements[index + 1:])
+    return False
+
+
+def _blocks(statement: cst.CSTNode) -> list[cst.BaseSuite]:
+    """The statement blocks directly inside a compound statement (if/else, try/except/finally, with)."""
+    blocks = [getattr(statement, "body", None)]
+    orelse = getattr(statement, "orelse", None)
+    while isinstance(orelse, cst.If):  # elif chains
+        blocks.append(orelse.body)
+        orelse = orelse.orelse
+    if orelse is not None:
+        blocks.append(orelse.body)
+    blocks += [handler.body for handler in getattr(statement, "handlers", ())]
+    final = getattr(statement, "finalbody", None)
+    if final is not None:
+        blocks.append(final.body)
+    return [block for block in blocks if isinstance(block, cst.BaseSuite) and isinstance(block.body, (list, tuple))]
 
 
 class _Neighbours:
