@@ -894,7 +894,10 @@ class Inliner:
         function of this file that backpropagates, each walked with that call in place: the windows
         this file's functions take part in. Functions this file already calls in place are left to it."""
         this = self.context.this
-        walked_here = {id(s.node) for s in self.frames if s.frame is not None and s.frame.path is None}
+        # a call of this file walked in a scope of this file; not one walked while reading another file's
+        # loop for what it passes in (parameter roles, a traced loss): that loop is the window wanted here
+        walked_here = {id(s.node) for s in self.frames if s.frame is not None and s.frame.path is None
+                       and not s.frame.for_returns and not _outermost(s).foreign}
         roots: dict[tuple[FunctionRef, ClassRef | None], None] = {}
         for qualname, function in this.functions.items():
             ref = FunctionRef(this.path, qualname)
@@ -1166,8 +1169,7 @@ class Inliner:
         """Is the scope part of a walk whose events windows hold: one that starts in this file, or in a
         function of another file calling into it? Not the walks that only read what the methods of
         another file's class bind (LoadedModule.class_env), whose calls are written in that file."""
-        while scope.frame is not None:
-            scope = scope.frame.caller
+        scope = _outermost(scope)
         return scope.foreign or id(scope) in self._origin and self._origin[id(scope)][0] is self.context.this
 
     # -- naming the other places ------------------------------------------------------------------------
@@ -1460,6 +1462,13 @@ def _receiver(call: cst.Call, function: cst.FunctionDef, cls: cst.ClassDef | Non
         return func.value
     looked_up = _looked_up(func)
     return looked_up[0] if looked_up is not None else None  # `getattr(cb, event)(runner)`: the method of `cb`
+
+
+def _outermost(scope: Scope) -> Scope:
+    """The scope a walk of calls in place started from."""
+    while scope.frame is not None:
+        scope = scope.frame.caller
+    return scope
 
 
 def _has_loop(function: cst.FunctionDef) -> bool:
