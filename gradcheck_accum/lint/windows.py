@@ -830,6 +830,8 @@ def build_windows(scope: Scope) -> list[Window]:
     for key in [key for key, loop in backward_loops.items() if _breaks_after_each(loop, backwards_in[key])]:
         del backward_loops[key]
     stacks = {key: _loop_stack(scope, loop) for key, loop in backward_loops.items()}
+    for key in [key for key, loop in backward_loops.items() if _tail_of_nested_window(scope, loop, backwards_in[key], stacks)]:
+        del backward_loops[key], stacks[key]
     # The loops of each block that hold a micro-batch loop (the block's training loops), by start.
     training: dict[tuple[int, ...], dict[int, Loop]] = {}
     for key, loop in backward_loops.items():
@@ -839,6 +841,17 @@ def build_windows(scope: Scope) -> list[Window]:
     neighbours = {block: _Neighbours(scope, loops.values()) for block, loops in training.items()}
     return [window for key, loop in backward_loops.items()
             for window in _loop_windows(scope, loop, stacks[key], neighbours[tuple(id(x) for x in stacks[key])])]
+
+
+def _tail_of_nested_window(scope: Scope, loop: Loop, backwards: list[Event], stacks: dict[int, tuple[Loop, ...]]) -> bool:
+    """Are the backwards the loop runs directly the last micro-batch of a window that a micro-step loop
+    inside it began (`for _ in range(N - 1): ...backward()` then one more forward and backward, then the
+    step)? That window is the inner loop's, which runs once per iteration of this one and never steps
+    itself; each backward here comes after such an inner loop in the same iteration."""
+    stepping = {id(inner) for event in scope.events if event.kind is EventKind.STEP for inner in event.ctx.loops}
+    inner_ends = [scope.loop_end.get(key, 0) for key, stack in stacks.items()
+                  if stack and stack[-1] is loop and key not in stepping]  # not an update loop of its own
+    return bool(inner_ends) and all(any(end < event.order for end in inner_ends) for event in backwards)
 
 
 def _breaks_after_each(loop: Loop, backwards: list[Event]) -> bool:
