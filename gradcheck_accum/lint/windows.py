@@ -830,7 +830,8 @@ def build_windows(scope: Scope) -> list[Window]:
     for key in [key for key, loop in backward_loops.items() if _breaks_after_each(loop, backwards_in[key])]:
         del backward_loops[key]
     stacks = {key: _loop_stack(scope, loop) for key, loop in backward_loops.items()}
-    for key in [key for key, loop in backward_loops.items() if _tail_of_nested_window(scope, loop, backwards_in[key], stacks)]:
+    for key in [key for key, loop in backward_loops.items()
+                if _tail_of_nested_window(scope, loop, backwards_in[key], stacks)]:
         del backward_loops[key], stacks[key]
     # The loops of each block that hold a micro-batch loop (the block's training loops), by start.
     training: dict[tuple[int, ...], dict[int, Loop]] = {}
@@ -843,7 +844,8 @@ def build_windows(scope: Scope) -> list[Window]:
             for window in _loop_windows(scope, loop, stacks[key], neighbours[tuple(id(x) for x in stacks[key])])]
 
 
-def _tail_of_nested_window(scope: Scope, loop: Loop, backwards: list[Event], stacks: dict[int, tuple[Loop, ...]]) -> bool:
+def _tail_of_nested_window(scope: Scope, loop: Loop, backwards: list[Event],
+                           stacks: dict[int, tuple[Loop, ...]]) -> bool:
     """Are the backwards the loop runs directly the last micro-batch of a window that a micro-step loop
     inside it began (`for _ in range(N - 1): ...backward()` then one more forward and backward, then the
     step)? That window is the inner loop's, which runs once per iteration of this one and never steps
