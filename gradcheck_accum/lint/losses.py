@@ -433,7 +433,8 @@ class LossTracer:
             facts.detached = True
             return
         if operation is LossOp.KEEPS and receiver is not None:
-            if method == cat.MEAN_METHOD and not node.args and _masked_items(receiver, scope, before):
+            mask = _masked_items(receiver, scope, before) if method == cat.MEAN_METHOD and not node.args else None
+            if mask is not None and not self._fixed_count(mask, scope, before, 0):
                 # `per_item[mask].mean()`: a mean over the items the mask keeps, a count each micro-batch sets
                 facts.token_level = True
             self._trace(receiver, scope, before, facts, depth)
@@ -951,28 +952,32 @@ def _next_tokens(labels: cst.BaseExpression, scope: Scope, before: int, depth: i
         d.bound, d.scope or scope, END_OF_SCOPE if d.scope is not None else d.order, depth + 1) for d in defs)
 
 
-def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
-    """`losses[mask]` (or a name bound to it) where `losses` holds per-item losses (a criterion's
-    `reduction="none"` output, or element-wise arithmetic such as `(pred - target).pow(2).mean(-1)`)
-    and the index is a tensor, not a slice or a literal: the items a mask or an index set selects, as
-    many as this micro-batch's data keeps."""
+def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> cst.BaseExpression | None:
+    """The mask of `losses[mask]` or `losses.masked_select(mask)` (or of what a name is bound to)
+    where `losses` holds per-item losses (a criterion's `reduction="none"` output, or element-wise
+    arithmetic such as `(pred - target).pow(2).mean(-1)`) and the mask is a tensor, not a slice or a
+    literal: the items it selects, as many as this micro-batch's data keeps; else None."""
     node, before = _bound_value(node, scope, before)
-    if not isinstance(node, cst.Subscript) or len(node.slice) != 1 or _is_slice(node):
-        return False
-    index = node.slice[0].slice
-    if not isinstance(index, cst.Index) or dotted(index.value) is None:
-        return False
-    produced, _ = _bound_value(node.value, scope, before)
+    mask = _selecting_mask(node)
+    if mask is None:
+        return None
+    selected = node.value if isinstance(node, cst.Subscript) else call_receiver(node)[0] or positional(node, 0)
+    produced, _ = _bound_value(selected, scope, before)
     while isinstance(produced, cst.Call) and call_receiver(produced)[0] is not None and (
             cat.LOSS_OPERATIONS.get(call_receiver(produced)[1] or "") is LossOp.KEEPS
             or call_receiver(produced)[1] in cat.ELEMENTWISE_METHODS):
         produced = call_receiver(produced)[0]  # `F.mse_loss(..., reduction="none").mean(-1)`: per frame still
     if isinstance(produced, cst.BinaryOperation):
-        return True  # `(pred - target) ** 2`: a value per element
+        return mask  # `(pred - target) ** 2`: a value per element
     if not isinstance(produced, cst.Call):
-        return False
+        return None
     reduction = keyword(produced, cat.REDUCTION_KEYWORD)
-    return isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "none"
+    if reduction is None and isinstance(produced.func, cst.Name):
+        # `ce = CrossEntropyLoss(reduction="none")` ... `ce(logits, targets)`: set where it was made
+        made, _ = _bound_value(produced.func, scope, before)
+        reduction = keyword(made, cat.REDUCTION_KEYWORD) if isinstance(made, cst.Call) else None
+    per_item = isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "none"
+    return mask if per_item else None
 
 
 def _selecting_mask(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
@@ -982,13 +987,22 @@ def _selecting_mask(node: cst.BaseExpression | None) -> cst.BaseExpression | Non
         receiver, method = call_receiver(node)
         if method == cat.MASKED_SELECT:
             mask = positional(node, len(node.args) - 1)  # the last argument, as a method and as a function
-            return mask if mask is not None and dotted(_values_kept(mask, cat.MASK_KEEPING_METHODS)) else None
+            return mask if mask is not None and _names_tensor(_values_kept(mask, cat.MASK_KEEPING_METHODS)) else None
         return None
     if isinstance(node, cst.Subscript) and len(node.slice) == 1 and not _is_slice(node):
         index = node.slice[0].slice
-        if isinstance(index, cst.Index) and dotted(_values_kept(index.value, cat.MASK_KEEPING_METHODS)):
+        if isinstance(index, cst.Index) and _names_tensor(_values_kept(index.value, cat.MASK_KEEPING_METHODS)):
             return index.value
     return None
+
+
+def _names_tensor(node: cst.BaseExpression) -> bool:
+    """A name (`mask`, `self.mask`) or a batch's entry by key (`batch["loss_mask"]`): what a mask is
+    read from; not a number, a slice or an expression."""
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        key = node.slice[0].slice
+        return isinstance(key, cst.Index) and isinstance(key.value, cst.SimpleString) and dotted(node.value) is not None
+    return dotted(node) is not None
 
 
 def _string_value(node: cst.BaseExpression, scope: Scope, before: int, depth: int = 0) -> str | None:
