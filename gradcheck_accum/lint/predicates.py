@@ -387,11 +387,23 @@ def _plus_one(counter: cst.BaseExpression) -> int:
 
 
 def uncast(node: cst.BaseExpression) -> cst.BaseExpression:
-    """`float(n)`, `int(n)`: the number n, whatever its type."""
-    while isinstance(node, cst.Call) and len(node.args) == 1 and not node.args[0].keyword \
-            and dotted(node.func) in cat.NUMBER_CASTS:
-        node = node.args[0].value
-    return node
+    """`float(n)`, `int(n)`: the number n, whatever its type; `n or 1`, `max(n, 1)`: n too, kept from
+    being 0 (where it is 0 nothing accumulates anyway)."""
+    while True:
+        if isinstance(node, cst.Call) and len(node.args) == 1 and not node.args[0].keyword \
+                and dotted(node.func) in cat.NUMBER_CASTS:
+            node = node.args[0].value
+        elif isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.Or) and _is_number(node.right):
+            node = node.left
+        elif isinstance(node, cst.Call) and dotted(node.func) == cat.NUMBER_FLOOR and len(node.args) == 2 \
+                and not any(a.keyword or a.star for a in node.args) and _is_number(node.args[1].value):
+            node = node.args[0].value
+        else:
+            return node
+
+
+def _is_number(node: cst.BaseExpression) -> bool:
+    return isinstance(node, (cst.Integer, cst.Float))
 
 
 def resolve_n(node: cst.BaseExpression, scope: Scope) -> str:
@@ -492,6 +504,7 @@ def is_accumulation_count(node: cst.BaseExpression, n: cst.BaseExpression | None
 
 def _says_accumulation(node: cst.BaseExpression) -> bool:
     """A name that says it holds N, or a getter of one (`engine.gradient_accumulation_steps()`)."""
+    node = uncast(node)
     return is_accumulation_name(node) or isinstance(node, cst.Call) and not node.args and is_accumulation_name(node.func)
 
 
