@@ -28,7 +28,8 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, item_name, iter_calls,
                                         iter_names, keyword, last_part, parameter_names, positional, source)
 from gradcheck_accum.lint.paths import invariant
-from gradcheck_accum.lint.predicates import BoundaryKind, conjuncts, guard_boundary, is_accumulation_count, reads_length
+from gradcheck_accum.lint.predicates import (BoundaryKind, bound_argument, conjuncts, guard_boundary, is_accumulation_count,
+                                             reads_length)
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Guard, Scope, Tag
 from gradcheck_accum.lint.windows import Placement, Window, assigned_in, increment, loop_guards, same_target
 
@@ -366,17 +367,19 @@ def _breaks(node: cst.CSTNode) -> bool:
 
 
 def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int,
-                 literals: Mapping[str, bool | int] | None = None) -> PassKind:
+                 literals: Mapping[str, bool | int] | None = None, scope: Scope | None = None) -> PassKind:
+    """What the loop walks, read in `scope` (by default the function the loop is written in, which may
+    have been walked in place of a call)."""
     if node is None or depth > 3:
         return PassKind.UNKNOWN
     literals = literals or {}
-    scope = window.scope
+    scope = scope or _loop_scope(window)
     if isinstance(node, cst.Call) and id(node) in scope.iterated:  # a generator passing its argument's items on
-        return _source_kind(scope.iterated[id(node)], window, depth + 1, literals)
+        return _source_kind(scope.iterated[id(node)], window, depth + 1, literals, scope)
     if isinstance(node, cst.Call):
         callee = call_receiver(node)[1] or ""
         if callee in ("enumerate", "tqdm", "iter"):  # `iter(loader)` is as finite as the loader
-            return _source_kind(positional(node, 0), window, depth + 1, literals)
+            return _source_kind(positional(node, 0), window, depth + 1, literals, scope)
         if callee == "range":
             stop = node.args[-1].value if 1 <= len(node.args) <= 2 else None
             if stop is not None and _multiple_of_n(stop, window, 0):
@@ -390,29 +393,76 @@ def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int,
         if callee == "zip" and node.args and not any(a.star for a in node.args):
             # a zip ends with its shortest source: an endless one (`cycle(range(N))`) never decides.
             # All of them read as endless (by their names) says nothing: one of them must end the epoch.
-            finite = {_source_kind(a.value, window, depth + 1) for a in node.args} - {PassKind.ENDLESS}
+            finite = {_source_kind(a.value, window, depth + 1, literals, scope) for a in node.args} - {PassKind.ENDLESS}
             if len(finite) == 1:
                 return finite.pop()
         lowered = callee.lower()
         if any(word in lowered for word in _ENDLESS_WORDS):
             return PassKind.ENDLESS
+        if lowered == "dataloader" and _sampled_in_windows(node, window, scope.node):
+            return PassKind.MULTIPLE_OF_N
         if lowered in ("dataloader", "prepare", "setup_dataloaders"):
             return PassKind.DATA
     if isinstance(node, cst.IfExp):
-        kinds = {_source_kind(node.body, window, depth + 1), _source_kind(node.orelse, window, depth + 1)}
+        kinds = {_source_kind(node.body, window, depth + 1, literals, scope),
+                 _source_kind(node.orelse, window, depth + 1, literals, scope)}
         return kinds.pop() if len(kinds) == 1 else PassKind.UNKNOWN
     name = dotted(node)
     if name is None:
         return PassKind.UNKNOWN
+    argument, caller = bound_argument(node, scope)
+    if caller is not scope:  # a parameter of a function walked in place: what its caller passes
+        return _source_kind(argument, window, depth + 1, literals, caller)
     if _holds_n_items(name, window):
         return PassKind.MULTIPLE_OF_N
+    if name.startswith("self.") and scope.owner is not None and not scope.defs_of(name):
+        # a loader the class made in another method (`self.train_loader = DataLoader(...)` in __init__)
+        for method in (m for m in children(scope.owner.body) if isinstance(m, cst.FunctionDef)):
+            for value, _ in _attribute_assignments(method, name, []):
+                if isinstance(value, cst.Call) and (call_receiver(value)[1] or "").lower() == "dataloader" \
+                        and _sampled_in_windows(value, window, method):
+                    return PassKind.MULTIPLE_OF_N
     defs = [d for d in scope.defs_of(name) if d.value is not None and d.op.rebinds]
     for d in defs:
         if isinstance(d.value, cst.Call):
-            found = _source_kind(d.value, window, depth + 1)
+            found = _source_kind(d.value, window, depth + 1, literals, d.scope or scope)
             if found is not PassKind.UNKNOWN:
                 return found
     return PassKind.DATA if any(word in last_part(name).lower() for word in _SIZED_WORDS) else PassKind.UNKNOWN
+
+
+def _loop_scope(window: Window) -> Scope:
+    """The scope whose code holds the window's loop: the window's own, or that of a function walked in
+    place of a call (whose names the window's scope does not hold)."""
+    for event in window.events:
+        if window.loop not in event.ctx.loops or event.scope is None or event.scope is window.scope:
+            continue
+        scope: Scope | None = event.scope
+        while scope is not None and scope is not window.scope:
+            if contains(scope.node, window.loop):
+                return scope
+            scope = scope.frame.caller if scope.frame is not None else None
+        break
+    return window.scope
+
+
+def _sampled_in_windows(loader: cst.Call, window: Window, where: cst.CSTNode) -> bool:
+    """Is the DataLoader's sampler (or batch sampler) made with N among its arguments (`sampler =
+    DistSampler(dataset, batch_size=b, acc_grad=args.accum_iter)`, written in the call or bound in
+    `where`, the function that makes the loader)? A sampler told the window size shapes each epoch
+    around it: truncated or padded to whole windows, which is what such samplers are written for."""
+    for argument in loader.args:
+        if argument.keyword is None or argument.keyword.value not in _SAMPLER_KEYWORDS:
+            continue
+        made = [argument.value] if isinstance(argument.value, cst.Call) else [
+            value for value, _ in _attribute_assignments(where, dotted(argument.value) or "", [])]
+        if any(isinstance(call, cst.Call) and any(is_accumulation_count(a.value, window.n, window.scope)
+                                                   for a in call.args) for call in made):
+            return True
+    return False
+
+
+_SAMPLER_KEYWORDS = ("sampler", "batch_sampler")
 
 
 def _number(node: cst.BaseExpression | None, scope: Scope, literals: Mapping[str, bool | int], depth: int) -> int | None:

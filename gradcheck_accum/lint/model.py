@@ -14,7 +14,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import ACCUM_NAME, constructor_roles, no_roles
 from gradcheck_accum.lint.catalogue import DDP_NO_SYNC, DDP_SYNC_FLAG, SYNCS_AT_BACKWARD, LossScaling
 from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift, Tail, TailFate, distance_shift,
-                                          pass_length, step_count_bound, unstepped_tail)
+                                          pass_kind, pass_length, step_count_bound, unstepped_tail)
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.project import ClassRef
@@ -212,7 +212,11 @@ class FileModel:
         then lost (counters.py); None when nothing is lost or the code does not say."""
         if window.shape is not WindowShape.GUARDED or not window.accumulates:
             return None  # an optimizer that also steps on every micro-batch leaves nothing behind
-        return unstepped_tail(window, self.repetition(window), self.context.this.literals)
+        literals = self.context.this.literals
+        if any(other.loop is window.loop and other is not window
+               and pass_kind(other, literals) is PassKind.MULTIPLE_OF_N for other in self.windows):
+            return None  # a caller hands the loop data cut to whole windows (a sampler told N)
+        return unstepped_tail(window, self.repetition(window), literals)
 
     # -- losses -------------------------------------------------------------------------------------
     def loss_facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
