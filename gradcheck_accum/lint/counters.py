@@ -28,8 +28,8 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, item_name, iter_calls,
                                         iter_names, keyword, last_part, parameter_names, positional, source)
 from gradcheck_accum.lint.paths import invariant
-from gradcheck_accum.lint.predicates import (BoundaryKind, bound_argument, conjuncts, guard_boundary, is_accumulation_count,
-                                             reads_length)
+from gradcheck_accum.lint.predicates import (BoundaryKind, bound_argument, conjuncts, guard_boundary,
+                                             is_accumulation_count, reads_length)
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Guard, Scope, Tag
 from gradcheck_accum.lint.windows import Placement, Window, assigned_in, increment, loop_guards, same_target
 

@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple, TypeVar
 
+from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.project.summary import (MODULE_CODE, REGISTRY, STAR, ClassSummary, FunctionSummary,
                                                  ModuleSummary)
 
@@ -437,7 +438,18 @@ class Project:
 
     def attribute_class(self, owner: ClassRef, attribute: str) -> ClassRef | None:
         """The project class of `self.attribute` in `owner` (or a base), from the constructor call it
-        was bound to."""
+        was bound to. `model.module` of a DDP-wrapped model (or `_orig_mod` of a compiled one), where
+        the class binds no such attribute, is the model the wrapper was given: the class the name
+        resolved to through the wrapping."""
+        found = self._bound_attribute_class(owner, attribute)
+        return owner if found is None and attribute in cat.WRAPPED_MODULE_ATTRIBUTES \
+            and not self._binds_attribute(owner, attribute) else found
+
+    def _binds_attribute(self, owner: ClassRef, attribute: str) -> bool:
+        return any(isinstance(cls, ClassRef) and attribute in getattr(self.class_summary(cls), "attributes", {})
+                   for cls in self.mro(owner))
+
+    def _bound_attribute_class(self, owner: ClassRef, attribute: str) -> ClassRef | None:
         for cls in self.mro(owner):
             if not isinstance(cls, ClassRef):
                 continue

@@ -20,12 +20,13 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline, python_tree
 
 STAR = "*"  # the key prefix of a star import in ModuleSummary.imports
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
 # The summary's shape: caches written for another shape are not read (store.py keys them by it).
-FORMAT = 7
+FORMAT = 8
 # What a call of a module's registry makes, as written (`models.__dict__[args.model](...)` ->
 # "models.__dict__[]", `globals()[name](...)` -> "__dict__[]"): one of the module's factories,
 # chosen by name at run time (index.resolve_class reads it).
@@ -415,12 +416,19 @@ def _produced(value: ast.expr, bound: dict[str, str]) -> str | None:
     if not isinstance(value, ast.Call):
         return None
     func = value.func
+    callee = _dotted(func)
+    if callee is not None and value.args and (
+            callee.rsplit(".", 1)[-1] in _MODEL_WRAPPERS or callee == cat.COMPILE.qualname):
+        return _produced(value.args[0], bound)  # `DDP(Ctor().cuda(), ...)`: the wrapper runs the model it is given
     if isinstance(func, ast.Attribute) and func.attr in _RETURNS_SELF and (
             isinstance(func.value, ast.Call) or (isinstance(func.value, ast.Name) and func.value.id in bound)):
         return _produced(func.value, bound)
     if isinstance(func, ast.Subscript):
         return _registry(func.value)
     return _dotted(func)
+
+
+_MODEL_WRAPPERS = cat.WRAPPERS.names | {"DataParallel"}
 
 
 def _on_gradient(call: _Call) -> bool:
