@@ -18,7 +18,8 @@ from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, full_names,
-                                        is_one, item_name, iter_names, keyword, last_part, parameter_names, positional)
+                                        is_one, item_name, iter_names, keyword, last_part, parameter_names, positional,
+                                        walk)
 from gradcheck_accum.lint.paths import excluded_by, rebound_since
 from gradcheck_accum.lint.predicates import is_accumulation_count, measures_a_tensor, parameter_value
 from gradcheck_accum.lint.vocabulary import END_OF_SCOPE, NO_ROLES, Context, Def, DefOp, Guard, Role, Scope
@@ -475,7 +476,8 @@ class LossTracer:
             target = positional(node, 1) or keyword(node, "target")
             if Role.TOKEN_LOSS not in roles and target is not None \
                     and self._criterion_name(node, scope, before) in cat.DEFAULT_IGNORING_CRITERIA \
-                    and self._collated_with_masking(_container(_values_kept(target)), scope, 0):
+                    and (self._collated_with_masking(_container(_values_kept(target)), scope, 0)
+                         or _made_with_ignored_label(target, scope, before, 0)):
                 facts.token_level = True
         if Role.TOKEN_LOSS in roles and Role.SUM_LOSS not in roles:
             # a mean over the valid items (a sum over them is no mean), unless no label can be invalid
@@ -930,6 +932,24 @@ def _is_ignored_label(value: cst.BaseExpression | None) -> bool:
     """The literal -100, the ignore_index of torch's and Hugging Face's cross-entropy."""
     return isinstance(value, cst.UnaryOperation) and isinstance(value.operator, cst.Minus) and \
         isinstance(value.expression, cst.Integer) and value.expression.value == str(-cat.IGNORED_LABEL)
+
+
+def _made_with_ignored_label(labels: cst.BaseExpression, scope: Scope, before: int, depth: int) -> bool:
+    """Are the targets made here with -100 written into them: rows padded with it (`label + [-100] *
+    (n - len(label))`, `pad_sequence(..., padding_value=-100)`), items set to it (`y.masked_fill(m, -100)`,
+    `torch.where(keep, y, -100)`, `y[pad] = -100`), followed back through the names the targets are
+    reshaped, sliced or copied from in this function? Then the criterion's default ignore_index skips
+    a number of them that varies from batch to batch."""
+    if depth > 4:
+        return False
+    if any(_is_ignored_label(node) for node in walk(labels)):
+        return True
+    for name in {dotted(node) for node in walk(labels) if isinstance(node, (cst.Name, cst.Attribute))} - {None}:
+        for d in scope.defs_of(name, before):
+            if d.value is not None and d.op in (DefOp.ASSIGN, DefOp.ITEM) \
+                    and _made_with_ignored_label(d.value, d.scope or scope, d.order, depth + 1):
+                return True
+    return False
 
 
 def _next_tokens(labels: cst.BaseExpression, scope: Scope, before: int, depth: int) -> bool:

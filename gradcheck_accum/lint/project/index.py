@@ -369,6 +369,17 @@ class Project:
         found = self.resolve_class(ref.path, produced, depth + 1)
         return found if isinstance(found, ClassRef) else None
 
+    def _overridden_class(self, owner: ClassRef, name: str, index: int | None) -> ClassRef | None:
+        """What a method of `owner` that makes nothing itself (an abstract `_build_model` a base trainer
+        calls in its __init__) makes in the project subclasses that override it: the one class all of
+        them that make a project class agree on, else None."""
+        def made() -> ClassRef | None:
+            classes = {self._produced_class(ref, index, 0) for cls in self.subclasses(owner)
+                       if name in getattr(self.class_summary(cls), "methods", ()) for ref in [cls.method(name)]}
+            classes.discard(None)
+            return classes.pop() if len(classes) == 1 else None
+        return self.summaries.remember(("overridden class", owner, name, index), made)
+
     def _registry_class(self, path: Path, module: str, depth: int) -> ClassRef | None:
         """The class a module's factory makes when the factory is looked up by a name chosen at run time
         (`models_mae.__dict__[args.model](...)`, `globals()[arch]()`): the one project class that every
@@ -461,8 +472,10 @@ class Project:
             written, index = (element.group(1), int(element.group(2))) if element else (constructor, None)
             if written.startswith("self."):
                 # `self.model, self.optimizer = self._setup()`: what the instance's own method returns
-                method = self.lookup_method(owner, written.removeprefix("self."))
-                return self._produced_class(method, index, 0) if method is not None else None
+                name = written.removeprefix("self.")
+                method = self.lookup_method(owner, name)
+                found = self._produced_class(method, index, 0) if method is not None else None
+                return found if found is not None or method is None else self._overridden_class(owner, name, index)
             found = self.resolve_class(cls.path, constructor)
             return found if isinstance(found, ClassRef) else None
         return None
