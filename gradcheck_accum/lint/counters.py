@@ -374,8 +374,9 @@ def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int,
         return PassKind.UNKNOWN
     literals = literals or {}
     scope = scope or _loop_scope(window)
-    if isinstance(node, cst.Call) and id(node) in scope.iterated:  # a generator passing its argument's items on
-        return _source_kind(scope.iterated[id(node)], window, depth + 1, literals, scope)
+    iterated = window.scope.iterated  # kept by the walk's root, for the functions walked in place too
+    if isinstance(node, cst.Call) and id(node) in iterated:  # a generator passing its argument's items on
+        return _source_kind(iterated[id(node)], window, depth + 1, literals, scope)
     if isinstance(node, cst.Call):
         callee = call_receiver(node)[1] or ""
         if callee in ("enumerate", "tqdm", "iter"):  # `iter(loader)` is as finite as the loader

@@ -23,7 +23,7 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import (loop_index, module_constants, module_literals, pass_from_zero,
                                            roles_from_name)
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, is_static,
-                                        iter_calls, keyword, paired_arguments, parameter_names, positional)
+                                        iter_calls, keyword, paired_arguments, parameter_names, positional, walk)
 from gradcheck_accum.lint.outline import blank_strings_and_comments
 from gradcheck_accum.lint.project import (CALLABLE_METHODS, ClassRef, FunctionRef, Project, SummaryStore, effect_names,
                                           watched_words)
@@ -1305,7 +1305,7 @@ def _yields_each_item_of(function: cst.FunctionDef) -> str | None:
         if isinstance(node, cst.Yield):
             yields.append((node, loops))
         if isinstance(node, cst.While):
-            return None  # a loop that may go on past its data
+            return _draws_each_item_of(function, node, parameters)  # a loop that may go on past its data
         inner = loops + (node,) if isinstance(node, cst.For) else loops
         stack.extend((child, inner) for child in children(node))
     if len(yields) != 1:
@@ -1320,6 +1320,33 @@ def _yields_each_item_of(function: cst.FunctionDef) -> str | None:
     if dotted(target) != found.value.value:
         return None
     return dotted(source) if dotted(source) in parameters else None
+
+
+def _draws_each_item_of(function: cst.FunctionDef, loop: cst.While, parameters: set[str]) -> str | None:
+    """The parameter a generator drawing by hand passes through: `it = iter(iterable)`, then `while True:`
+    with `item = next(it)` and `yield item` inside a `try` whose `except StopIteration` leaves the
+    loop; the one yield of the function, the one loop."""
+    statements = [small for line in function.body.body if isinstance(line, cst.SimpleStatementLine)
+                  for small in line.body]
+    made = {dotted(small.targets[0].target): small.value for small in statements
+            if isinstance(small, cst.Assign) and len(small.targets) == 1}
+    yields = [node for node in walk(function.body) if isinstance(node, cst.Yield)]
+    tries = [node for node in walk(loop.body) if isinstance(node, cst.Try)]
+    if len(yields) != 1 or len(tries) != 1 or not isinstance(yields[0].value, cst.Name) or not any(
+            dotted(handler.type) == "StopIteration" and any(isinstance(node, (cst.Break, cst.Return))
+                                                           for node in walk(handler.body))
+            for handler in tries[0].handlers):
+        return None
+    drawn = [node.value for node in walk(tries[0].body) if isinstance(node, cst.Assign) and len(node.targets) == 1
+             and dotted(node.targets[0].target) == yields[0].value.value]
+    if len(drawn) != 1 or not isinstance(drawn[0], cst.Call) or call_receiver(drawn[0]) != (None, "next") \
+            or not drawn[0].args:
+        return None
+    source = dotted(drawn[0].args[0].value)
+    started = made.get(source)
+    if isinstance(started, cst.Call) and call_receiver(started) == (None, "iter") and started.args:
+        source = dotted(started.args[0].value)
+    return source if source in parameters else None
 
 
 def _own_call_counter(scope: Scope) -> str | None:
