@@ -76,9 +76,14 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
     if last in optimizers.names or optimizers.module_word in f".{qual}." and (
             last[:1].isupper() or last.startswith(optimizers.factory_prefix)):
         return _ONE[Role.OPTIMIZER]
+    if last in cat.ACCUMULATING_PLUGINS:
+        return _ONE[Role.ACCUMULATING_PLUGIN] if _more_than_one(keyword(call, cat.ACCUMULATING_PLUGINS[last])) \
+            else NO_ROLES
     if last in cat.ACCELERATOR.names:
-        steps = accelerator_accumulation_steps(call)
-        accumulates = steps is not None and not (isinstance(steps, cst.Integer) and steps.value == "1")
+        accumulates = _more_than_one(accelerator_accumulation_steps(call)) or any(
+            Role.ACCUMULATING_PLUGIN in lookup(plugin) for plugin in
+            (keyword(call, cat.DEEPSPEED_PLUGIN_KEYWORD), keyword(call, cat.ACCUMULATION_PLUGIN_KEYWORD))
+            if plugin is not None)
         return frozenset({Role.ACCELERATOR} | ({Role.ACCELERATOR_ACCUMULATES} if accumulates else set())
                          | ({Role.ACCELERATOR_FSDP} if _given(call, cat.FSDP_PLUGIN_KEYWORD) else set())
                          | ({Role.ACCELERATOR_DEEPSPEED} if _given(call, cat.DEEPSPEED_PLUGIN_KEYWORD) else set())
@@ -103,6 +108,12 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
 
 def _is_false(value: cst.BaseExpression | None) -> bool:
     return isinstance(value, cst.Name) and value.value == "False"
+
+
+def _more_than_one(steps: cst.BaseExpression | None) -> bool:
+    """An accumulation count given, other than a literal 1 or None."""
+    return steps is not None and not (isinstance(steps, cst.Integer) and steps.value == "1") \
+        and not (isinstance(steps, cst.Name) and steps.value == "None")
 
 
 def _given(call: cst.Call, name: str) -> bool:

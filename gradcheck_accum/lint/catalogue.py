@@ -307,6 +307,10 @@ FSDP_PLUGIN_KEYWORD = "fsdp_plugin"
 # (accelerate/scheduler.py), not only when the optimizer steps
 SCHEDULER_WITH_OPTIMIZER_KEYWORD = "step_scheduler_with_optimizer"
 ACCUMULATION_PLUGIN_STEPS = "num_steps"
+# accelerate's plugins that carry the accumulation count, by the keyword that sets it: an Accelerator
+# given one accumulates (DeepSpeed's count is the engine's, which accelerate adopts)
+ACCUMULATING_PLUGINS = {"DeepSpeedPlugin": ACCUMULATION_STEPS_KEYWORD,
+                        "GradientAccumulationPlugin": ACCUMULATION_PLUGIN_STEPS}
 REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
 # What keeps every item appended to it, graph and all: a list, a deque. An object of another class
 # (a running-average meter) may detach what its `append` is given.

@@ -75,6 +75,7 @@ class Role(Tag):
     WRAPS_COMPILED = "wraps-compiled"  # a DDP/FSDP wrapper around a compiled module: `.module` is compiled
     ACCELERATOR = "accelerator"
     ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)
+    ACCUMULATING_PLUGIN = "accumulating-plugin"  # DeepSpeedPlugin(gradient_accumulation_steps=N > 1), for an Accelerator
     ACCELERATOR_FSDP = "accelerator-fsdp"  # Accelerator(fsdp_plugin=...): prepare() wraps models in FSDP
     # Accelerator(step_scheduler_with_optimizer=False): a scheduler it prepares steps on every call
     ACCELERATOR_UNTIED_SCHEDULERS = "accelerator-untied-schedulers"

@@ -524,8 +524,9 @@ class Window:
         entered = _accumulate_call(zero)
         later = [b for b in self.backwards
                  if b.order > zero.order and self.inside(b) and _accumulate_call(b) is entered]
-        if not later or any(e.kind is EventKind.MODEL_CALL and last_part(e.target) in cat.DEEPSPEED_ENGINE_METHODS
-                            for e in self.scope.events):
+        if not later or Role.ACCELERATOR_DEEPSPEED in self.framework_roles or any(
+                e.kind is EventKind.MODEL_CALL and last_part(e.target) in cat.DEEPSPEED_ENGINE_METHODS
+                for e in self.scope.events):
             return None  # the model is a DeepSpeed engine: the prepared optimizer's zero_grad does nothing
         return next((s for s in self.steps if s.order > later[0].order and self.inside(s)
                      and same_target(zero, s, self.scope)), None)
