@@ -17,9 +17,9 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size_name, no_roles
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, full_names,
-                                        is_one, item_name, iter_names, keyword, last_part, parameter_names, positional,
-                                        walk)
+from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, contains, dotted,
+                                        full_names, is_one, item_name, iter_names, keyword, last_part, parameter_names,
+                                        positional, walk)
 from gradcheck_accum.lint.paths import excluded_by, rebound_since
 from gradcheck_accum.lint.predicates import is_accumulation_count, measures_a_tensor, parameter_value
 from gradcheck_accum.lint.vocabulary import END_OF_SCOPE, NO_ROLES, Context, Def, DefOp, Guard, Role, Scope
@@ -992,9 +992,9 @@ def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> cst.Ba
     if not isinstance(produced, cst.Call):
         return None
     reduction = keyword(produced, cat.REDUCTION_KEYWORD)
-    if reduction is None and isinstance(produced.func, cst.Name):
+    if reduction is None and isinstance(produced.func, (cst.Name, cst.Call)):
         # `ce = CrossEntropyLoss(reduction="none")` ... `ce(logits, targets)`: set where it was made
-        made, _ = _bound_value(produced.func, scope, before)
+        made = produced.func if isinstance(produced.func, cst.Call) else _bound_value(produced.func, scope, before)[0]
         reduction = keyword(made, cat.REDUCTION_KEYWORD) if isinstance(made, cst.Call) else None
     per_item = isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "none"
     return mask if per_item else None
@@ -1053,6 +1053,15 @@ def _bound_value(node: cst.BaseExpression, scope: Scope, before: int) -> tuple[c
     value is read at (else the node itself and `before`)."""
     name = dotted(node) if isinstance(node, cst.Name) else None
     defs = scope.defs_of(name, before) if name else []
+    if name and not defs:
+        # a closure's free name (`ce_loss` made in the function that defines `compute_loss`): bound in
+        # the enclosing function, which the walk reached as a caller of the closure
+        outer = scope.frame.caller if scope.frame is not None else None
+        while outer is not None and not contains(outer.node, scope.node):
+            outer = outer.frame.caller if outer.frame is not None else None
+        if outer is not None and outer is not scope:
+            defs, scope = outer.defs_of(name), outer
+            defs = defs if len(defs) == 1 else []
     if defs and defs[-1].op is DefOp.ASSIGN and not defs[-1].ctx.guards and defs[-1].value is not None:
         return defs[-1].value, defs[-1].order
     return node, before

@@ -329,8 +329,13 @@ class FileModel:
         return is_accumulation_count(node, window.n if window is not None else None, scope)
 
     def divisions_by_n(self, facts: LossFacts, scope: Scope, window: Window | None = None) -> list[cst.CSTNode]:
-        """The divisions of a traced loss whose divisor is the accumulation count."""
-        return [node for node, divisor in facts.divisions if self.is_accumulation_count(divisor, window, scope)]
+        """The divisions of a traced loss whose divisor is the accumulation count, read in `scope` or
+        where the division is, in a function of this file walked in place (`divisor = num_steps or 1`
+        there is its caller's N); a division in another file is that file's to report."""
+        return [s.node for s in facts.scalings if s.divides and (
+            self.is_accumulation_count(s.factor, window, scope)
+            or s.scope.frame is not None and s.scope.frame.path is None
+            and self.is_accumulation_count(s.factor, window, s.scope))]
 
     def gradient_divisions_by_n(self, window: Window) -> list[Event]:
         """The window's rescalings of the summed gradients by 1 / N (`p.grad.div_(n)`, `p.grad /= n`,

@@ -413,8 +413,8 @@ def resolve_n(node: cst.BaseExpression, scope: Scope) -> str:
     name = dotted(node)
     if name is not None:
         defs = [d for d in scope.defs_of(name) if d.op is DefOp.ASSIGN and d.value is not None]
-        if len(defs) == 1 and dotted(defs[0].value) is not None:
-            return code(bound_argument(defs[0].value, defs[0].scope or scope)[0])
+        if len(defs) == 1 and dotted(uncast(defs[0].value)) is not None:  # `divisor = num_steps or 1`
+            return code(bound_argument(uncast(defs[0].value), defs[0].scope or scope)[0])
     return code(node)
 
 

@@ -1179,6 +1179,26 @@ def inner_count(loop: Loop) -> cst.BaseExpression | None:
             return args[1]
     if name == "chunk":
         return loop.iter.args[-1].value if loop.iter.args else None
+    if name == "enumerate" and len(loop.iter.args) == 1 and isinstance(loop.target, cst.Tuple) and loop.target.elements:
+        return _breaks_at_count(loop, dotted(loop.target.elements[0].value))
+    return None
+
+
+def _breaks_at_count(loop: cst.For, index: str | None) -> cst.BaseExpression | None:
+    """N of a loop over an iterator that leaves it after its N-th item: `for i, mb in enumerate(it):
+    ...; if i + 1 >= N: break` (or `== N`), a statement of the loop body itself."""
+    for statement in loop.body.body:
+        if not isinstance(statement, cst.If) or statement.orelse is not None or not ends_with_break(statement) \
+                or len(statement.body.body) != 1:
+            continue
+        for term in conjuncts(statement.test):  # `if n is not None and i + 1 >= n: break` too
+            if not isinstance(term, cst.Comparison) or len(term.comparisons) != 1:
+                continue
+            left, target = term.left, term.comparisons[0]
+            if isinstance(target.operator, (cst.GreaterThanEqual, cst.Equal)) and isinstance(left, cst.BinaryOperation) \
+                    and isinstance(left.operator, cst.Add) and dotted(left.left) == index and index is not None \
+                    and isinstance(left.right, cst.Integer) and left.right.value == "1":
+                return target.comparator
     return None
 
 
