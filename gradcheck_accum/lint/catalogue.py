@@ -315,6 +315,7 @@ REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
 # What keeps every item appended to it, graph and all: a list, a deque. An object of another class
 # (a running-average meter) may detach what its `append` is given.
 KEEPING_CONTAINERS = frozenset({"list", "deque", "collections.deque"})
+IN_PLACE_DETACH = "detach_"  # `loss.detach_()`: the tensor itself leaves the graph
 RETAIN_GRAPH_KEYWORD = "retain_graph"  # `loss.backward(retain_graph=True)` keeps the graph for another backward
 IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid items only
 # torch criteria whose ignore_index is -100 when not given: a mean over the targets that are not -100

@@ -434,6 +434,16 @@ class FileModel:
         return summed_loss_name(event.expr)
 
     @staticmethod
+    def detached_in_place(window: Window, total: Event, name: str) -> bool:
+        """Is the loss the total adds detached in place (`loss.detach_()`) after its last binding and
+        before the total reads it, unconditionally?"""
+        scope = total.scope or window.scope
+        bound = [d.order for d in scope.defs_of(name, total.order)]
+        after = bound[-1] if bound else -1
+        return any(e.kind is EventKind.MODEL_CALL and e.target == f"{name}.{cat.IN_PLACE_DETACH}"
+                   and after < e.order < total.order and e.ctx.guards == total.ctx.guards for e in scope.events)
+
+    @staticmethod
     def keeps_what_is_added(window: Window, total: Event) -> bool:
         """Does the running total keep what is added to it: `total += loss`, or `.append(loss)` to a
         list (a deque), not to an object built by another class's constructor (MONAI's

@@ -163,7 +163,8 @@ class LossGraphKeptAlive(Rule):
                 if not model.keeps_what_is_added(window, total):
                     continue  # a meter's `append` that may detach what it is given
                 summed = model.summed_loss_name(total)
-                if summed not in losses or model.graph_freed_each_window(window, total, summed):
+                if summed not in losses or model.graph_freed_each_window(window, total, summed) \
+                        or model.detached_in_place(window, total, summed):
                     continue
                 facts = model.loss_facts(total.expr, window.scope, total.order)
                 if facts.known and not facts.detached:
