@@ -157,6 +157,31 @@ def _stops_after_whole_windows(window: Window) -> bool:
                 and dotted(left.left) == counter and is_accumulation_count(left.right, window.boundary.n, scope) \
                 and not any(contains(statement, e.node) for statement in body[:index + 1] for e in backwards):
             return True
+    return any(_breaks_after_last_whole_window(statement, window, counter, scope) for statement in body
+               if isinstance(statement, cst.If) and contains(statement.test, boundary.comparison))
+
+
+def _breaks_after_last_whole_window(boundary_if: cst.If, window: Window, counter: str, scope: Scope) -> bool:
+    """In the boundary's branch, after its step, `if (i + 1) // N >= len(loader) // N: break`: the
+    pass ends right after the step that closes the data's last whole window, and the micro-batches
+    beyond it are never fetched."""
+    body = list(boundary_if.body.body)
+    stepped = [i for i, statement in enumerate(body) if any(contains(statement, s.node) for s in window.boundary_steps)]
+    for index, statement in enumerate(body):
+        if not stepped or index <= stepped[0] or not isinstance(statement, cst.If) or not _breaks_out(statement):
+            continue
+        test = statement.test
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(
+                test.comparisons[0].operator, (cst.GreaterThan, cst.GreaterThanEqual))):
+            continue
+        left = test.left
+        done = left.left if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.FloorDivide) \
+            and is_accumulation_count(left.right, window.boundary.n, scope) else None
+        if isinstance(done, cst.BinaryOperation) and isinstance(done.operator, cst.Add) \
+                and dotted(done.left) == counter and isinstance(done.right, cst.Integer) and done.right.value == "1":
+            bounds = _values_of(test.comparisons[0].comparator, scope)
+            if bounds and all(_at_most_whole_windows(bound, scope, window) for bound in bounds):
+                return True
     return False
 
 
