@@ -316,6 +316,8 @@ REDUCTION_KEYWORD = "reduction"  # a criterion's reduction="sum"
 # (a running-average meter) may detach what its `append` is given.
 KEEPING_CONTAINERS = frozenset({"list", "deque", "collections.deque"})
 IN_PLACE_DETACH = "detach_"  # `loss.detach_()`: the tensor itself leaves the graph
+DETACH_METHOD, LEAF_AGAIN = "detach", "requires_grad_"  # `x.detach().requires_grad_()`: a fresh leaf
+GRADIENT_ATTRIBUTE = "grad"  # `p.grad`, `reps.grad`
 RETAIN_GRAPH_KEYWORD = "retain_graph"  # `loss.backward(retain_graph=True)` keeps the graph for another backward
 IGNORE_INDEX_KEYWORD = "ignore_index"  # a criterion that averages over valid items only
 # torch criteria whose ignore_index is -100 when not given: a mean over the targets that are not -100

@@ -324,6 +324,36 @@ class FileModel:
     def backward_facts(self, window: Window, backward: Event) -> LossFacts:
         return self._losses.facts(backward.expr, backward.scope or window.scope, backward.order, backward.ctx.guards)
 
+    def through_gradient_cache(self, window: Window, backward: Event) -> bool:
+        """Is the backward one of gradient caching's (GradCache): the loss of the whole batch taken on
+        representations detached into fresh leaves (`reps.detach().requires_grad_()`), whose `.grad`
+        is the cache, or a chunk's surrogate weighted by that cache (`dot(reps, cache)`)? The first
+        puts nothing in the model; the chunks' gradients add up to the whole batch's exactly."""
+        seen: set[tuple[object, object]] = set()
+        pending = [(backward.expr, backward.order, backward.scope or window.scope)] if backward.expr is not None else []
+        while pending and len(seen) < 128:  # a bound on the provenance read, not a depth
+            expression, before, scope = pending.pop()
+            for node in walk(expression):
+                if isinstance(node, cst.Attribute) and node.attr.value == cat.GRADIENT_ATTRIBUTE:
+                    return True  # `cache = reps.grad`
+                if isinstance(node, cst.Call) and call_receiver(node)[1] == cat.LEAF_AGAIN \
+                        and isinstance(call_receiver(node)[0], cst.Call) \
+                        and call_receiver(call_receiver(node)[0])[1] == cat.DETACH_METHOD:
+                    return True  # `reps.detach().requires_grad_()`
+                if isinstance(node, cst.Call) and ("call", id(node)) not in seen:
+                    seen.add(("call", id(node)))  # what a project function called here returns
+                    returned = self.inliner.returns(node, scope, before) or ()
+                    pending += [(value, at, where) for value, where, at in returned]
+                    continue
+                name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+                if name is None or (id(scope), name) in seen:
+                    continue
+                seen.add((id(scope), name))
+                # a parameter's binding is read in the caller (Def.scope): what the call passed
+                pending += [(d.value, d.order, d.scope or scope)
+                            for d in scope.defs_of(name, before) if d.value is not None]
+        return False
+
     def is_accumulation_count(self, node: cst.BaseExpression, window: Window | None, scope: Scope) -> bool:
         """Is this expression N (the window's count, or a name that says accumulation)?"""
         return is_accumulation_count(node, window.n if window is not None else None, scope)

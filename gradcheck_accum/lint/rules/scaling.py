@@ -36,7 +36,7 @@ class UnscaledAccumulatedLoss(Rule):
             for backward in window.backwards:
                 if backward.via_helper or model.framework_divides_loss(window, backward):
                     continue
-                if window.cleared_between_backwards(backward):
+                if window.cleared_between_backwards(backward) or model.through_gradient_cache(window, backward):
                     continue  # nothing it adds is summed over the window: the clear is the bug
                 if _unnormalised(model, model.backward_facts(window, backward), window, backward):
                     hops = backward.frame.depth if backward.frame is not None else 0
