@@ -217,10 +217,11 @@ class Window:
         for step in self.boundary_steps:
             for guard in step.ctx.guards:
                 test = guard.test
+                # the boundary's test on one side, maybe beside a flush (`i != 0 and (last or i % N == 0)`)
                 if not (isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)
-                        and boundary.comparison in (test.left, test.right)):
+                        and (contains(test.left, boundary.comparison) or contains(test.right, boundary.comparison))):
                     continue
-                other = test.right if boundary.comparison is test.left else test.left
+                other = test.right if contains(test.left, boundary.comparison) else test.left
                 if isinstance(other, cst.Comparison) and len(other.comparisons) == 1 and code(other.left) == counter:
                     operator, bound = other.comparisons[0].operator, code(other.comparisons[0].comparator)
                     if (type(operator), bound) in ((cst.GreaterThan, "0"), (cst.NotEqual, "0"),

@@ -569,3 +569,26 @@ def test_an_epoch_start_clear_past_a_skip_of_the_whole_pass_discards_the_tail(sk
     the clear runs first, so the last pass's tail is thrown away there."""
     model = FileModel(cst.parse_module(EPOCH_START_CLEAR.format(skip=skip)))
     assert [model.unstepped_tail(w).fate for w in model.windows] == [TailFate.DISCARDED]
+
+
+@pytest.mark.parametrize("test", ["i % accum == 0 and i > 0", "i != 0 and (i + 1 == len(loader) or i % accum == 0)"])
+def test_a_test_that_excludes_the_first_index_skips_the_first_boundary(test):
+    window = only_window(
+        "import torch\nopt = torch.optim.SGD(ps, lr=1)\n"
+        "for i, batch in enumerate(loader):\n"
+        "    (model(batch) / accum).backward()\n"
+        f"    if {test}:\n"
+        "        opt.step()\n"
+        "        opt.zero_grad()\n")
+    assert window.boundary_skips_first()
+
+
+def test_a_test_that_admits_the_first_index_does_not_skip_it():
+    window = only_window(
+        "import torch\nopt = torch.optim.SGD(ps, lr=1)\n"
+        "for i, batch in enumerate(loader):\n"
+        "    (model(batch) / accum).backward()\n"
+        "    if i + 1 == len(loader) or i % accum == 0:\n"
+        "        opt.step()\n"
+        "        opt.zero_grad()\n")
+    assert not window.boundary_skips_first()
