@@ -463,7 +463,8 @@ IGNORED_LABEL = -100
 # never a mean over a varying number of labelled tokens.
 PER_SEQUENCE_LOSS_HEADS = ("ForCTC",)
 # How code writes a value into tensor items: the keyword naming it, or a call whose arguments hold it.
-FILL_KEYWORDS = frozenset({"padding_value", "value", "fill_value", "pad_value"})
+# the keywords that give a fill value: torch's, and numpy.pad's `constant_values`
+FILL_KEYWORDS = frozenset({"padding_value", "value", "fill_value", "pad_value", "constant_values"})
 FILL_METHODS = frozenset({"masked_fill", "masked_fill_", "fill_", "full", "full_like", "new_full", "where"})
 # Collators (transformers, trl) that write IGNORED_LABEL into the labels of what they pad or hide, so
 # the number of labels a model's loss averages over changes from batch to batch; with a keyword that
