@@ -36,9 +36,10 @@ class UnscaledAccumulatedLoss(Rule):
             for backward in window.backwards:
                 if backward.via_helper or model.framework_divides_loss(window, backward):
                     continue
-                if window.cleared_between_backwards(backward) or model.through_gradient_cache(window, backward):
+                if window.cleared_between_backwards(backward):
                     continue  # nothing it adds is summed over the window: the clear is the bug
-                if _unnormalised(model, model.backward_facts(window, backward), window, backward):
+                if _unnormalised(model, model.backward_facts(window, backward), window, backward) \
+                        and not model.through_gradient_cache(window, backward):
                     hops = backward.frame.depth if backward.frame is not None else 0
                     if id(backward.node) not in nearest or hops < nearest[id(backward.node)][0]:
                         nearest[id(backward.node)] = hops, Report(
