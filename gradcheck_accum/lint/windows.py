@@ -272,11 +272,26 @@ class Window:
             return None, []
         variant = assigned_in(self.scope, self.loop)
         if name in variant or not any(d.op is DefOp.LOOP_TARGET and d.node in self.outer
-                                      for d in self.scope.defs_of(name)):
+                                      for d in self.scope.defs_of(name)) or self._passes_over_same_input(variant):
             return None, []
         steps = [s for s in self.boundary_steps if self.inside(s) and not s.via_helper and s.target
                  and "[" not in s.target and s.target.split(".")[0] not in variant]
         return name, steps
+
+    def _passes_over_same_input(self, variant: set[str]) -> bool:
+        """Does the loop run again over the outer iteration's batch (`for _ in range(ppo_epochs):
+        loss = self.training_step(model, inputs)`)? Its target is read nowhere in it, nothing in it
+        draws (`next(...)`), and no forward or helper call in it reads a name the loop changes: each
+        pass is an update of its own on the same data, not a micro-batch of a window."""
+        loop = self.loop
+        if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call) \
+                or call_receiver(loop.iter) != (None, "range"):
+            return False
+        targets = set(iter_names(loop.target))
+        if targets & set(iter_names(loop.body)) or any(call_receiver(c) == (None, "next") for c in iter_calls(loop.body)):
+            return False
+        calls = [e for e in self.events if self.inside(e) and e.kind in (EventKind.MODEL_CALL, EventKind.HELPER_CALL)]
+        return bool(calls) and not any(call.argument_names & (variant | targets) for call in calls)
 
     @property
     def counter(self) -> cst.BaseExpression | None:
