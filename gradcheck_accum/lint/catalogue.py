@@ -269,6 +269,8 @@ CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS,
 # module it compiled; its state_dict keys carry the `_orig_mod.` prefix.
 COMPILED_CLASS = "OptimizedModule"
 COMPILED_INNER = "_orig_mod"
+# A state-dict key prefix that is the compile wrapper's (`_orig_mod.`, `module._orig_mod.`), as a regex
+COMPILED_KEY_PREFIX = rf"(?:[A-Za-z_]\w*\.)*{COMPILED_INNER}\."
 # The attributes that reach the whole module a wrapper holds: DDP, DataParallel and FSDP's `module`,
 # and a compiled module's `_orig_mod`.
 WRAPPED_MODULE_ATTRIBUTES = frozenset({"module", COMPILED_INNER})

@@ -802,8 +802,13 @@ class FileModel:
         that prefix (`"_orig_mod."`, `"module._orig_mod."`) given to a call or bound to a name
         (`k.replace("_orig_mod.", "")`, `unwanted = "_orig_mod."` then `k[len(unwanted):]`,
         `consume_prefix_in_state_dict_if_present(sd, "_orig_mod.")`)? Then the checkpoints it writes
-        are read back, or written, with the prefix taken care of: the key itself is the code's data."""
-        return any(_is_compiled_key_prefix(node) for node in _key_literals(self.module))
+        are read back, or written, with the prefix taken care of: the key itself is the code's data.
+        Another file of the project that does so (a loader that strips it) counts too."""
+        if any(_is_compiled_key_prefix(node) for node in _key_literals(self.module)):
+            return True
+        project = self.context.project
+        return not self.context.alone and project.summaries.remember(
+            ("compiled prefix keys",), lambda: any(project.summary(path).compiled_prefix_keys for path in project.files))
 
     @cached_property
     def _saves(self) -> tuple[dict[tuple[int, int], list[Event]], dict[int, set[str]]]:
@@ -1088,7 +1093,7 @@ def _bases(cls: cst.ClassDef | None) -> tuple[str, ...]:
     return tuple(dotted(base.value) or "" for base in cls.bases)
 
 
-_COMPILED_KEY_PREFIX = re.compile(rf"(?:[A-Za-z_]\w*\.)*{cat.COMPILED_INNER}\.")
+_COMPILED_KEY_PREFIX = re.compile(cat.COMPILED_KEY_PREFIX)
 
 
 def _key_literals(module: cst.Module) -> Iterator[cst.SimpleString]:

@@ -288,7 +288,8 @@ class Window:
                 or call_receiver(loop.iter) != (None, "range"):
             return False
         targets = set(iter_names(loop.target))
-        if targets & set(iter_names(loop.body)) or any(call_receiver(c) == (None, "next") for c in iter_calls(loop.body)):
+        if targets & set(iter_names(loop.body)) or any(
+                call_receiver(c) == (None, "next") for c in iter_calls(loop.body)):
             return False
         calls = [e for e in self.events if self.inside(e) and e.kind in (EventKind.MODEL_CALL, EventKind.HELPER_CALL)]
         return bool(calls) and not any(call.argument_names & (variant | targets) for call in calls)

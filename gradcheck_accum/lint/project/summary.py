@@ -26,7 +26,7 @@ from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 STAR = "*"  # the key prefix of a star import in ModuleSummary.imports
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
 # The summary's shape: caches written for another shape are not read (store.py keys them by it).
-FORMAT = 8
+FORMAT = 9
 # What a call of a module's registry makes, as written (`models.__dict__[args.model](...)` ->
 # "models.__dict__[]", `globals()[name](...)` -> "__dict__[]"): one of the module's factories,
 # chosen by name at run time (index.resolve_class reads it).
@@ -86,6 +86,8 @@ class ModuleSummary:
     # The watched words (a framework setting such as `accumulate_grad_batches`) the file's code names,
     # outside strings and comments: as a parameter, an attribute, a keyword.
     names: frozenset[str] = frozenset()
+    # The file's code uses the compile wrapper's state-dict key prefix as data (a loader strips it)
+    compiled_prefix_keys: bool = False
 
     @cached_property
     def mentioned(self) -> frozenset[str]:
@@ -105,6 +107,7 @@ class ModuleSummary:
             "bindings": self.bindings,
             "constructions": [[callee, keywords] for callee, keywords in self.constructions],
             "names": sorted(self.names),
+            "compiled_prefix_keys": self.compiled_prefix_keys,
         }
 
     @classmethod
@@ -117,6 +120,7 @@ class ModuleSummary:
             data["bindings"],
             [(callee, keywords) for callee, keywords in data["constructions"]],
             frozenset(data["names"]),
+            data["compiled_prefix_keys"],
         )
 
 
@@ -129,7 +133,21 @@ def summarize(text: str, effect_names: frozenset[str], watched: frozenset[str] =
     tree = python_tree(text)
     if tree is None:
         return ModuleSummary()
-    return _Summarizer(text, tree, effect_names, watched, words).summary
+    summary = _Summarizer(text, tree, effect_names, watched, words).summary
+    summary.compiled_prefix_keys = cat.COMPILED_INNER in text and _uses_compiled_prefix(tree)
+    return summary
+
+
+def _uses_compiled_prefix(tree: ast.Module) -> bool:
+    """A string that is the compile wrapper's key prefix handed to a call or bound to a name (or to an
+    element of a bound list): `k.removeprefix("_orig_mod.")`, `prefix = "_orig_mod."`."""
+    pattern = re.compile(cat.COMPILED_KEY_PREFIX)
+    for node in ast.walk(tree):
+        values = node.args + [k.value for k in node.keywords] if isinstance(node, ast.Call) else \
+            [node.value] if isinstance(node, ast.Assign) else node.elts if isinstance(node, ast.List) else []
+        if any(isinstance(v, ast.Constant) and isinstance(v.value, str) and pattern.fullmatch(v.value) for v in values):
+            return True
+    return False
 
 
 # `name(`, `a.b.name(` (spaces, line breaks and backslashes allowed around the dots), and what precedes it
