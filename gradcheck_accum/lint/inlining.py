@@ -1446,10 +1446,57 @@ def _only_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
     if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) \
             and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
         body = body[1:]
+    if len(body) > 1:
+        return _returned_truth(body)
     if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1:
         return None
     statement = body[0].body[0]
     return statement.value if isinstance(statement, cst.Return) else None
+
+
+def _returned_truth(body: list[cst.BaseStatement]) -> cst.BaseExpression | None:
+    """A predicate written as early returns of True or False (`if i == 0: return False`, `if i % n == 0:
+    return True`, ..., `return False`), as the one test it stands for (`i != 0 and (i % n == 0 or ...)`),
+    built around the body's own conditions."""
+    final = _literal_return(body[-1])
+    if final is None:
+        return None
+    result: cst.BaseExpression = cst.Name(str(final))
+    for statement in reversed(body[:-1]):
+        if not isinstance(statement, cst.If) or statement.orelse is not None or len(statement.body.body) != 1:
+            return None
+        value = _literal_return(statement.body.body[0])
+        if value is None:
+            return None
+        test = statement.test
+        # the built operations hold the body's own conditions (findings point at them), uncopied
+        if value:
+            result = test if _is_literal_name(result, "False") else cst.BooleanOperation(test, cst.Or(), result)
+        else:
+            negated = _negated(test)
+            result = negated if _is_literal_name(result, "True") else cst.BooleanOperation(negated, cst.And(), result)
+    return None if isinstance(result, cst.Name) else result
+
+
+def _literal_return(statement: cst.BaseStatement) -> bool | None:
+    """True or False for `return True` / `return False`, else None."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1 \
+            or not isinstance(statement.body[0], cst.Return):
+        return None
+    value = statement.body[0].value
+    return {"True": True, "False": False}.get(value.value) if isinstance(value, cst.Name) else None
+
+
+def _is_literal_name(node: cst.BaseExpression, name: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == name
+
+
+def _negated(test: cst.BaseExpression) -> cst.BaseExpression:
+    """`a != b` for `a == b` (the form boundary tests are read in), `not (test)` otherwise."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+            and isinstance(test.comparisons[0].operator, cst.Equal):
+        return cst.Comparison(test.left, [cst.ComparisonTarget(cst.NotEqual(), test.comparisons[0].comparator)])
+    return cst.UnaryOperation(cst.Not(), test)
 
 
 def _on_stack(scope: Scope | None, function: cst.FunctionDef) -> bool:
