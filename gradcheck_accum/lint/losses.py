@@ -994,7 +994,7 @@ def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> cst.Ba
     reduction = keyword(produced, cat.REDUCTION_KEYWORD)
     if reduction is None and isinstance(produced.func, (cst.Name, cst.Call)):
         # `ce = CrossEntropyLoss(reduction="none")` ... `ce(logits, targets)`: set where it was made
-        made = produced.func if isinstance(produced.func, cst.Call) else _bound_value(produced.func, scope, before)[0]
+        made = produced.func if isinstance(produced.func, cst.Call) else _made_as(produced.func, scope, before)
         reduction = keyword(made, cat.REDUCTION_KEYWORD) if isinstance(made, cst.Call) else None
     per_item = isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "none"
     return mask if per_item else None
@@ -1053,18 +1053,24 @@ def _bound_value(node: cst.BaseExpression, scope: Scope, before: int) -> tuple[c
     value is read at (else the node itself and `before`)."""
     name = dotted(node) if isinstance(node, cst.Name) else None
     defs = scope.defs_of(name, before) if name else []
-    if name and not defs:
-        # a closure's free name (`ce_loss` made in the function that defines `compute_loss`): bound in
-        # the enclosing function, which the walk reached as a caller of the closure
-        outer = scope.frame.caller if scope.frame is not None else None
-        while outer is not None and not contains(outer.node, scope.node):
-            outer = outer.frame.caller if outer.frame is not None else None
-        if outer is not None and outer is not scope:
-            defs, scope = outer.defs_of(name), outer
-            defs = defs if len(defs) == 1 else []
     if defs and defs[-1].op is DefOp.ASSIGN and not defs[-1].ctx.guards and defs[-1].value is not None:
         return defs[-1].value, defs[-1].order
     return node, before
+
+
+def _made_as(func: cst.BaseExpression, scope: Scope, before: int) -> cst.BaseExpression:
+    """What a called name was made as: its binding here, or for a closure's free name (`ce_loss` made
+    in the function that defines `compute_loss`) its one binding in the enclosing function, which the
+    walk reached as a caller of the closure. Read for its shape only (a constructor's keywords)."""
+    made, _ = _bound_value(func, scope, before)
+    name = dotted(func) if isinstance(func, cst.Name) else None
+    if made is not func or name is None or scope.defs_of(name, before):
+        return made
+    outer = scope.frame.caller if scope.frame is not None else None
+    while outer is not None and not contains(outer.node, scope.node):
+        outer = outer.frame.caller if outer.frame is not None else None
+    defs = outer.defs_of(name) if outer is not None else []
+    return defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].value is not None else func
 
 
 def _values_kept(node: cst.BaseExpression, keeping: frozenset[str] = cat.LABEL_KEEPING_METHODS) -> cst.BaseExpression:
