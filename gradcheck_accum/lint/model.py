@@ -213,10 +213,18 @@ class FileModel:
         if window.shape is not WindowShape.GUARDED or not window.accumulates:
             return None  # an optimizer that also steps on every micro-batch leaves nothing behind
         literals = self.context.this.literals
-        if any(other.loop is window.loop and other is not window
-               and pass_kind(other, literals) is PassKind.MULTIPLE_OF_N for other in self.windows):
+        if any(other is not window and pass_kind(other, literals) is PassKind.MULTIPLE_OF_N
+               for other in self._windows_by_loop.get(id(window.loop), ())):
             return None  # a caller hands the loop data cut to whole windows (a sampler told N)
         return unstepped_tail(window, self.repetition(window), literals)
+
+    @cached_property
+    def _windows_by_loop(self) -> dict[int, list[Window]]:
+        """The windows of each loop (its own function's, and those of the callers that walk it in place)."""
+        by_loop: dict[int, list[Window]] = {}
+        for window in self.windows:
+            by_loop.setdefault(id(window.loop), []).append(window)
+        return by_loop
 
     # -- losses -------------------------------------------------------------------------------------
     def loss_facts(self, expr: cst.BaseExpression | None, scope: Scope, before: int) -> LossFacts:
@@ -774,6 +782,12 @@ class FileModel:
             return False
         return resolve_n(length, scope) == resolve_n(bound, window.scope)
 
+    @staticmethod
+    def dead_flush_text(window: Window) -> str | None:
+        """The window's end-of-data clause as written, when it can never hold (Window.dead_flush)."""
+        clause = window.dead_flush
+        return source(clause) if clause is not None else None
+
     # -- compile and checkpoints --------------------------------------------------------------------
     @staticmethod
     def receiver_text(event: Event) -> str | None:
@@ -808,7 +822,8 @@ class FileModel:
             return True
         project = self.context.project
         return not self.context.alone and project.summaries.remember(
-            ("compiled prefix keys",), lambda: any(project.summary(path).compiled_prefix_keys for path in project.files))
+            ("compiled prefix keys",),
+            lambda: any(project.summary(path).compiled_prefix_keys for path in project.files))
 
     @cached_property
     def _saves(self) -> tuple[dict[tuple[int, int], list[Event]], dict[int, set[str]]]:

@@ -60,6 +60,7 @@ class Boundary(NamedTuple):
     comparison: cst.BaseExpression | None = None  # the test itself (`i % N` when it stands alone)
     # `or (<configuration> and <end of data>)`: the flush exists only where the configuration holds
     flush_condition: cst.BaseExpression | None = None
+    flush_clause: cst.BaseExpression | None = None  # the `or` clause itself (`i + 1 == len(loader)`)
     reference: cst.BaseExpression | None = None  # distance: `last_opt_step` in `ni - last_opt_step >= N`
     strict: bool = False  # distance: `>` rather than `>=`
 
@@ -98,7 +99,7 @@ def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Boundary 
             # `N == 1 or ...` says when every micro-batch is a window, which is no end of data
             if _only_short_epochs(other) or _compares_count_with_literal(other, found.n, scope):
                 return found
-            return found._replace(flush=True, flush_condition=_condition_of_flush(other, found))
+            return found._replace(flush=True, flush_condition=_condition_of_flush(other, found), flush_clause=other)
         if isinstance(test.operator, cst.And) and not found.positive:
             return found._replace(flush=True)  # `not a or not b` in De Morgan form
         return found

@@ -619,10 +619,26 @@ class Window:
         if any(self.placement(s) is AFTER and s.ctx.loops == self.outer for s in self.steps):
             return True  # a step right after the loop (not one in a later loop of the same body)
         boundary = self.boundary
-        if boundary is None or not boundary.flush:
+        if boundary is None or not boundary.flush or self.dead_flush is not None:
             return False
         condition = boundary.flush_condition
         return condition is None or not invariant(condition, assigned_in(self.scope, self.loop))
+
+    @property
+    def dead_flush(self) -> cst.Comparison | None:
+        """The end-of-data clause when it can never hold: the loop's 0-based index compared with the
+        data's length (`or i == len(loader)`), which its last value, len - 1, never reaches."""
+        clause = self.boundary.flush_clause if self.boundary is not None else None
+        index = self.index_counter()
+        if not isinstance(clause, cst.Comparison) or len(clause.comparisons) != 1 or index is None or index[1] != 0 \
+                or not isinstance(clause.comparisons[0].operator, cst.Equal):
+            return None
+        left, right = clause.left, clause.comparisons[0].comparator
+        for counted, length in ((left, right), (right, left)):
+            if dotted(counted) == index[0] and isinstance(length, cst.Call) \
+                    and call_receiver(length) == (None, cat.LENGTH_FUNCTION):
+                return clause
+        return None
 
     def is_micro_batch_loop(self) -> bool:
         """For a nested window: does the inner loop clearly walk the micro-batches of one window?"""
@@ -848,8 +864,10 @@ def build_windows(scope: Scope) -> list[Window]:
     for key in [key for key, loop in backward_loops.items() if _breaks_after_each(loop, backwards_in[key])]:
         del backward_loops[key]
     stacks = {key: _loop_stack(scope, loop) for key, loop in backward_loops.items()}
+    # the loops a step runs in, gathered once for the file (not once per loop)
+    stepping = {id(loop) for event in scope.events if event.kind is EventKind.STEP for loop in event.ctx.loops}
     for key in [key for key, loop in backward_loops.items()
-                if _tail_of_nested_window(scope, loop, backwards_in[key], stacks)]:
+                if _tail_of_nested_window(scope, loop, backwards_in[key], stacks, stepping)]:
         del backward_loops[key], stacks[key]
     # The loops of each block that hold a micro-batch loop (the block's training loops), by start.
     training: dict[tuple[int, ...], dict[int, Loop]] = {}
@@ -863,12 +881,11 @@ def build_windows(scope: Scope) -> list[Window]:
 
 
 def _tail_of_nested_window(scope: Scope, loop: Loop, backwards: list[Event],
-                           stacks: dict[int, tuple[Loop, ...]]) -> bool:
+                           stacks: dict[int, tuple[Loop, ...]], stepping: set[int]) -> bool:
     """Are the backwards the loop runs directly the last micro-batch of a window that a micro-step loop
     inside it began (`for _ in range(N - 1): ...backward()` then one more forward and backward, then the
     step)? That window is the inner loop's, which runs once per iteration of this one and never steps
     itself; each backward here comes after such an inner loop in the same iteration."""
-    stepping = {id(inner) for event in scope.events if event.kind is EventKind.STEP for inner in event.ctx.loops}
     inner_ends = [scope.loop_end.get(key, 0) for key, stack in stacks.items()
                   if stack and stack[-1] is loop and key not in stepping]  # not an update loop of its own
     return bool(inner_ends) and all(any(end < event.order for end in inner_ends) for event in backwards)

@@ -227,7 +227,15 @@ class RemainderDropped(Rule):
             tail = model.unstepped_tail(window)
             if tail is None:
                 continue
-            if tail.fate is TailFate.DISCARDED:
+            dead = model.dead_flush_text(window)
+            if dead is not None:
+                lost = (f"backpropagated and thrown away by `{tail.clear_text}` between epochs"
+                        if tail.fate is TailFate.DISCARDED else "never stepped: they leak into the next epoch's "
+                                                                "first window")
+                message = (f"`{dead}` never holds, since the 0-based index ends at len - 1: the end-of-data step "
+                           f"never runs, and the micro-batches after the last full window of each epoch are {lost}; "
+                           f"test the index plus one")
+            elif tail.fate is TailFate.DISCARDED:
                 message = (f"the micro-batches after the last full window of each epoch are backpropagated but never "
                            f"stepped, and `{tail.clear_text}` between epochs throws them away; also "
                            f"step on the last batch of the epoch")
