@@ -468,7 +468,9 @@ class LossTracer:
         elif Role.CRITERION in roles and (reduction is None or _string_value(reduction, scope, before) == "mean"):
             # `l1(pred.masked_select(mask), target.masked_select(mask))`: a mean over the items the
             # mask selects, as many as this micro-batch's data keeps (unless the count is fixed)
-            selected = _selecting_mask(positional(node, 0) or keyword(node, "input"))
+            given = positional(node, 0) or keyword(node, "input")
+            # inline, or bound to a name first (`masked_pred = pred[coord_mask]`)
+            selected = _selecting_mask(_bound_value(given, scope, before)[0]) if given is not None else None
             if selected is not None and not self._fixed_count(selected, scope, before, 0):
                 facts.token_level = True
             # torch's cross-entropy skips targets of -100 unasked (`ignore_index=-100` by default): a mean
