@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple
 from gradcheck_accum.lint.bindings import loop_index
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, item_name, iter_calls,
-                                        iter_names, keyword, last_part, parameter_names, positional, source)
+                                        iter_names, keyword, last_part, parameter_names, positional, source, walk)
 from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import (BoundaryKind, bound_argument, conjuncts, guard_boundary,
                                              is_accumulation_count, reads_length)
@@ -443,11 +443,9 @@ def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int,
         return PassKind.MULTIPLE_OF_N
     if name.startswith("self.") and scope.owner is not None and not scope.defs_of(name):
         # a loader the class made in another method (`self.train_loader = DataLoader(...)` in __init__)
-        for method in (m for m in children(scope.owner.body) if isinstance(m, cst.FunctionDef)):
-            for value, _ in _attribute_assignments(method, name, []):
-                if isinstance(value, cst.Call) and (call_receiver(value)[1] or "").lower() == "dataloader" \
-                        and _sampled_in_windows(value, window, method):
-                    return PassKind.MULTIPLE_OF_N
+        if any((call_receiver(value)[1] or "").lower() == "dataloader" and _sampled_in_windows(value, window, method)
+               for value, method in _attribute_calls(scope.owner, name)):
+            return PassKind.MULTIPLE_OF_N
     defs = [d for d in scope.defs_of(name) if d.value is not None and d.op.rebinds]
     for d in defs:
         if isinstance(d.value, cst.Call):
@@ -455,6 +453,35 @@ def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int,
             if found is not PassKind.UNKNOWN:
                 return found
     return PassKind.DATA if any(word in last_part(name).lower() for word in _SIZED_WORDS) else PassKind.UNKNOWN
+
+
+def _attribute_calls(cls: cst.ClassDef, name: str) -> Iterator[tuple[cst.Call, cst.FunctionDef]]:
+    """The calls whose results a class binds to `self.x` (`name`), each with the method that makes it:
+    `self.x = Call(...)`, or element k of `self.a, self.x = self.build()` where `build` returns a tuple
+    whose element k is a name it binds to a call."""
+    methods = {m.name.value: m for m in children(cls.body) if isinstance(m, cst.FunctionDef)}
+    for method in methods.values():
+        for node in walk(method):
+            if not isinstance(node, cst.Assign):
+                continue
+            for target in (t.target for t in node.targets):
+                if dotted(target) == name and isinstance(node.value, cst.Call):
+                    yield node.value, method
+                elif isinstance(target, cst.Tuple) and isinstance(node.value, cst.Call):
+                    index = next((k for k, e in enumerate(target.elements) if dotted(e.value) == name), None)
+                    receiver, called = call_receiver(node.value)
+                    maker = methods.get(called or "") if dotted(receiver) == "self" else None
+                    if index is not None and maker is not None:
+                        yield from _returned_element_calls(maker, index)
+
+
+def _returned_element_calls(method: cst.FunctionDef, index: int) -> Iterator[tuple[cst.Call, cst.FunctionDef]]:
+    """The call element `index` of the tuples a method returns is bound to in that method."""
+    for node in walk(method):
+        if isinstance(node, cst.Return) and isinstance(node.value, cst.Tuple) and index < len(node.value.elements):
+            element = node.value.elements[index].value
+            made = [value for value, _ in _attribute_assignments(method, dotted(element) or "", [])]
+            yield from ((value, method) for value in made if isinstance(value, cst.Call))
 
 
 def _loop_scope(window: Window) -> Scope:
