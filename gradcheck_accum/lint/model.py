@@ -339,7 +339,7 @@ class FileModel:
         puts nothing in the model; the chunks' gradients add up to the whole batch's exactly."""
         seen: set[tuple[object, object]] = set()
         pending = [(backward.expr, backward.order, backward.scope or window.scope)] if backward.expr is not None else []
-        while pending and len(seen) < 128:  # a bound on the provenance read, not a depth
+        while pending and len(seen) < 512:  # a bound on the provenance read, not a depth
             expression, before, scope = pending.pop()
             for node in walk(expression):
                 if isinstance(node, cst.Attribute) and node.attr.value == cat.GRADIENT_ATTRIBUTE:
