@@ -337,9 +337,9 @@ class FileModel:
         representations detached into fresh leaves (`reps.detach().requires_grad_()`), whose `.grad`
         is the cache, or a chunk's surrogate weighted by that cache (`dot(reps, cache)`)? The first
         puts nothing in the model; the chunks' gradients add up to the whole batch's exactly."""
-        seen: set[tuple[object, object]] = set()
+        seen: set[tuple[object, ...]] = set()
         pending = [(backward.expr, backward.order, backward.scope or window.scope)] if backward.expr is not None else []
-        while pending and len(seen) < 512:  # a bound on the provenance read, not a depth
+        while pending and len(seen) < 2048:  # a bound on the provenance read, not a depth
             expression, before, scope = pending.pop()
             for node in walk(expression):
                 if isinstance(node, cst.Attribute) and node.attr.value == cat.GRADIENT_ATTRIBUTE:
@@ -354,12 +354,13 @@ class FileModel:
                     pending += [(value, at, where) for value, where, at in returned]
                     continue
                 name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
-                if name is None or (id(scope), name) in seen:
+                if name is None or (id(scope), name, before) in seen:
                     continue
-                seen.add((id(scope), name))
-                # a parameter's binding is read in the caller (Def.scope): what the call passed
+                seen.add((id(scope), name, before))  # `cache = cache.split(n)` reads the binding before it
+                # the binding that reaches here (a parameter's is read in the caller, Def.scope: what the
+                # call passed); not every earlier one, which in a file of many loops is every loop's
                 pending += [(d.value, d.order, d.scope or scope)
-                            for d in scope.defs_of(name, before) if d.value is not None]
+                            for d in scope.defs_of(name, before)[-1:] if d.value is not None]
         return False
 
     def is_accumulation_count(self, node: cst.BaseExpression, window: Window | None, scope: Scope) -> bool:
