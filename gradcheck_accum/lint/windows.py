@@ -272,27 +272,28 @@ class Window:
             return None, []
         variant = assigned_in(self.scope, self.loop)
         if name in variant or not any(d.op is DefOp.LOOP_TARGET and d.node in self.outer
-                                      for d in self.scope.defs_of(name)) or self._passes_over_same_input(variant):
+                                      for d in self.scope.defs_of(name)) or self._passes_over_same_input():
             return None, []
         steps = [s for s in self.boundary_steps if self.inside(s) and not s.via_helper and s.target
                  and "[" not in s.target and s.target.split(".")[0] not in variant]
         return name, steps
 
-    def _passes_over_same_input(self, variant: set[str]) -> bool:
+    def _passes_over_same_input(self) -> bool:
         """Does the loop run again over the outer iteration's batch (`for _ in range(ppo_epochs):
-        loss = self.training_step(model, inputs)`)? Its target is read nowhere in it, nothing in it
-        draws (`next(...)`), and no forward or helper call in it reads a name the loop changes: each
-        pass is an update of its own on the same data, not a micro-batch of a window."""
+        loss = self.training_step(model, inputs)`)? Nothing in it draws (`next(...)`), its target
+        indexes nothing (`chunks[k]`) and is handed to no call, and every call in it reads only what
+        was bound before the loop or what the pass itself computes from that: each pass is an update
+        of its own on the same data, not a micro-batch of a window."""
         loop = self.loop
         if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call) \
                 or call_receiver(loop.iter) != (None, "range"):
             return False
         targets = set(iter_names(loop.target))
-        if targets & set(iter_names(loop.body)) or any(
-                call_receiver(c) == (None, "next") for c in iter_calls(loop.body)):
+        indexed = {name for node in walk(loop.body) if isinstance(node, cst.Subscript) for name in iter_names(node)}
+        if targets & indexed or any(call_receiver(c) == (None, "next") for c in iter_calls(loop.body)):
             return False
         calls = [e for e in self.events if self.inside(e) and e.kind in (EventKind.MODEL_CALL, EventKind.HELPER_CALL)]
-        return bool(calls) and not any(call.argument_names & (variant | targets) for call in calls)
+        return bool(calls) and not any(call.argument_names & targets for call in calls)
 
     @property
     def counter(self) -> cst.BaseExpression | None:
