@@ -23,7 +23,8 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import (loop_index, module_constants, module_literals, pass_from_zero,
                                            roles_from_name)
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, is_static,
-                                        iter_calls, keyword, paired_arguments, parameter_names, positional, walk)
+                                        iter_calls, keyword, paired_arguments, parameter_names, positional,
+                                        statement_blocks, walk)
 from gradcheck_accum.lint.outline import blank_strings_and_comments
 from gradcheck_accum.lint.project import (CALLABLE_METHODS, ClassRef, FunctionRef, Project, SummaryStore, effect_names,
                                           watched_words)
@@ -1635,7 +1636,7 @@ def _blocks_in_context(statement: cst.CSTNode, ctx: Context) -> list[tuple[list[
             blocks.append((list(statement.orelse.body.body), otherwise))
         return blocks
     if isinstance(statement, (cst.For, cst.While)):
-        return [(block, ctx.push_loop(statement)) for block in _blocks(statement)]
+        return [(block, ctx.push_loop(statement)) for block in statement_blocks(statement)]
     if isinstance(statement, cst.Try) or type(statement).__name__ == "TryStar":
         handled = ctx.handler()  # a handler runs only on an error, and `else` only without one
         blocks = [(list(statement.body.body), ctx)]
@@ -1643,7 +1644,7 @@ def _blocks_in_context(statement: cst.CSTNode, ctx: Context) -> list[tuple[list[
         blocks += [(list(statement.orelse.body.body), handled)] if statement.orelse is not None else []
         blocks += [(list(statement.finalbody.body.body), ctx)] if statement.finalbody is not None else []
         return blocks
-    return [(block, ctx) for block in _blocks(statement)]
+    return [(block, ctx) for block in statement_blocks(statement)]
 
 
 def _binds_self(small: cst.Assign | cst.AnnAssign) -> bool:
@@ -1653,20 +1654,6 @@ def _binds_self(small: cst.Assign | cst.AnnAssign) -> bool:
         names.extend(e.value for e in target.elements) if isinstance(target, (cst.Tuple, cst.List)) else \
             names.append(target)
     return any((dotted(name) or "").startswith("self.") for name in names)
-
-
-def _blocks(statement: cst.CSTNode) -> list[list[cst.CSTNode]]:
-    blocks = []
-    body = getattr(statement, "body", None)
-    if body is not None and hasattr(body, "body"):
-        blocks.append(list(body.body))
-    for name in ("orelse", "finalbody"):
-        other = getattr(statement, name, None)
-        if other is not None:
-            blocks.extend(_blocks(other) if isinstance(other, cst.If) else [list(other.body.body)])
-    for handler in getattr(statement, "handlers", ()) or ():
-        blocks.append(list(handler.body.body))
-    return blocks
 
 
 def _bases(cls: cst.ClassDef | None) -> tuple[str, ...]:

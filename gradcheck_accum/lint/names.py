@@ -180,6 +180,22 @@ def walk(root: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(children(current))
 
 
+def statement_blocks(statement: cst.CSTNode) -> list[list[cst.CSTNode]]:
+    """The statement lists directly inside a compound statement: its body, each `elif`/`else`, each
+    `except` handler, `finally`."""
+    blocks = []
+    body = getattr(statement, "body", None)
+    if body is not None and hasattr(body, "body"):
+        blocks.append(list(body.body))
+    for name in ("orelse", "finalbody"):
+        other = getattr(statement, name, None)
+        if other is not None:
+            blocks.extend(statement_blocks(other) if isinstance(other, cst.If) else [list(other.body.body)])
+    for handler in getattr(statement, "handlers", ()) or ():
+        blocks.append(list(handler.body.body))
+    return blocks
+
+
 def contains(root: cst.CSTNode, node: cst.CSTNode) -> bool:
     """Is `node` inside `root` (or `root` itself)?"""
     return any(current is node for current in walk(root))

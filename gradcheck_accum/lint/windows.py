@@ -20,7 +20,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import accelerator_accumulation_steps, first_index, is_accumulation_name, pass_from_zero
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_calls, iter_names, keyword,
-                                        last_part, positional, walk)
+                                        last_part, positional, statement_blocks, walk)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, conjuncts, ends_with_break,
                                              guard_boundary, is_accumulation_count, reads_length)
@@ -906,28 +906,12 @@ def _breaks_after(statements, stmt: cst.CSTNode) -> bool:
             continue
         if isinstance(statement, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef)) and statement is not stmt:
             return False  # a nested loop's break is its own; a definition runs later
-        if statement is not stmt and any(_breaks_after(block.body, stmt) for block in _blocks(statement)
-                                         if contains(block, stmt)):
+        if statement is not stmt and any(_breaks_after(block, stmt) for block in statement_blocks(statement)
+                                         if any(contains(each, stmt) for each in block)):
             return True
         return any(isinstance(later, cst.SimpleStatementLine) and any(isinstance(small, cst.Break) for small in later.body)
                    for later in statements[index + 1:])
     return False
-
-
-def _blocks(statement: cst.CSTNode) -> list[cst.BaseSuite]:
-    """The statement blocks directly inside a compound statement (if/else, try/except/finally, with)."""
-    blocks = [getattr(statement, "body", None)]
-    orelse = getattr(statement, "orelse", None)
-    while isinstance(orelse, cst.If):  # elif chains
-        blocks.append(orelse.body)
-        orelse = orelse.orelse
-    if orelse is not None:
-        blocks.append(orelse.body)
-    blocks += [handler.body for handler in getattr(statement, "handlers", ())]
-    final = getattr(statement, "finalbody", None)
-    if final is not None:
-        blocks.append(final.body)
-    return [block for block in blocks if isinstance(block, cst.BaseSuite) and isinstance(block.body, (list, tuple))]
 
 
 class _Neighbours:
