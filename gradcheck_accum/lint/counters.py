@@ -29,7 +29,7 @@ from gradcheck_accum.lint.names import (call_receiver, children, code, contains,
                                         iter_names, keyword, last_part, parameter_names, positional, source, walk)
 from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import (BoundaryKind, bound_argument, conjuncts, guard_boundary,
-                                             is_accumulation_count, reads_length)
+                                             is_accumulation_count, plus_one, reads_length)
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Guard, Scope, Tag
 from gradcheck_accum.lint.windows import Placement, Window, assigned_in, increment, loop_guards, same_target
 
@@ -177,8 +177,7 @@ def _breaks_after_last_whole_window(boundary_if: cst.If, window: Window, counter
         left = test.left
         done = left.left if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.FloorDivide) \
             and is_accumulation_count(left.right, window.boundary.n, scope) else None
-        if isinstance(done, cst.BinaryOperation) and isinstance(done.operator, cst.Add) \
-                and dotted(done.left) == counter and isinstance(done.right, cst.Integer) and done.right.value == "1":
+        if done is not None and plus_one(done) == 1 and dotted(done.left) == counter:
             bounds = _values_of(test.comparisons[0].comparator, scope)
             if bounds and all(_at_most_whole_windows(bound, scope, window) for bound in bounds):
                 return True

@@ -220,12 +220,12 @@ def _modulo(modulo: cst.BinaryOperation, right: cst.BaseExpression, equal: bool,
     counter = modulo.left
     offset: int | None = None
     if isinstance(right, cst.Integer) and right.value == "0":
-        offset = _plus_one(counter)
+        offset = plus_one(counter)
         if offset:
             counter = counter.left  # type: ignore[union-attr]
     elif isinstance(right, cst.BinaryOperation) and isinstance(right.operator, cst.Subtract) \
             and code(right.left) == code(n) and isinstance(right.right, cst.Integer) and right.right.value == "1":
-        offset = 1 if _plus_one(counter) == 0 else None
+        offset = 1 if plus_one(counter) == 0 else None
     else:
         return None
     if measures_a_tensor(counter):
@@ -379,7 +379,7 @@ def _condition_of_flush(clause: cst.BaseExpression, found: Boundary) -> cst.Base
     return None
 
 
-def _plus_one(counter: cst.BaseExpression) -> int:
+def plus_one(counter: cst.BaseExpression) -> int:
     """1 for `i + 1`, -1 for `i - 1`, else 0."""
     if isinstance(counter, cst.BinaryOperation) and isinstance(counter.operator, (cst.Add, cst.Subtract)) \
             and isinstance(counter.right, cst.Integer) and counter.right.value == "1":

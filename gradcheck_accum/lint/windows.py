@@ -23,7 +23,7 @@ from gradcheck_accum.lint.names import (call_receiver, children, code, contains,
                                         last_part, positional, statement_blocks, walk)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, conjuncts, ends_with_break,
-                                             guard_boundary, is_accumulation_count, reads_length)
+                                             guard_boundary, is_accumulation_count, plus_one, reads_length)
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Exit, Framework, Guard, Role, Scope, Tag
 
 if TYPE_CHECKING:
@@ -1214,9 +1214,8 @@ def _breaks_at_count(loop: cst.For, index: str | None) -> cst.BaseExpression | N
             if not isinstance(term, cst.Comparison) or len(term.comparisons) != 1:
                 continue
             left, target = term.left, term.comparisons[0]
-            if isinstance(target.operator, (cst.GreaterThanEqual, cst.Equal)) and isinstance(left, cst.BinaryOperation) \
-                    and isinstance(left.operator, cst.Add) and dotted(left.left) == index and index is not None \
-                    and isinstance(left.right, cst.Integer) and left.right.value == "1":
+            if isinstance(target.operator, (cst.GreaterThanEqual, cst.Equal)) and plus_one(left) == 1 \
+                    and index is not None and dotted(left.left) == index:
                 return target.comparator
     return None
 
