@@ -460,18 +460,17 @@ def _attribute_calls(cls: cst.ClassDef, name: str) -> Iterator[tuple[cst.Call, c
     whose element k is a name it binds to a call."""
     methods = {m.name.value: m for m in children(cls.body) if isinstance(m, cst.FunctionDef)}
     for method in methods.values():
+        yield from ((value, method) for value, _ in _attribute_assignments(method, name, [])
+                    if isinstance(value, cst.Call))
         for node in walk(method):
-            if not isinstance(node, cst.Assign):
+            if not isinstance(node, cst.Assign) or not isinstance(node.value, cst.Call):
                 continue
-            for target in (t.target for t in node.targets):
-                if dotted(target) == name and isinstance(node.value, cst.Call):
-                    yield node.value, method
-                elif isinstance(target, cst.Tuple) and isinstance(node.value, cst.Call):
-                    index = next((k for k, e in enumerate(target.elements) if dotted(e.value) == name), None)
-                    receiver, called = call_receiver(node.value)
-                    maker = methods.get(called or "") if dotted(receiver) == "self" else None
-                    if index is not None and maker is not None:
-                        yield from _returned_element_calls(maker, index)
+            for target in (t.target for t in node.targets if isinstance(t.target, cst.Tuple)):
+                index = next((k for k, e in enumerate(target.elements) if dotted(e.value) == name), None)
+                receiver, called = call_receiver(node.value)
+                maker = methods.get(called or "") if dotted(receiver) == "self" else None
+                if index is not None and maker is not None:
+                    yield from _returned_element_calls(maker, index)
 
 
 def _returned_element_calls(method: cst.FunctionDef, index: int) -> Iterator[tuple[cst.Call, cst.FunctionDef]]:
