@@ -488,12 +488,7 @@ def _loop_scope(window: Window) -> Scope:
     for event in window.events:
         if window.loop not in event.ctx.loops or event.scope is None or event.scope is window.scope:
             continue
-        scope: Scope | None = event.scope
-        while scope is not None and scope is not window.scope:
-            if contains(scope.node, window.loop):
-                return scope
-            scope = scope.frame.caller if scope.frame is not None else None
-        break
+        return event.scope.holding(window.loop) or window.scope
     return window.scope
 
 

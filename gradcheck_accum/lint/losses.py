@@ -17,7 +17,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import constructor_roles, is_micro_batch_size_name, no_roles
 from gradcheck_accum.lint.catalogue import LossOp
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, contains, dotted,
+from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted,
                                         full_names, is_one, item_name, iter_names, keyword, last_part, parameter_names,
                                         positional, walk)
 from gradcheck_accum.lint.paths import excluded_by, rebound_since
@@ -1068,9 +1068,7 @@ def _made_as(func: cst.BaseExpression, scope: Scope, before: int) -> cst.BaseExp
     name = dotted(func) if isinstance(func, cst.Name) else None
     if made is not func or name is None or scope.defs_of(name, before):
         return made
-    outer = scope.frame.caller if scope.frame is not None else None
-    while outer is not None and not contains(outer.node, scope.node):
-        outer = outer.frame.caller if outer.frame is not None else None
+    outer = scope.frame.caller.holding(scope.node) if scope.frame is not None else None
     defs = outer.defs_of(name) if outer is not None else []
     return defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].value is not None else func
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, MutableMapping, NamedTuple
 
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import ImportMap, dotted
+from gradcheck_accum.lint.names import ImportMap, contains, dotted
 
 if TYPE_CHECKING:  # annotations only: libcst is loaded lazily (see lazy.py)
     from gradcheck_accum.lint.catalogue import Api
@@ -355,6 +355,14 @@ class Scope:
     # a root scope: id(call) in a loop's iterable -> what that call iterates, when it runs a project
     # generator that yields each item of an argument (`metric_logger.log_every(data_loader, 10)`)
     iterated: dict[int, cst.BaseExpression] = field(default_factory=dict)
+
+    def holding(self, node: cst.CSTNode) -> "Scope | None":
+        """This scope, or the nearest of the callers it was walked in place for, whose code holds `node`
+        (the function a closure's free names are bound in, the one a loop is written in)."""
+        scope: Scope | None = self
+        while scope is not None and not contains(scope.node, node):
+            scope = scope.frame.caller if scope.frame is not None else None
+        return scope
 
     def defs_of(self, name: str, before: int | None = None) -> list[Def]:
         """The bindings of `name` here (those before program point `before`). The walk appends them in
