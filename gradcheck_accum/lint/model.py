@@ -27,7 +27,7 @@ from gradcheck_accum.lint.paths import decision, invariant
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
-from gradcheck_accum.lint.vocabulary import (END_OF_SCOPE, NO_ROLES, Context, Def, DefOp, Event, EventKind, Fact,
+from gradcheck_accum.lint.vocabulary import (END_OF_SCOPE, NO_ROLES, Context, Def, DefOp, Event, EventKind, Fact, Guard,
                                              Framework, Role, Scope)
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, accumulate_calls, assigned_in, build_windows,
@@ -293,13 +293,34 @@ class FileModel:
         return bool(switches) and all(any(decision(g)[:2] == (code(switch), False) for g in event.ctx.guards)
                                       for switch in switches)
 
-    def unscales_where_clipped(self, scope: Scope, backward: Event, unscale: Event, clip: Event) -> bool:
+    def unscaled_where_clipped(self, scope: Scope, backward: Event, unscales: list[Event], clip: Event,
+                               taken: tuple[Guard, ...] = ()) -> bool:
+        """Does some unscale run on every path to the clip while the backward's scaler scales? One may do
+        it alone (unscales_where_clipped), or the two sides of an `if` the clip is not under may each
+        have theirs (`if use_inner: scaler.unscale_(opt.inner) else: scaler.unscale_(opt)`); `taken`: the
+        sides of such tests already followed."""
+        if any(self.unscales_where_clipped(scope, backward, u, clip, taken) for u in unscales):
+            return True
+        for test in {id(g.owner): g for u in unscales for g in u.ctx.guards
+                     if g not in clip.ctx.guards and g not in taken}.values():
+            sides = [[g for u in unscales for g in u.ctx.guards if g.owner is test.owner and g.positive == side]
+                     for side in (True, False)]
+            if all(sides) and all(self.unscaled_where_clipped(scope, backward, [u for u in unscales
+                                                                                if side[0] in u.ctx.guards],
+                                                              clip, taken + (side[0],)) for side in sides):
+                return True
+        return False
+
+    def unscales_where_clipped(self, scope: Scope, backward: Event, unscale: Event, clip: Event,
+                               taken: tuple[Guard, ...] = ()) -> bool:
         """Does the unscale run wherever the clip runs while the backward's scaler scales: is every test it
-        runs under, and the clip does not, the scaler's own switch (`if use_amp: scaler.unscale_(opt)`)?
-        An unscale under another setting (`if cfg.unscale:`) leaves the clip scaled where that is off."""
+        runs under, and the clip does not (nor is one of the sides `taken`), the scaler's own switch
+        (`if use_amp: scaler.unscale_(opt)`)? An unscale under another setting (`if cfg.unscale:`) leaves
+        the clip scaled where that is off."""
         receiver = call_receiver(unscale.node)[0] if isinstance(unscale.node, cst.Call) else None
         scaler_exists = (dotted(receiver), True)  # `if scaler:`, `if scaler is not None:`: false only without one
-        extra = [g for g in unscale.ctx.guards if g not in clip.ctx.guards and decision(g)[:2] != scaler_exists]
+        extra = [g for g in unscale.ctx.guards if g not in clip.ctx.guards and g not in taken
+                 and decision(g)[:2] != scaler_exists]
         # a setting the scaling backward also runs under (`if use_amp: scaler.scale(loss).backward()`):
         # wherever the gradients were scaled, the unscale runs
         scaled_under = {decision(g)[:2] for g in backward.ctx.guards if dotted(decision(g).test) is not None}

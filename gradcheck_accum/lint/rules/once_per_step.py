@@ -205,10 +205,10 @@ class ClipBeforeUnscale(Rule):
                     # the GradScaler's backward is another branch's (`if use_apex: ... else: ...`), or the
                     # clip runs where the scaler is built disabled (`enabled=use_amp`, under `if not use_amp:`)
                     continue
-                scaled = [b for b in window.backwards if b.scaler]
-                if not any(u.order < clip.order and window.placement(u) in (window.placement(clip), _EVERY)
-                           and any(model.unscales_where_clipped(b.scope or window.scope, b, u, clip) for b in scaled)
-                           for u in unscales):
+                earlier = [u for u in unscales
+                           if u.order < clip.order and window.placement(u) in (window.placement(clip), _EVERY)]
+                if not any(model.unscaled_where_clipped(b.scope or window.scope, b, earlier, clip)
+                           for b in window.backwards if b.scaler):
                     yield Report(clip.node, "gradients are clipped while still multiplied by the GradScaler's scale, "
                                             "so the threshold almost always triggers; call scaler.unscale_(optimizer) "
                                             "before clipping")
