@@ -466,6 +466,16 @@ class Inliner:
     def runs_project_function(self, walker: ScopeWalker, call: cst.Call) -> bool:
         return self.resolve(walker.scope, call) is not None
 
+    def delegates_step(self, walker: ScopeWalker, call: cst.Call) -> bool:
+        """Does the call run a project method whose own body steps another optimizer (an accumulation
+        wrapper's `step()`: `if self._calls == self._steps: self._optimizer.step()`)? Then the call is no
+        step by its name: walked in place, its body says when the step happens. An optimizer that only
+        updates parameters itself, or through `super().step()`, is a step."""
+        found = self.resolve(walker.scope, call)
+        return found is not None and any(
+            call_receiver(inner)[1] in _STEPS and not _self_or_super(call_receiver(inner)[0])
+            for inner in iter_calls(found[2].body))
+
     def backpropagates(self, walker: ScopeWalker, call: cst.Call) -> bool:
         """Does the call run a function of the project that backpropagates (`self.mp_trainer.backward(loss)`
         whose body calls `loss.backward()`)?"""
@@ -1248,6 +1258,9 @@ class _ReturnsOnly:
     def backpropagates(self, walker: ScopeWalker, call: cst.Call) -> bool:
         return False  # nothing is walked in place
 
+    def delegates_step(self, walker: ScopeWalker, call: cst.Call) -> bool:
+        return False  # nothing is walked in place
+
     def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context) -> None:
         return None
 
@@ -1692,3 +1705,10 @@ def _run_by_python(name: str) -> bool:
     """A method Python or torch runs, never a hook code elsewhere fires by its name: `__init__`
     (every `super().__init__()` of a project names it), `forward` (every module's call runs it)."""
     return name in CALLABLE_METHODS or name.startswith("__") and name.endswith("__")
+
+
+def _self_or_super(receiver: cst.BaseExpression | None) -> bool:
+    """`self`, `cls` or `super()`: the object's own class, not another object."""
+    if isinstance(receiver, cst.Call):
+        return dotted(receiver.func) == "super"
+    return receiver is None or dotted(receiver) in SELF_NAMES

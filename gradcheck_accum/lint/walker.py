@@ -47,6 +47,9 @@ if TYPE_CHECKING:
         def runs_project_function(self, walker: "ScopeWalker", call: cst.Call) -> bool:
             """Does `call` run a function of the project (its own `clip_grad_norm_`, not torch's)?"""
 
+        def delegates_step(self, walker: "ScopeWalker", call: cst.Call) -> bool:
+            """Does `call` run a project method whose body steps another optimizer (a wrapper's step)?"""
+
         def iterated_argument(self, scope: Scope, call: cst.Call) -> "cst.BaseExpression | None":
             """The argument a project generator that yields each of its items is handed."""
 
@@ -576,6 +579,10 @@ class ScopeWalker:
             return
         for api in candidates:
             if self._matches(api, call, receiver, target, owner, qual):
+                if api.event is EventKind.STEP and receiver is not None and target not in SELF_NAMES \
+                        and self.inliner is not None and self.inliner.delegates_step(self, call) \
+                        and self.inliner.inline(self, call, ctx):
+                    return  # an accumulation wrapper's step(): its body steps the optimizer it wraps, when it says
                 if api.event is not None:
                     self._emit_call(api, call, receiver, target, owner, ctx)
                 if api.event is EventKind.STEP and receiver is not None and target not in SELF_NAMES \
