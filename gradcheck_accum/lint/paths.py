@@ -57,6 +57,12 @@ class Path(NamedTuple):
                 return False
         return True
 
+    def holds(self, guard: Guard) -> bool:
+        """Has this path decided the guard's test the way the guard takes it (so wherever the path
+        reaches the guard, it is passed)?"""
+        taken = decision(guard)
+        return any(d.key == taken.key and d.value is taken.value for d in self.decisions)
+
 
 NO_PATH = Path()
 

@@ -207,7 +207,8 @@ class ClipBeforeUnscale(Rule):
                     continue
                 earlier = [u for u in unscales
                            if u.order < clip.order and window.placement(u) in (window.placement(clip), _EVERY)]
-                if not any(model.unscaled_where_clipped(b.scope or window.scope, b, earlier, clip)
+                decided = tuple(g for u in earlier for g in u.ctx.guards if window.path.holds(g))
+                if not any(model.unscaled_where_clipped(b.scope or window.scope, b, earlier, clip, decided)
                            for b in window.backwards if b.scaler):
                     yield Report(clip.node, "gradients are clipped while still multiplied by the GradScaler's scale, "
                                             "so the threshold almost always triggers; call scaler.unscale_(optimizer) "
