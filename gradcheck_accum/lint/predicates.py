@@ -105,6 +105,9 @@ def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Boundary 
         return found
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         return _comparison(test, scope)
+    if isinstance(test, cst.Call) and dotted(test.func) == cat.TRUTH_CAST and len(test.args) == 1 \
+            and not test.args[0].keyword and not test.args[0].star:
+        return analyze(test.args[0].value, scope, depth + 1)  # `bool((i + 1) % N)`: as its argument holds
     if isinstance(test, cst.BinaryOperation) and isinstance(test.operator, cst.Modulo):
         return _modulo(test, cst.Integer("0"), False, test, scope)  # `if i % N:` is `i % N != 0`
     name = dotted(test)
