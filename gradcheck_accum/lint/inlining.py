@@ -467,14 +467,19 @@ class Inliner:
         return self.resolve(walker.scope, call) is not None
 
     def delegates_step(self, walker: ScopeWalker, call: cst.Call) -> bool:
-        """Does the call run a project method whose own body steps another optimizer (an accumulation
-        wrapper's `step()`: `if self._calls == self._steps: self._optimizer.step()`)? Then the call is no
-        step by its name: walked in place, its body says when the step happens. An optimizer that only
-        updates parameters itself, or through `super().step()`, is a step."""
+        """Does the call run a project method that decides whether to step another optimizer (an
+        accumulation wrapper's `step()`: `if self._calls == self._steps: self._optimizer.step()`, or
+        an early `return` before it)? Then the call is no step by its name: walked in place, its body
+        says when the step happens. An optimizer that updates parameters itself, through
+        `super().step()`, or steps what it wraps on every call, is a step."""
         found = self.resolve(walker.scope, call)
-        return found is not None and any(
-            call_receiver(inner)[1] in _STEPS and not _self_or_super(call_receiver(inner)[0])
-            for inner in iter_calls(found[2].body))
+        if found is None:
+            return False
+        tests = [node for node in walk(found[2].body) if isinstance(node, (cst.If, cst.IfExp))]
+        return any(call_receiver(inner)[1] in _STEPS and not _self_or_super(call_receiver(inner)[0])
+                   for inner in iter_calls(found[2].body)) \
+            and any(isinstance(node, cst.Return) or isinstance(node, cst.Call) and call_receiver(node)[1] in _STEPS
+                    for test in tests for node in walk(test))
 
     def backpropagates(self, walker: ScopeWalker, call: cst.Call) -> bool:
         """Does the call run a function of the project that backpropagates (`self.mp_trainer.backward(loss)`
