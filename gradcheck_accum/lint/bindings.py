@@ -145,6 +145,31 @@ def _fabric_may_use_ddp(call: cst.Call) -> bool:
     return isinstance(strategy, cst.Call) and call_receiver(strategy)[1] == cat.FABRIC_DDP_STRATEGY_CLASS
 
 
+def deepspeed_config(call: cst.Call, scope: Scope) -> cst.Dict | None:
+    """The config given to `deepspeed.initialize(...)` when it is a dict written there or a name the
+    scope binds once to one (a JSON file or an argument: None, unknown)."""
+    config = next((value for name in cat.DEEPSPEED_CONFIG_KEYWORDS if (value := keyword(call, name)) is not None),
+                  None)
+    if isinstance(config, cst.Name):
+        defs = scope.defs_of(config.value)
+        config = defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN else None
+    return config if isinstance(config, cst.Dict) else None
+
+
+def deepspeed_engine_count(engine: str, scope: Scope) -> cst.BaseExpression | None:
+    """The accumulation count a DeepSpeed engine is configured with (`gradient_accumulation_steps`
+    of the dict given to the `deepspeed.initialize(...)` whose first element the scope binds, once, to
+    `engine`); None when the config is not written there."""
+    defs = scope.defs_of(engine)
+    if len(defs) != 1 or defs[0].op is not DefOp.UNPACK or defs[0].index != 0 \
+            or not isinstance(defs[0].value, cst.Call):
+        return None
+    config = deepspeed_config(defs[0].value, defs[0].scope or scope)
+    keys = {element.key.evaluated_value: element.value for element in config.elements
+            if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString)} if config else {}
+    return keys.get(cat.DEEPSPEED_ACCUMULATION_KEY)
+
+
 def deepspeed_config_accumulates(config: cst.Dict) -> bool | None:
     """Does a DeepSpeed config written as a dict literal make the engine accumulate? False when it
     sets gradient_accumulation_steps to 1, or sets neither it nor train_batch_size (DeepSpeed's

@@ -12,8 +12,9 @@ from collections import ChainMap
 from typing import TYPE_CHECKING, Protocol
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.bindings import (LITERAL_TRUTH, constructor_roles, deepspeed_config_accumulates,
-                                           prepared_roles, roles_from_name, unpacked_roles)
+from gradcheck_accum.lint.bindings import (LITERAL_TRUTH, constructor_roles, deepspeed_config,
+                                           deepspeed_config_accumulates, prepared_roles, roles_from_name,
+                                           unpacked_roles)
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, full_names, item_name,
@@ -485,12 +486,8 @@ class ScopeWalker:
     def _deepspeed_config_accumulates(self, call: cst.Call) -> bool | None:
         """What the config given to `deepspeed.initialize(...)` says of accumulation, when it is a dict
         written here or a name bound once to one (a JSON file or an argument: None, unknown)."""
-        config = next((value for name in cat.DEEPSPEED_CONFIG_KEYWORDS if (value := keyword(call, name)) is not None),
-                      None)
-        if isinstance(config, cst.Name):
-            defs = self.scope.defs_of(config.value)
-            config = defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN else None
-        return deepspeed_config_accumulates(config) if isinstance(config, cst.Dict) else None
+        config = deepspeed_config(call, self.scope)
+        return deepspeed_config_accumulates(config) if config is not None else None
 
     def _element_roles(self, value: cst.BaseExpression) -> list[frozenset[Role]]:
         """The roles of each element of a sequence value: a list or tuple written out (`[model,

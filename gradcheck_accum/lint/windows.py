@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.bindings import accelerator_accumulation_steps, first_index, is_accumulation_name, pass_from_zero
+from gradcheck_accum.lint.bindings import (accelerator_accumulation_steps, deepspeed_engine_count, first_index,
+                                           is_accumulation_name, pass_from_zero)
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_calls, iter_names, keyword,
                                         last_part, positional, statement_blocks, walk)
@@ -1031,6 +1032,10 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
     if any(e.framework is Framework.DEEPSPEED for e in backwards):
         window.shape, window.framework = FRAMEWORK, Framework.DEEPSPEED
         window.framework_roles = frozenset().union(*(e.roles for e in backwards if e.framework is Framework.DEEPSPEED))
+        # the engine counts the window's micro-batches itself, to the count its config says
+        counts = {code(n) if n is not None else None: n for e in backwards if e.framework is Framework.DEEPSPEED
+                  for n in [deepspeed_engine_count(e.target, e.scope or scope) if e.target else None]}
+        window.n = next(iter(counts.values())) if len(counts) == 1 else None
     elif any(_accumulate_call(e) for e in backwards):
         window.shape, window.framework = FRAMEWORK, Framework.ACCELERATE
         calls = {id(_accumulate_call(e)) for e in backwards}

@@ -81,7 +81,7 @@ class DoubleScaledLoss(Rule):
             for backward in window.backwards:
                 if backward.via_helper or not model.framework_divides_loss(window, backward):
                     continue
-                for node in model.divisions_by_n(model.backward_facts(window, backward), window.scope):
+                for node in model.divisions_by_n(model.backward_facts(window, backward), window.scope, window):
                     yield Report(node, _double_message(backward.framework))
         for scope, hook, facts, divided in model.hook_losses():
             for node in model.divisions_by_n(facts, scope) if divided else ():
