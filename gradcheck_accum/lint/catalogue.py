@@ -476,7 +476,11 @@ FILL_METHODS = frozenset({"masked_fill", "masked_fill_", "fill_", "full", "full_
 LABEL_MASKING_COLLATORS: dict[str, str | None] = {
     "DataCollatorForSeq2Seq": None, "DataCollatorForTokenClassification": None,
     "DataCollatorForCompletionOnlyLM": None, "DataCollatorForLanguageModeling": "mlm"}
-DATA_LOADER = "DataLoader"
+# Padding is there to hide when the examples were tokenized with a `padding=` other than these
+# (transformers' tokenizers: True, "longest", "max_length" pad; False and "do_not_pad" do not).
+TOKENIZER_PADDING_KEYWORD = "padding"
+NO_PADDING = frozenset({"False", "do_not_pad"})
+DATA_LOADERS = frozenset({"DataLoader", "StatefulDataLoader"})  # torch's, and torchdata's resumable one
 COLLATE_KEYWORD = "collate_fn"
 DATASET_KEYWORD = "dataset"  # `DataLoader(dataset=ds)`, as its first argument
 # Hugging Face `datasets` calls that hand back a dataset of the same examples (`map` rewritten by a
@@ -485,6 +489,8 @@ DATASET_MAP = "map"
 DATASET_TRANSFORMS = frozenset({DATASET_MAP, "filter", "shuffle", "select", "with_format", "remove_columns",
                                 "rename_column"})
 MAP_FUNCTION_KEYWORD = "function"
+# `datasets` functions that hand back a shard of the dataset they are given first
+DATASET_SHARDS = frozenset({"split_dataset_by_node"})
 GET_ITEM_METHOD = "__getitem__"
 
 

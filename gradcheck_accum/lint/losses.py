@@ -650,15 +650,20 @@ class LossTracer:
             return False
         if isinstance(node, cst.Call):
             receiver, method = call_receiver(node)
-            if method == cat.DATA_LOADER:
+            if method in cat.DATA_LOADERS:
                 collator = keyword(node, cat.COLLATE_KEYWORD)
                 dataset = positional(node, 0) or keyword(node, cat.DATASET_KEYWORD)
-                return collator is not None and self._masking_collator(collator, scope, 0) or \
-                    dataset is not None and self._masking_dataset(dataset, scope, 0)
+                if collator is not None and self._masking_collator(collator, scope, 0):
+                    return True
+                if dataset is None:
+                    return False
+                # a collator that hides only padding (causal LM), over examples tokenized with padding
+                return self._masking_dataset(dataset, scope, 0) or collator is not None \
+                    and self._masking_collator(collator, scope, 0, padding=True) and self._padded(dataset, scope, 0)
             returned = self.returns(node, scope, END_OF_SCOPE) if self.returns is not None else None
             if returned:  # `loader = build_dataloader(...)`: what the project function returns
                 return any(self._collated_with_masking(value, where, depth + 1) for value, where, _ in returned)
-            first = positional(node, 0)  # enumerate(loader), tqdm(loader), iter(loader)
+            first = positional(node, 0) or keyword(node, "iterable")  # enumerate(loader), tqdm(loader), iter(loader)
             return receiver is None and first is not None and self._collated_with_masking(first, scope, depth + 1)
         name = dotted(node)
         if name is None:
@@ -693,9 +698,10 @@ class LossTracer:
                 return True
         return False
 
-    def _masking_collator(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+    def _masking_collator(self, node: cst.BaseExpression, scope: Scope, depth: int, padding: bool = False) -> bool:
         """A collator of the catalogue that masks labels, or a function of this file that writes the
-        ignored label (`pad_sequence(labels, padding_value=-100)`, `labels[...] = -100`)."""
+        ignored label (`pad_sequence(labels, padding_value=-100)`, `labels[...] = -100`). With `padding`:
+        a collator of the catalogue switched to hide only the padding it finds (`mlm=False`)."""
         if not isinstance(node, cst.Call):
             name = dotted(node)
             if not name or depth > 4:
@@ -703,19 +709,46 @@ class LossTracer:
             defs = scope.defs_of(name) or (self.module_scopes[0].defs_of(name) if self.module_scopes else [])
             values = [d for d in defs if d.op is DefOp.ASSIGN and d.value is not None]
             if not values:  # a function of this file (`def collate_fn(batch): ...`), or of another module
-                return self._function_writes_ignored(name) or self._runs_ignored_writer(node, scope)
-            return any(self._masking_collator(d.value, d.scope or scope, depth + 1) for d in values)
+                return not padding and (self._function_writes_ignored(name) or self._runs_ignored_writer(node, scope))
+            return any(self._masking_collator(d.value, d.scope or scope, depth + 1, padding) for d in values)
         if (scope.imports or self.imports).qualify(node.func) == cat.PARTIAL and node.args and depth <= 4:
             # `partial(collate, pad_token_id=0)`: the function it calls
-            return self._masking_collator(node.args[0].value, scope, depth + 1)
+            return self._masking_collator(node.args[0].value, scope, depth + 1, padding)
         _, method = call_receiver(node)
         if method not in cat.LABEL_MASKING_COLLATORS:
             # an instance of a class of this file (or of another module) whose __call__ writes the ignored label
-            return self._function_writes_ignored(_CALL_METHOD, of_class=method) \
-                or self._runs_ignored_writer(node, scope)
+            return not padding and (self._function_writes_ignored(_CALL_METHOD, of_class=method)
+                                    or self._runs_ignored_writer(node, scope))
         switch = cat.LABEL_MASKING_COLLATORS[method]
         value = keyword(node, switch) if switch else None
+        if padding:
+            return isinstance(value, cst.Name) and value.value == "False"
         return value is None or isinstance(value, cst.Name) and value.value == "True"
+
+    def _padded(self, dataset: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+        """Are the dataset's examples tokenized with padding: mapped (`ds.map(tokenize)`, also down a
+        chain of `.map`/`.filter`/... calls, or bound to a name) by a lambda or a function of this file
+        that passes `padding=` a value that pads?"""
+        if depth > 6:
+            return False
+        if isinstance(dataset, cst.Subscript):  # `ds.map(tokenize)["train"]`: a split of it
+            return self._padded(dataset.value, scope, depth + 1)
+        if not isinstance(dataset, cst.Call):
+            name = dotted(dataset)
+            defs = [d for d in scope.defs_of(name) if d.op is DefOp.ASSIGN and d.value is not None] if name else []
+            return any(self._padded(d.value, d.scope or scope, depth + 1) for d in defs)
+        receiver, method = call_receiver(dataset)
+        if receiver is None and method in cat.DATASET_SHARDS and dataset.args:
+            return self._padded(dataset.args[0].value, scope, depth + 1)
+        if receiver is None or method not in cat.DATASET_TRANSFORMS:
+            return False
+        function = positional(dataset, 0) or keyword(dataset, cat.MAP_FUNCTION_KEYWORD)
+        if method == cat.DATASET_MAP and function is not None:
+            bodies = [function.body] if isinstance(function, cst.Lambda) else \
+                [s.node for s in self.scopes if s.name == dotted(function) and s.frame is None]
+            if any(_pads(body) for body in bodies):
+                return True
+        return self._padded(receiver, scope, depth + 1)
 
     def _masking_dataset(self, node: cst.BaseExpression, scope: Scope, depth: int, index: int | None = None) -> bool:
         """A dataset whose examples carry the ignored label: mapped by a function of this file that
@@ -1408,3 +1441,15 @@ def _counted(node: cst.BaseExpression, imports: ImportMap | None = None) -> cst.
     if method in cat.ITEM_COUNTS or method in cat.SIZE_METHODS:
         return receiver
     return None
+
+
+def _pads(code: cst.CSTNode) -> bool:
+    """Does the code call something (a tokenizer) with a `padding=` that pads (catalogue.NO_PADDING)?"""
+    for call in walk(code):
+        padding = keyword(call, cat.TOKENIZER_PADDING_KEYWORD) if isinstance(call, cst.Call) else None
+        if padding is None:
+            continue
+        value = padding.evaluated_value if isinstance(padding, cst.SimpleString) else dotted(padding)
+        if value not in cat.NO_PADDING:
+            return True
+    return False
