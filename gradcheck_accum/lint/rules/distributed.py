@@ -29,6 +29,15 @@ class DdpSyncEveryMicroBatch(Rule):
                                              "gradients on every micro-batch of a multi-process run; pass them as "
                                              "separate arguments: `accelerator.accumulate(model_a, model_b)`",
                                      scope=backward.scope)
+                for call in accumulate_calls(backward):
+                    prepared = [e for e in window.nest_events if e.kind in _CALLS and window.inside(e)
+                                and Role.PREPARED in e.roles and _is_ddp_model(e.roles)]
+                    if not call.args and prepared and id(call) not in grouped:
+                        grouped.add(id(call))
+                        yield Report(call, "accelerator.accumulate() enters the no_sync() of the models it is given, "
+                                           f"and it is given none, so `{prepared[0].target}` all-reduces gradients on "
+                                           "every micro-batch of a multi-process run; pass the model: "
+                                           f"`accelerator.accumulate({prepared[0].target})`", scope=backward.scope)
             if window.shape not in (WindowShape.GUARDED, WindowShape.NESTED):
                 continue
             # a micro-step loop followed by a step is a window whatever guards that step (`if step !=
