@@ -252,7 +252,12 @@ SELF_NAMES = ("self", "cls")  # the first parameter of a method
 
 
 def is_static(function: cst.FunctionDef) -> bool:
+    """A method not bound to an instance: a staticmethod or a classmethod."""
     return any(dotted(d.decorator) in ("staticmethod", "classmethod") for d in function.decorators)
+
+
+def is_class_method(function: cst.FunctionDef) -> bool:
+    return any(dotted(d.decorator) == "classmethod" for d in function.decorators)
 
 
 def paired_arguments(call: cst.Call, function: cst.FunctionDef, receiver: cst.BaseExpression | None) \
@@ -264,8 +269,10 @@ def paired_arguments(call: cst.Call, function: cst.FunctionDef, receiver: cst.Ba
     if receiver is not None and names:
         pairs.append((names[0], receiver))
         names = names[1:]
-    elif names and names[0] in SELF_NAMES and not is_static(function):
-        names = names[1:]  # `Class.method(obj, ...)` or an unknown receiver: self stays unknown
+    elif names and (names[0] in SELF_NAMES and not is_static(function) or is_class_method(function)):
+        # `Class.method(obj, ...)` or an unknown receiver: self stays unknown; a classmethod's class
+        # (whatever its first parameter is named) is bound by the call itself, not by an argument
+        names = names[1:]
     positional = []
     for a in call.args:
         if a.star == "*":
