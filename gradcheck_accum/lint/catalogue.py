@@ -454,6 +454,7 @@ COUNT_KEEPING_FUNCTIONS = frozenset({"int", "float", "max"})
 NUMBER_CASTS = frozenset({"int", "float"})  # `float(n)` is the number n
 NUMBER_FLOOR = "max"  # `max(n, 1)` is n wherever n counts something
 TRUTH_CAST = "bool"  # `bool(x)` holds where x does
+SCALER_ENABLED_TEST = "is_enabled"  # GradScaler.is_enabled(): whether it scales at all
 ROUNDING_FUNCTIONS = frozenset({"round", "ceil", "floor", "min"})  # `math.ceil(l * ratio)`: a number still
 SUM_FUNCTION = "sum"  # the builtin: `sum(loss_dict.values())` adds loss terms
 SEQUENCE_FUNCTIONS = frozenset({"list", "tuple"})  # builtins that hold the items they are given, in order

@@ -1288,6 +1288,15 @@ def scaled_by_own_micro_batch(scaling: Scaling, loop: Loop | None) -> bool:
     return _of_own_sizes(scaling.factor, scaling.scope, loop) or _divided_by_own_count(scaling, loop)
 
 
+def share_of_window(factor: cst.BaseExpression, scope: Scope, loop: Loop | None) -> bool:
+    """`(end - start) / n`: a value of the micro-batch over a value the whole window shares (the n
+    items the micro-batches are cut from). Each micro-batch's mean weighted by its share of the items
+    sums to the window's mean."""
+    return isinstance(factor, cst.BinaryOperation) and isinstance(factor.operator, cst.Divide) \
+        and not _is_number(factor.right) and varies_per_micro_batch(factor.left, scope, loop) \
+        and not varies_per_micro_batch(factor.right, scope, loop)
+
+
 def row_width(factor: cst.BaseExpression) -> bool:
     """`targets.size(1)`, `x.shape[-1]`: a size along a dimension given as a number other than the first
     (the rows of the batch). A mean times it is a sum along each row, and still a mean over the rows."""

@@ -19,7 +19,8 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.project import ClassRef
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returned_loss, row_width,
-                                         scaled_by_own_micro_batch, summed_loss_name, varies_per_micro_batch)
+                                         scaled_by_own_micro_batch, share_of_window, summed_loss_name,
+                                         varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
                                         is_one, iter_calls, keyword, last_part, paired_arguments, parameter_names,
                                         positional, source, walk)
@@ -319,8 +320,10 @@ class FileModel:
         the clip scaled where that is off."""
         receiver = call_receiver(unscale.node)[0] if isinstance(unscale.node, cst.Call) else None
         scaler_exists = (dotted(receiver), True)  # `if scaler:`, `if scaler is not None:`: false only without one
+        # `if scaler.is_enabled():`: false only where the scaler does not scale
+        scaler_on = (f"{dotted(receiver)}.{cat.SCALER_ENABLED_TEST}()", True)
         extra = [g for g in unscale.ctx.guards if g not in clip.ctx.guards and g not in taken
-                 and decision(g)[:2] != scaler_exists]
+                 and decision(g)[:2] not in (scaler_exists, scaler_on)]
         # a setting the scaling backward also runs under (`if use_amp: scaler.scale(loss).backward()`):
         # wherever the gradients were scaled, the unscale runs
         scaled_under = {decision(g)[:2] for g in backward.ctx.guards if dotted(decision(g).test) is not None}
@@ -448,6 +451,8 @@ class FileModel:
             # divided: a per-micro-batch mean; multiplied (`loss * bs`): a sum, which may be meant
             # for a nominal batch size and is left alone like any summed loss
             return not scaling.divides
+        if not scaling.divides and share_of_window(scaling.factor, scaling.scope, loop):
+            return True  # `loss * ((end - start) / n)`: the micro-batch's share of the window's n items
         if not scaling.divides and varies_per_micro_batch(scaling.factor, scaling.scope, loop):
             return False  # weighted by the micro-batch's own data (`values * mask`, a per-sample weight)
         shared = set(backward.ctx.guards) if backward is not None else set()  # what the backward runs under too

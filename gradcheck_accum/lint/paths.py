@@ -21,14 +21,16 @@ from __future__ import annotations
 from itertools import product
 from typing import Callable, Iterable, NamedTuple
 
-from gradcheck_accum.lint.catalogue import LIVE_ATTRIBUTES
+from gradcheck_accum.lint.catalogue import LIVE_ATTRIBUTES, SCALER_ENABLED_TEST
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_calls, iter_names
 from gradcheck_accum.lint.predicates import Count, compares_n_with_one
 from gradcheck_accum.lint.vocabulary import Context, Def, Event, EventKind, Guard, Scope
 
 # Calls whose value a loop cannot change between micro-batches (the rest may read live state).
-_PURE_CALLS = {"len", "isinstance", "hasattr", "getattr", "bool", "int", "float", "str", "is_available"}
+# (A GradScaler's is_enabled() and torch.distributed.is_initialized() are settled before training.)
+_PURE_CALLS = {"len", "isinstance", "hasattr", "getattr", "bool", "int", "float", "str", "is_available",
+               "is_initialized", SCALER_ENABLED_TEST}
 # A loop with more configuration tests than this keeps the later ones merged (as unguarded code).
 MAX_SPLIT_TESTS = 4
 # The events whose branch decides the window: where the gradients are made and applied.
