@@ -61,6 +61,9 @@ class Window:
     framework: Framework | None = None  # accelerate or DeepSpeed, when it owns the window
     boundary: Boundary | None = None  # guarded: the boundary test of the step
     framework_roles: frozenset[Role] = frozenset()  # roles of the Accelerator or DeepSpeed engine owning the window
+    # accelerate: the `accelerator.accumulate(...)` calls entered on each micro-batch, around the backwards
+    # or before them (either way they set the sync flag the prepared optimizer reads)
+    accumulate_entries: tuple[cst.Call, ...] = ()
     outer: tuple[Loop, ...] = ()  # the loops around the micro-batch loop
     n: cst.BaseExpression | None = None
     events: list[Event] = field(default_factory=list)  # events inside the loop and after it
@@ -235,7 +238,7 @@ class Window:
         `gradient_accumulation_steps=` its Accelerator is built with in this scope."""
         if self.n is not None or self.framework is not Framework.ACCELERATE:
             return self.n
-        calls = [call for event in self.backwards if (call := _accumulate_call(event)) is not None]
+        calls = self.accumulate_entries
         receiver = call_receiver(calls[0])[0] if calls else None
         built = self.scope.defs_of(dotted(receiver) or "")
         if len(built) != 1 or not isinstance(built[0].value, cst.Call):
@@ -1038,10 +1041,18 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
         window.n = next(iter(counts.values())) if len(counts) == 1 else None
     elif any(_accumulate_call(e) for e in backwards):
         window.shape, window.framework = FRAMEWORK, Framework.ACCELERATE
-        calls = {id(_accumulate_call(e)) for e in backwards}
+        window.accumulate_entries = tuple(call for e in backwards if (call := _accumulate_call(e)) is not None)
+        calls = {id(call) for call in window.accumulate_entries}
         for event in scope.events:
             if event.kind is EventKind.SYNC_CONTROL and id(event.node) in calls:
                 window.framework_roles |= event.roles
+    elif entered := _accumulate_entered_before(inside, backwards):
+        # `with accelerator.accumulate(model):` around the forward only: entering it sets accelerate's
+        # sync flag for this micro-batch, which stays set after the block, so the prepared optimizer
+        # and scheduler after it still step only on the window's last micro-batch
+        window.shape, window.framework = FRAMEWORK, Framework.ACCELERATE
+        window.accumulate_entries = tuple(e.node for e in entered)
+        window.framework_roles = frozenset().union(*(e.roles for e in entered))
 
     steps = [e for e in inside if e.kind is EventKind.STEP]
     variant = assigned_in(scope, loop)
@@ -1155,6 +1166,14 @@ def _cuts_rows(value: cst.BaseExpression, scope: Scope) -> bool:
         return isinstance(groups, cst.BinaryOperation) and isinstance(groups.operator, cst.FloorDivide) \
             and code(groups.right) == code(size)
     return False
+
+
+def _accumulate_entered_before(inside: list[Event], backwards: list[Event]) -> list[Event]:
+    """The `accelerator.accumulate(...)` entries of the loop body that run before every backward of it,
+    on every micro-batch (under no test the backwards are not under), when no backward runs inside one."""
+    entries = [e for e in inside if e.kind is EventKind.SYNC_CONTROL and e.api is cat.ACCELERATE_ACCUMULATE]
+    return [e for e in entries if all(e.order < b.order and e.ctx.branches <= b.ctx.branches
+                                      and e.ctx.loops == b.ctx.loops for b in backwards)] if backwards else []
 
 
 def _accumulate_call(event: Event) -> cst.Call | None:
@@ -1368,7 +1387,7 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
         if side is OFF_BOUNDARY:
             placement = OFF_BOUNDARY
         elif boundary is not None and boundary.kind is BoundaryKind.SYNC_FLAG:
-            if boundary.positive and not any(_accumulate_call(b) for b in window.backwards):
+            if boundary.positive and not window.accumulate_entries:
                 continue  # only accelerator.accumulate() lowers the flag: outside it, it is always true
             return BOUNDARY if boundary.positive else OFF_BOUNDARY
         elif guard.exit is not None and guard.exit.ends_loop:
