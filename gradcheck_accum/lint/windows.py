@@ -279,7 +279,7 @@ class Window:
                                       for d in self.scope.defs_of(name)) or self._passes_over_same_input():
             return None, []
         steps = [s for s in self.boundary_steps if self.inside(s) and not s.via_helper and s.target
-                 and "[" not in s.target and s.target.split(".")[0] not in variant]
+                 and "[" not in s.target and s.target.split(".")[0] not in variant and not self.refreshed_on_boundary(s)]
         return name, steps
 
     def _passes_over_same_input(self) -> bool:
@@ -584,8 +584,9 @@ class Window:
         later = [b for b in self.backwards if b.order > zero.order and self.inside(b)]
         if not same_micro_batch or not later:
             return None
-        return next((s for s in self.boundary_steps if s.order > later[0].order and same_target(zero, s, self.scope)),
+        step = next((s for s in self.boundary_steps if s.order > later[0].order and same_target(zero, s, self.scope)),
                     None)
+        return None if step is None or self.refreshed_on_boundary(step) else step
 
     def inside_step(self, event: Event) -> bool:
         """Was the event walked inside one of the window's steps: the body of an optimizer class of the
@@ -607,7 +608,29 @@ class Window:
             return Role.ACCELERATOR_ACCUMULATES in self.framework_roles
         if self.shape is PLAIN:
             return False
-        return any(self.placement(s) is BOUNDARY and not self.stepped_every_micro_batch(s) for s in self.steps)
+        return any(self.placement(s) is BOUNDARY and not self.stepped_every_micro_batch(s)
+                   and not self.refreshed_on_boundary(s) for s in self.steps)
+
+    def refreshed_on_boundary(self, step: Event) -> bool:
+        """Does the boundary clear the step's optimizer and then make all the gradients it steps with
+        (`if update % k == 0: actor_opt.zero_grad(); actor_loss.backward(); actor_opt.step()`, a delayed
+        policy update, a discriminator trained every k batches)? It steps on one micro-batch's own
+        gradients: a periodic update, not the close of a window."""
+        clears = [z for z in self.of(EventKind.ZERO_GRAD) if z.order < step.order and self.inside(z)
+                  and self.placement(z) is BOUNDARY and same_target(z, step, self.scope) and not z.model_wide]
+        if not clears:
+            return False
+        last = max(clears, key=lambda z: z.order)
+        made = [b for b in self.backwards if last.order < b.order < step.order]
+        return bool(made) and all(self.placement(b) is BOUNDARY for b in made) \
+            and not any(b.order < last.order and self.placement(b) is not BOUNDARY
+                        and not self._used_by_another(b, step) for b in self.backwards)
+
+    def _used_by_another(self, backward: Event, step: Event) -> bool:
+        """Is a backward off the boundary followed, on every micro-batch, by the step of an optimizer
+        told apart from `step`'s (a critic's update before the delayed actor update)?"""
+        return any(s.order > backward.order and self.placement(s) is EVERY and s.target is not None
+                   and not same_target(s, step, self.scope) for s in self.steps)
 
     def stepped_every_micro_batch(self, event: Event) -> bool:
         """May the optimizer `event` clears or steps also step on every micro-batch (a step of the same

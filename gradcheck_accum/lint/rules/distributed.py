@@ -44,6 +44,8 @@ class DdpSyncEveryMicroBatch(Rule):
             # last_step:`, `if it % k == 0:` makes it longer still); a guarded one needs its boundary step
             if not window.boundary_steps and not (window.shape is WindowShape.NESTED and window.is_micro_batch_loop()):
                 continue
+            if window.shape is WindowShape.GUARDED and not window.accumulates:
+                continue  # each boundary step makes its own gradients (a delayed update): nothing to sync less
             in_nest = window.nest_events
             # a DDP wrapper: built here, or handed back by accelerator.prepare (DDP under a multi-process
             # launch), called or handed whole to what calls it (`self.imagen(x, unet=self.unet)`)
