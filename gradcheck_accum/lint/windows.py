@@ -279,7 +279,8 @@ class Window:
                                       for d in self.scope.defs_of(name)) or self._passes_over_same_input():
             return None, []
         steps = [s for s in self.boundary_steps if self.inside(s) and not s.via_helper and s.target
-                 and "[" not in s.target and s.target.split(".")[0] not in variant and not self.refreshed_on_boundary(s)]
+                 and "[" not in s.target and s.target.split(".")[0] not in variant
+                 and not self.refreshed_on_boundary(s)]
         return name, steps
 
     def _passes_over_same_input(self) -> bool:
