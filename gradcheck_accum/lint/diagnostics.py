@@ -19,6 +19,12 @@ class Edit:
     text: str
 
 
+# The related place of a finding moved to the call in this file that runs its line in another file
+# (a finding never points into another file): the line itself.
+RUN_LINE = "the line this call runs"
+RUN_FUNCTION = "the function this call runs"  # and the function of another file that the call itself runs
+
+
 @dataclass(frozen=True)
 class Related:
     """Another place a finding depends on: the call that runs the reported line in a training loop,

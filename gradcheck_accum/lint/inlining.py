@@ -25,6 +25,7 @@ from gradcheck_accum.lint.bindings import (loop_index, module_constants, module_
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, is_static,
                                         iter_calls, keyword, paired_arguments, parameter_names, positional,
                                         statement_blocks, walk)
+from gradcheck_accum.lint.diagnostics import RUN_FUNCTION, RUN_LINE
 from gradcheck_accum.lint.outline import blank_strings_and_comments
 from gradcheck_accum.lint.project import (CALLABLE_METHODS, ClassRef, FunctionRef, Project, SummaryStore, effect_names,
                                           watched_words)
@@ -1199,8 +1200,12 @@ class Inliner:
         if scope.foreign or scope.frame is not None and scope.frame.path is not None:
             module = self._origin[id(scope)][0] if id(scope) in self._origin else None
             if module is not None and _entry_call(scope) is not None:
-                places.append(Place(module, node, "the line this call runs"))
+                places.append(Place(module, node, RUN_LINE))
                 note = f"in `{_name(scope)}` at {{0}}, which this call runs"
+                entered = _entered(scope)
+                first = self._origin[id(entered)][0] if id(entered) in self._origin else None
+                if first is not None and isinstance(entered.node, cst.FunctionDef):
+                    places.append(Place(first, entered.node.name, RUN_FUNCTION))
             return note, places
         hops = []
         while scope.frame is not None:
@@ -1379,6 +1384,14 @@ def _own_call_counter(scope: Scope) -> str | None:
         return None
     steps = any(e.kind is EventKind.STEP and e.ctx.guards and not e.ctx.loops for e in scope.events)
     return counted[0] if steps else None
+
+
+def _entered(scope: Scope) -> Scope:
+    """The scope of another file that the call in the linted file runs first (`_entry_call`'s callee)."""
+    while scope.frame is not None and scope.frame.caller.frame is not None \
+            and scope.frame.caller.frame.path is not None:
+        scope = scope.frame.caller
+    return scope
 
 
 def _entry_call(scope: Scope) -> cst.Call | None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 from gradcheck_accum.lint import deep, lazy, notebooks, registry
 from gradcheck_accum.lint.cache import project_state
 from gradcheck_accum.lint.config import Settings, expand
-from gradcheck_accum.lint.diagnostics import Finding
+from gradcheck_accum.lint.diagnostics import RUN_FUNCTION, RUN_LINE, Finding
 from gradcheck_accum.lint.digests import content_hash
 from gradcheck_accum.lint.engine import FixResult, ParseFailure, analyze, fix_source, syntax_error
 from gradcheck_accum.lint.files import Source, Target, UnreadableFile, UnwritableFile, matches, read_source, write_source
@@ -123,7 +123,35 @@ def lint_targets(targets: list[Target], settings: Settings | None = None, option
         if target.path is None:
             chosen, rules = configured(target)
             results[target] = lint_file(target, chosen, rules, options, stdin=getattr(sys.stdin, "buffer", None))
+    _leave_to_own_files([results[t] for t in targets])
     return [results[t] for t in targets]
+
+
+def _leave_to_own_files(results: list[FileResult]) -> None:
+    """A finding on a line of another file is reported at the call here that runs it, so that linting
+    this file alone shows it. When the file of the function that call runs is linted in the same run
+    and reports the same finding itself (on that line, or at its own call that runs the line), the
+    call's copy only repeats it and is dropped."""
+    def place(related) -> tuple[Path, int]:
+        return Path(related.path).resolve(), related.line
+
+    paths = {id(result): result.target.path.resolve() for result in results if result.target.path is not None}
+    reported: set[tuple] = set()
+    for result in results:
+        for finding in result.findings:
+            reported.add((paths.get(id(result)), finding.line, finding.code))
+            reported.update((paths.get(id(result)), finding.code, place(r)) for r in finding.related
+                            if r.message == RUN_LINE)
+    for result in results:
+        kept = []
+        for finding in result.findings:
+            line = next((place(r) for r in finding.related if r.message == RUN_LINE), None)
+            callee = next((place(r)[0] for r in finding.related if r.message == RUN_FUNCTION), None)
+            if line is not None and ((*line, finding.code) in reported or callee not in (None, paths.get(id(result)))
+                                     and (callee, finding.code, line) in reported):
+                continue
+            kept.append(finding)
+        result.findings = kept
 
 
 def _in_pool(work: list, workers: int, progress: Callable[[int], None]) -> list[FileResult]:

@@ -38,16 +38,24 @@ def lint(tmp_path, monkeypatch):
 
 
 def backward_line() -> int:
+    return line_of(BACKWARD)
+
+
+def line_of(text: str) -> int:
     lines = (FIXTURE / "util" / "misc.py").read_text().splitlines()
-    return next(number for number, line in enumerate(lines, 1) if BACKWARD in line)
+    return next(number for number, line in enumerate(lines, 1) if text in line)
+
+
+CALLED = "def __call__"  # the scaler's method that the call in engine_pretrain.py runs
 
 
 def test_json_names_the_line_in_the_other_file(lint):
     [finding] = json.loads(lint("--format", "json"))
     assert (finding["path"], finding["code"]) == ("engine_pretrain.py", "ACC501")
-    [related] = finding["related"]
-    assert (related["path"], related["line"]) == ("util/misc.py", backward_line())
-    assert related["column"] >= 1 and related["message"]
+    line, function = finding["related"]  # the line the call runs, and the function it calls there
+    assert (line["path"], line["line"]) == ("util/misc.py", backward_line())
+    assert (function["path"], function["line"]) == ("util/misc.py", line_of(CALLED))
+    assert line["column"] >= 1 and line["message"] and function["message"]
     assert f"util/misc.py:{backward_line()}" in finding["message"]
 
 
@@ -55,7 +63,7 @@ def test_sarif_related_locations_validate(lint):
     log = json.loads(lint("--format", "sarif"))
     jsonschema.validate(log, json.loads(SCHEMA.read_text()))
     [result] = log["runs"][0]["results"]
-    [location] = result["relatedLocations"]
+    location, _function = result["relatedLocations"]
     physical = location["physicalLocation"]
     assert physical["artifactLocation"]["uri"] == "util/misc.py"
     assert physical["region"]["startLine"] == backward_line()
