@@ -282,7 +282,12 @@ class FileModel:
                 return True
             if window.shape is WindowShape.GUARDED and window.loop in d.ctx.loops and d.ctx.branches & boundary:
                 return True
-        return False
+        # bound anew every k micro-batches, before or after the total in the loop body (`if i % 10 == 0:
+        # total = 0`, a logging period): it holds k micro-batches at most
+        where = total.scope or window.scope
+        return any(d.op.rebinds and window.loop in d.ctx.loops and any(
+            (test := analyze(g.test, g.scope or where)) is not None and test.kind is BoundaryKind.MODULO
+            for g in d.ctx.guards) for d in where.defs_of(container))
 
     def scaler_off(self, scope: Scope, backward: Event, event: Event) -> bool:
         """Is every binding of the backward's scaler a GradScaler built with `enabled=E`, and does
