@@ -86,6 +86,8 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
             if plugin is not None)
         return frozenset({Role.ACCELERATOR} | ({Role.ACCELERATOR_ACCUMULATES} if accumulates else set())
                          | ({Role.ACCELERATOR_FSDP} if _given(call, cat.FSDP_PLUGIN_KEYWORD) else set())
+                         | ({Role.ACCELERATOR_FP16} if _is_string(keyword(call, cat.MIXED_PRECISION_KEYWORD),
+                                                                  cat.SCALED_PRECISION) else set())
                          | ({Role.ACCELERATOR_DEEPSPEED} if _given(call, cat.DEEPSPEED_PLUGIN_KEYWORD) else set())
                          | ({Role.ACCELERATOR_UNTIED_SCHEDULERS}
                             if _is_false(keyword(call, cat.SCHEDULER_WITH_OPTIMIZER_KEYWORD)) else set()))
@@ -104,6 +106,10 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
             roles.add(Role.TOKEN_LOSS)
         return frozenset(roles)
     return NO_ROLES
+
+
+def _is_string(value: cst.BaseExpression | None, text: str) -> bool:
+    return isinstance(value, cst.SimpleString) and value.evaluated_value == text
 
 
 def _is_false(value: cst.BaseExpression | None) -> bool:

@@ -162,6 +162,8 @@ APIS: tuple[Api, ...] = (
     Api("step", None),  # env.step(action), sampler.step(): not an update
     Api("update", _E.SCALER_UPDATE, receiver=Role.SCALER),
     Api("unscale_", _E.UNSCALE, has_receiver=None, target=_FIRST, scaler=Operand.RECEIVER),
+    Api("unscale_gradients", _E.UNSCALE, _ACCELERATE, receiver=Role.ACCELERATOR, has_receiver=None,
+        scaler=Operand.RECEIVER),
     # clipping
     *(Api(name, _E.CLIP, _ACCELERATE, receiver=Role.ACCELERATOR, has_receiver=None, unscales_first=True)
       for name in _CLIPS),
@@ -305,6 +307,9 @@ DEEPSPEED_GLOBAL_BATCH_KEY = "train_batch_size"
 # Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(...)): on several processes prepare() wraps a
 # model in FSDP, not DistributedDataParallel (accelerate's state: an FSDP plugin selects the FSDP type)
 FSDP_PLUGIN_KEYWORD = "fsdp_plugin"
+# Accelerator(mixed_precision="fp16") scales every loss accelerator.backward is given (its GradScaler);
+# accelerator.clip_grad_norm_ and unscale_gradients() unscale first, the prepared optimizer at its step
+MIXED_PRECISION_KEYWORD, SCALED_PRECISION = "mixed_precision", "fp16"
 # Accelerator(step_scheduler_with_optimizer=False): a prepared scheduler's step() steps it on every call
 # (accelerate/scheduler.py), not only when the optimizer steps
 SCHEDULER_WITH_OPTIMIZER_KEYWORD = "step_scheduler_with_optimizer"

@@ -120,8 +120,9 @@ def _fact_tokens(fact: Fact) -> frozenset[str]:
         return frozenset(name + "(" for name in backward_names())
     if fact is Fact.LOSS_DIVIDED:
         return frozenset({"/"} | {name + "(" for name, op in cat.LOSS_OPERATIONS.items() if op is LossOp.DIVIDES})
-    if fact is Fact.AMP_SCALED_LOSS:
-        return frozenset(name + "(" for name, op in cat.LOSS_OPERATIONS.items() if op is LossOp.AMP_SCALES)
+    if fact is Fact.AMP_SCALED_LOSS:  # `scaler.scale(loss)`, or an Accelerator built to scale its backward
+        return frozenset({name + "(" for name, op in cat.LOSS_OPERATIONS.items() if op is LossOp.AMP_SCALES}
+                         | {cat.MIXED_PRECISION_KEYWORD})
     if fact is Fact.DATA_LENGTH:
         return frozenset({cat.LENGTH_FUNCTION + "("})
     if fact is Fact.CALLERS:

@@ -77,6 +77,8 @@ class Role(Tag):
     ACCELERATOR_ACCUMULATES = "accelerator-accumulates"  # Accelerator(gradient_accumulation_steps=N > 1)
     ACCUMULATING_PLUGIN = "accumulating-plugin"  # DeepSpeedPlugin(gradient_accumulation_steps=N > 1), for an Accelerator
     ACCELERATOR_FSDP = "accelerator-fsdp"  # Accelerator(fsdp_plugin=...): prepare() wraps models in FSDP
+    # Accelerator(mixed_precision="fp16"): accelerator.backward scales the loss with its own GradScaler
+    ACCELERATOR_FP16 = "accelerator-fp16"
     # Accelerator(step_scheduler_with_optimizer=False): a scheduler it prepares steps on every call
     ACCELERATOR_UNTIED_SCHEDULERS = "accelerator-untied-schedulers"
     # Accelerator(deepspeed_plugin=...): the DeepSpeed engine counts the micro-batches, accumulate() or not

@@ -694,6 +694,8 @@ class ScopeWalker:
                    ctx: Context) -> None:
         first = positional(call, 0)
         scaler = target if api.scaler is Operand.RECEIVER else None
+        if api.event is EventKind.BACKWARD and Role.ACCELERATOR_FP16 in owner:
+            scaler = target  # `accelerator.backward(loss)` scales the loss with the Accelerator's own GradScaler
         expr = None
         if api.loss is Operand.FIRST_ARGUMENT:
             expr = first

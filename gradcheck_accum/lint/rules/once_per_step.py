@@ -208,8 +208,16 @@ class ClipBeforeUnscale(Rule):
                 earlier = [u for u in unscales
                            if u.order < clip.order and window.placement(u) in (window.placement(clip), _EVERY)]
                 decided = tuple(g for u in earlier for g in u.ctx.guards if window.path.holds(g))
-                if not any(model.unscaled_where_clipped(b.scope or window.scope, b, earlier, clip, decided)
-                           for b in window.backwards if b.scaler):
+                scaled = [b for b in window.backwards if b.scaler]
+                if any(model.unscaled_where_clipped(b.scope or window.scope, b, earlier, clip, decided)
+                       for b in scaled):
+                    continue
+                if all(b.framework is Framework.ACCELERATE for b in scaled):
+                    yield Report(clip.node, "the Accelerator is built with mixed_precision=\"fp16\", so "
+                                            "accelerator.backward scales the loss and these gradients are clipped "
+                                            "while still multiplied by the loss scale; clip with "
+                                            "accelerator.clip_grad_norm_, which unscales first")
+                else:
                     yield Report(clip.node, "gradients are clipped while still multiplied by the GradScaler's scale, "
                                             "so the threshold almost always triggers; call scaler.unscale_(optimizer) "
                                             "before clipping")
