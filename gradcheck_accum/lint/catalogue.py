@@ -488,6 +488,7 @@ TOKENIZER_PADDING_KEYWORD = "padding"
 NO_PADDING = frozenset({"False", "do_not_pad"})
 DATA_LOADERS = frozenset({"DataLoader", "StatefulDataLoader"})  # torch's, and torchdata's resumable one
 COLLATE_KEYWORD = "collate_fn"
+LOADER_BATCH_SIZE_KEYWORD = "batch_size"
 DATASET_KEYWORD = "dataset"  # `DataLoader(dataset=ds)`, as its first argument
 # Hugging Face `datasets` calls that hand back a dataset of the same examples (`map` rewritten by a
 # function, the first argument or `function=`) and a map-style dataset's per-example method.

@@ -1090,8 +1090,16 @@ class _LengthFacts:
             if ACCUM_NAME.search(name):
                 self.mentions_accumulation = True
             for d in scope.defs_of(name):
-                if d.value is not None and d.op is DefOp.ASSIGN:
-                    self.collect(d.value, d.scope or scope, depth + 1)  # an argument: in the caller
+                if d.value is None or d.op is not DefOp.ASSIGN:
+                    continue
+                if isinstance(d.value, cst.Call) and call_receiver(d.value)[1] in cat.DATA_LOADERS:
+                    # a loader's batch size (`B // N`: micro-batches) says nothing of what its length counts
+                    for index, argument in enumerate(d.value.args):  # (dataset, batch_size, ...)
+                        if argument.keyword is None and index != 1 or argument.keyword is not None \
+                                and argument.keyword.value != cat.LOADER_BATCH_SIZE_KEYWORD:
+                            self.collect(argument.value, d.scope or scope, depth + 1)
+                    continue
+                self.collect(d.value, d.scope or scope, depth + 1)  # an argument: in the caller
 
 
 def _has_division(node: cst.CSTNode) -> bool:
