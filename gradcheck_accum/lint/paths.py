@@ -73,6 +73,8 @@ def decision(guard: Guard) -> Decision:
     """The test a guard decides, canonically, and the value it takes: `not x` is `x` decided False, and
     `x is not None` is `x` decided True (`if scaler is not None:` and a later `if scaler:` are one
     configuration; an object that is None on one run is None on every micro-batch of it)."""
+    if guard.decided is not None:
+        return guard.decided
     test, value = guard.test, guard.positive
     while True:
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
@@ -80,7 +82,9 @@ def decision(guard: Guard) -> Decision:
         elif (compared := _compared_with_none(test)) is not None:
             test, value = compared[0], value is compared[1]
         else:
-            return Decision(code(test), value, test)
+            decided = Decision(code(test), value, test)
+            object.__setattr__(guard, "decided", decided)  # a frozen record: its own cache, set once
+            return decided
 
 
 def _compared_with_none(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | None:

@@ -200,6 +200,8 @@ class Guard:
     depth: int  # how many loops enclose the If: the guard sits inside loops[:depth]
     exit: Exit | None = None  # set on the code after `if test: <...> continue/break/return/raise`
     scope: "Scope | None" = field(default=None, compare=False)  # whose names the test reads
+    # paths.decision of this guard, kept once made: path splitting asks for it for every event and test
+    decided: object = field(default=None, compare=False, repr=False)
 
 
 class Context(NamedTuple):

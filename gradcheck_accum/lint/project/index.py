@@ -593,14 +593,29 @@ class Project:
                 yield ClassRef(path, qualname)
 
     def subclasses(self, cls: ClassRef, candidates: Iterable[Path] | None = None) -> list[ClassRef]:
-        """Project classes that derive from `cls`, directly or not (among the files given, or all)."""
-        out = []
-        for path in candidates if candidates is not None else self.files:
-            for qualname in self.summary(path).classes:
-                other = ClassRef(path, qualname)
-                if other != cls and cls in self.mro(other):
-                    out.append(other)
-        return out
+        """Project classes that derive from `cls`, directly or not (among the files given, or all that
+        can reach it). A subclass names its base, or a class between: only the files that mention
+        the name of `cls` or of a subclass found are summarised (a cold run on a large project would
+        otherwise read every file for one question)."""
+        files = list(candidates) if candidates is not None else self.reaching(cls.path)
+        found: dict[ClassRef, None] = {}
+        names, asked = [cls.qualname.rsplit(".", 1)[-1]], set()
+        while names:
+            name = names.pop()
+            if name in asked:
+                continue
+            asked.add(name)
+            for path in files:
+                if not self.summaries.may_mention(path, name):
+                    continue
+                for qualname in self.summary(path).classes:
+                    other = ClassRef(path, qualname)
+                    if other != cls and other not in found and cls in self.mro(other):
+                        found[other] = None
+                        names.append(qualname.rsplit(".", 1)[-1])
+        order = {path: index for index, path in enumerate(files)}
+        return sorted(found, key=lambda c: (order.get(c.path, len(order)),
+                                            self.summary(c.path).classes[c.qualname].line))
 
     # -- calls between functions ----------------------------------------------------------------------
     def functions(self, path: Path) -> Iterator[FunctionRef]:

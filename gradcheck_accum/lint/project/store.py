@@ -33,6 +33,8 @@ class SummaryStore(SummarySource):
         self.file = (directory / "project" / f"v{__version__}-{vocabulary}-{content_hash(str(self.root))[:12]}.json"
                      if directory is not None else None)
         self.texts = texts or {}  # files whose text the caller already holds (the files being linted)
+        # the texts may_mention read, for the next name asked of the same file (until refresh)
+        self._read: dict[Path, str] = {}
         self._summaries: dict[Path, ModuleSummary] = {}
         self._stats: dict[Path, tuple[int, int]] = {}  # the (mtime, size) each summary was read at
         self._checked: dict[Path, int] = {}  # the generation in which each summary was last checked
@@ -71,6 +73,7 @@ class SummaryStore(SummarySource):
         """Check files again on their next use (a long-running process between two lints)."""
         self.generation += 1
         self.texts = {}
+        self._read = {}
 
     def may_mention(self, path: Path, name: str) -> bool:
         """Can the file call `name`, or pass it as a keyword to a watched constructor? Known summaries
@@ -88,8 +91,10 @@ class SummaryStore(SummarySource):
                     summary = self.get(path)
         if summary is not None:
             return name in summary.mentioned
-        text = self.text(path)
-        return text is not None and name in text
+        text = self._read.get(path)
+        if text is None:
+            text = self._read[path] = self.text(path) or ""
+        return name in text
 
     def state(self, path: Path) -> str | None:
         """The content hash of a file: from its entry while its size and mtime are unchanged, else

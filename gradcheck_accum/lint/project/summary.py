@@ -91,11 +91,12 @@ class ModuleSummary:
 
     @cached_property
     def mentioned(self) -> frozenset[str]:
-        """The last name of every call in the file and every keyword passed to a watched constructor:
-        gathered once, for the question asked per function name (a scan of the file's calls for each
-        made a file of many functions cost the square of its size)."""
+        """The last name of every call in the file, of every base its classes name, and every keyword
+        passed to a watched constructor: gathered once, for the question asked per function name (a
+        scan of the file's calls for each made a file of many functions cost the square of its size)."""
         called = {callee.rsplit(".", 1)[-1] for function in self.functions.values() for callee in function.calls}
-        return frozenset(called.union(*(keywords for _, keywords in self.constructions)) | self.names)
+        bases = {base.rsplit(".", 1)[-1] for cls in self.classes.values() for base in cls.bases}
+        return frozenset(called.union(*(keywords for _, keywords in self.constructions)) | bases | self.names)
 
     def to_json(self) -> dict:
         return {
