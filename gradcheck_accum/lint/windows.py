@@ -582,7 +582,9 @@ class Window:
         for guard in zero.ctx.guards:
             test = guard_boundary(guard, self.scope)
             same_micro_batch |= test is not None and test.same_micro_batches(boundary) and test.positive
-        later = [b for b in self.backwards if b.order > zero.order and self.inside(b)]
+        # a backward the clear's branch skips (`if isnan(loss): optimizer.zero_grad(); continue`) runs on
+        # another micro-batch: the clear only drops a window abandoned there
+        later = [b for b in self.backwards if b.order > zero.order and self.inside(b) and not exclusive(b, zero)]
         if not same_micro_batch or not later:
             return None
         step = next((s for s in self.boundary_steps if s.order > later[0].order and same_target(zero, s, self.scope)),
