@@ -245,6 +245,26 @@ class Window:
             return None
         return accelerator_accumulation_steps(built[0].value)
 
+    def accumulate_entries_per_micro_batch(self) -> int:
+        """How many `accelerator.accumulate(...)` entries each micro-batch makes: nested around one
+        backward, or one after another around several (`with accumulate(vae): ...` then `with
+        accumulate(discriminator): ...`). Each entry counts one in accelerate's step counter. Entries on
+        exclusive branches are one per micro-batch at most."""
+        backwards = [b for b in self.backwards if self.inside(b)]
+        nested = max((len(accumulate_calls(b)) for b in backwards), default=0)
+        if any(exclusive(a, b) for a in backwards for b in backwards):
+            return nested
+        # one after another: each entry a micro-batch of its own, which is a window of N entries when
+        # every entry steps the same optimizer (two losses per batch, each entered and stepped)
+        stepped: dict[int, frozenset[str | None]] = {}
+        for b in backwards:
+            for call in accumulate_calls(b):
+                stepped[id(call)] = frozenset(s.target for s in self.steps if self.inside(s)
+                                              and any(c is call for c in accumulate_calls(s)))
+        if len(set(stepped.values())) <= 1:
+            return nested
+        return max(nested, len(stepped))
+
     @property
     def counting_scope(self) -> Scope:
         """Whose names the boundary test reads: the window's scope, or a function walked in place of a

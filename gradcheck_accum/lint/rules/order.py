@@ -6,7 +6,7 @@ from typing import Iterator
 
 from gradcheck_accum.lint.fixes import move_statement
 from gradcheck_accum.lint.model import (Event, EventKind, Fact, FileModel, Framework, Placement, Repetition, Window,
-                                        WindowShape, accumulate_calls, same_target)
+                                        WindowShape, same_target)
 from gradcheck_accum.lint.rule import Report, Rule
 
 
@@ -148,14 +148,15 @@ class StepEveryMicroBatch(Rule):
                                         "which stays the same on every micro-batch of the loop inside: where it "
                                         "holds the optimizer steps on every micro-batch, elsewhere gradients pile "
                                         "up over whole passes; count the micro-batches instead")
-            entered = max((len(accumulate_calls(b)) for b in window.backwards), default=0)
+            entered = window.accumulate_entries_per_micro_batch()
             if window.framework is Framework.ACCELERATE and entered > 1:
                 step = next((s for s in window.steps if not s.via_helper), None)
                 if step is not None:
                     yield Report(step.node, f"accelerator.accumulate() is entered {entered} times for each "
                                             "micro-batch, and each entry counts one in accelerate's step counter, "
-                                            f"so gradients sync and the optimizer steps every N/{entered} "
-                                            "micro-batches; pass all the models to one call, "
+                                            f"so gradients sync every N/{entered} entries, not every N "
+                                            "micro-batches (an entry may never meet the boundary); enter it once "
+                                            "per micro-batch with all the models: "
                                             "`accelerator.accumulate(model_a, model_b)`")
             if window.shape is not WindowShape.UNGUARDED:
                 continue
