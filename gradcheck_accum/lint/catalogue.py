@@ -489,6 +489,8 @@ NO_PADDING = frozenset({"False", "do_not_pad"})
 DATA_LOADERS = frozenset({"DataLoader", "StatefulDataLoader"})  # torch's, and torchdata's resumable one
 COLLATE_KEYWORD = "collate_fn"
 LOADER_BATCH_SIZE_KEYWORD = "batch_size"
+# accelerate: the module a prepared (wrapped) model wraps, with the same parameters and gradients
+UNWRAP_METHOD = "unwrap_model"
 DATASET_KEYWORD = "dataset"  # `DataLoader(dataset=ds)`, as its first argument
 # Hugging Face `datasets` calls that hand back a dataset of the same examples (`map` rewritten by a
 # function, the first argument or `function=`) and a map-style dataset's per-example method.

@@ -551,8 +551,16 @@ class Window:
                 or zero.api is None or zero.api.form is not cat.Form.CALL or not zero.model_wide \
                 or Role.OPTIMIZER in zero.roles or self.placement(zero) is not EVERY or not self.inside(zero):
             return False
-        # one of the models accumulate() was given (a prepared model, whose zero_grad accelerate leaves alone)
-        return zero.target is not None and zero.target in {dotted(a.value) for a in call.args if not a.star}
+        # one of the models accumulate() was given (a prepared model, whose zero_grad accelerate leaves alone),
+        # or the module it wraps (`accelerator.unwrap_model(model)`: the same parameters)
+        given = {dotted(a.value) for a in call.args if not a.star}
+        if zero.target is None:
+            return False
+        bound = (zero.scope or self.scope).defs_of(zero.target)
+        unwrapped = bound[0].value if len(bound) == 1 and bound[0].op is DefOp.ASSIGN else None
+        if isinstance(unwrapped, cst.Call) and call_receiver(unwrapped)[1] == cat.UNWRAP_METHOD and unwrapped.args:
+            return dotted(unwrapped.args[0].value) in given
+        return zero.target in given
 
     def clears_last_micro_batch_first(self, zero: Event) -> Event | None:
         """Inside `accelerator.accumulate()`, a prepared optimizer's zero_grad before the backward: it
