@@ -267,6 +267,11 @@ class LossTracer:
             term = LossFacts()
             self._trace(d.value, where, d.order, term, depth + 1)
             term.scalings = [s for s in term.scalings if s.divides]
+            if not term.known and not term.divisions:
+                # a term of unknown make (`loss += self.regularizer()`) leaves the loss what it was, as
+                # in `loss = loss + reg` (_trace_terms: a plain, undivided term decides the sum)
+                facts.names |= term.names
+                return
             facts.absorb(term)
         else:
             self._trace(d.value, where, d.order, facts, depth + 1)
@@ -876,11 +881,13 @@ _CRITERION_NAMES = re.compile(r"^(criterion\w*|loss_fn|loss_func|loss_fct|lossfn
 
 
 def _is_model_like(callee: str | None) -> bool:
-    """A forward pass or a criterion called by its conventional name: both return a mean loss."""
+    """A forward pass or a criterion called by its conventional name: both return a mean loss. A module
+    training itself calls its own forward as `self(x)`."""
     if not callee:
         return False
     last = callee.split(".")[-1]
-    return last in {"forward", "__call__"} or bool(_MODEL_WORDS.search(last) or _CRITERION_NAMES.match(last))
+    return last in {"forward", "__call__"} or callee == "self" \
+        or bool(_MODEL_WORDS.search(last) or _CRITERION_NAMES.match(last))
 
 
 def _is_number(node: cst.BaseExpression) -> bool:
