@@ -182,6 +182,19 @@ class Window:
         """Is `name` bound inside the window's loops (an optimizer built anew every iteration)?"""
         return any(loop in d.ctx.loops for d in self.scope.defs_of(name) for loop in self.loop_nest)
 
+    def built_per_iteration(self, step: Event) -> bool:
+        """Is the optimizer a step steps built anew on every iteration: bound inside the window's loops, or
+        in the function a call in them runs, before the step (`optim = AdamW(model.parameters())` in a
+        helper that builds a model, steps once and saves it)?"""
+        name = step.target
+        if not name:
+            return False
+        if self.assigned_in_nest(name):
+            return True
+        scope = step.scope
+        return scope is not None and scope is not self.scope and scope.frame is not None and any(
+            d.op is DefOp.ASSIGN and d.scope is None and d.order < step.order for d in scope.defs_of(name))
+
     def runs_every_iteration(self, event: Event, loop: Loop) -> bool:
         """No guard opened inside `loop` (one of the window's nest) depends on the iteration."""
         return invariant_guards(event.ctx.guards, self.scope, self.loop_nest[: self.loop_nest.index(loop) + 1])

@@ -84,8 +84,9 @@ class GradientsNeverCleared(Rule):
             if window.shape is WindowShape.NESTED and model.repetition(window) is not Repetition.REPEATED:
                 continue  # one window per call, and no loop is known to call it again with that optimizer
             optimizers = {s.target for s in steps}
-            # An optimizer built inside the loop starts fresh every iteration (often on fresh tensors).
-            if any(window.assigned_in_nest(name) for name in optimizers if name):
+            # An optimizer built inside the loop (or in a function it calls) starts fresh every iteration
+            # (often on fresh tensors).
+            if any(window.built_per_iteration(s) for s in steps):
                 continue
             # An unknown call that is handed the optimizer may clear it; stay silent then.
             if any(e.kind is EventKind.MODEL_CALL and optimizers & e.argument_names for e in window.nest_events):
