@@ -189,6 +189,10 @@ class LossTracer:
         if _first_item(node) and self._masked_labels(node.value, scope, before):
             # `model(x, labels=y)[0]`, `outputs[0]`: a model given labels returns its loss first
             facts.token_level = True
+        element = self._returned_element(node, scope, before)
+        if element is not None:  # `losses[0]` after `losses = loss_module(batch, out)`: what its forward returns first
+            self._trace_element(*element, before, facts, depth + 1)
+            return
         if isinstance(node, (cst.Subscript, cst.Attribute)) and dotted(node) is None or (
                 isinstance(node, cst.Attribute) and node.attr.value == "data"):
             if isinstance(node, cst.Attribute) and node.attr.value == "data":
@@ -344,6 +348,27 @@ class LossTracer:
         if len(fields) != len(returned) or any(value is None for value, _, _ in fields):
             return False
         return self._trace_returned(fields, facts, depth)
+
+    def _returned_element(self, node: cst.BaseExpression, scope: Scope, before: int) \
+            -> tuple[cst.Call, int, Scope] | None:
+        """For `x[k]` (k a number) with x a call of a project function that returns tuples, or a name bound
+        once to such a call: the call, k, and the scope the call is read in."""
+        if not (isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
+                and isinstance(node.slice[0].slice.value, cst.Integer)) or self.returns is None:
+            return None
+        index, value, where = int(node.slice[0].slice.value.value), node.value, scope
+        if isinstance(value, cst.Name):
+            defs = scope.defs_of(value.value, before)
+            if len(defs) != 1 or defs[0].op is not DefOp.ASSIGN:
+                return None
+            value, where = defs[0].value, defs[0].scope or scope
+        if not isinstance(value, cst.Call):
+            return None
+        returned = self.returns(value, where, before)
+        if not returned or not all(isinstance(v, (cst.Tuple, cst.List)) and index < len(v.elements)
+                                   for v, _, _ in returned):
+            return None
+        return value, index, where
 
     def _trace_element(self, call: cst.Call, index: int, scope: Scope, before: int, facts: LossFacts,
                        depth: int) -> None:
