@@ -929,10 +929,20 @@ class FileModel:
         argument = positional(load.node, 0) or keyword(load.node, "state_dict")
         if argument is None:
             return False
-        sources = [argument]
-        root = dotted(argument.value if isinstance(argument, cst.Subscript) else argument)
-        if root:
-            sources += [d.value for d in scope.defs_of(root, load.order) if d.op.rebinds and d.value is not None]
+        # what the argument is made of, through a few bindings (`ckpt = {"model": state}` after `state =
+        # model.state_dict()`, then `model.load_state_dict(ckpt["model"])`: a checkpoint read into the
+        # wrapper's own state dict, whose keys it was given)
+        sources, names, seen = [argument], [argument], set()
+        for _ in range(3):
+            found = []
+            for node in names:
+                for name in full_names(node):
+                    if name in seen:
+                        continue
+                    seen.add(name)
+                    found += [d.value for d in scope.defs_of(name, load.order) if d.op.rebinds and d.value is not None]
+            sources += found
+            names = found
         taken = [e for e in scope.events if e.kind is EventKind.STATE_DICT and e.order < load.order
                  and e.target == load.target and Role.COMPILED in e.roles]
         return any(contains(source, e.node) for source in sources for e in taken)
