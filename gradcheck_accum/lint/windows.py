@@ -688,13 +688,29 @@ class Window:
         clause (`or i + 1 == len(loader)`) that holds in every configuration, or a step follows the
         loop. A flush under a configuration test (`or (not dynamic and last)`) leaves the other
         configuration without one."""
-        if any(self.placement(s) is AFTER and s.ctx.loops == self.outer for s in self.steps):
+        if any(self.placement(s) is AFTER and s.ctx.loops == self.outer and not self._only_if_never_stepped(s)
+               for s in self.steps):
             return True  # a step right after the loop (not one in a later loop of the same body)
         boundary = self.boundary
         if boundary is None or not boundary.flush or self.dead_flush is not None:
             return False
         condition = boundary.flush_condition
         return condition is None or not invariant(condition, assigned_in(self.scope, self.loop))
+
+    def _only_if_never_stepped(self, step: Event) -> bool:
+        """Is a step after the loop guarded by a name the loop sets only on the boundary (`stepped = True`
+        where it steps, then `if not stepped: optimizer.step()` after it)? It runs only in a pass that never
+        reached a boundary, and leaves the partial window of every other pass unstepped."""
+        boundary = frozenset().union(*(s.ctx.branches for s in self.boundary_steps))
+        backwards = [b for b in self.backwards if self.inside(b)]
+        for guard in step.ctx.guards:
+            if any(guard in b.ctx.guards for b in backwards):
+                continue  # open around the loop too
+            for name in iter_names(guard.test):
+                inside = [d for d in self.scope.defs_of(name) if self.loop in d.ctx.loops]
+                if inside and all(d.ctx.branches & boundary for d in inside):
+                    return True
+        return False
 
     @property
     def dead_flush(self) -> cst.Comparison | None:
