@@ -622,6 +622,9 @@ def run(engine, data, max_epochs):
 # What the schedule length is given as (ACC402): keywords of scheduler constructors, or the third
 # positional argument of transformers' get_*_schedule*(optimizer, warmup, total).
 SCHEDULE_LENGTH_KEYWORDS = ("T_max", "num_training_steps", "total_steps", "total_iters", "steps_per_epoch")
+# Schedulers whose shape is a function of the step (`LambdaLR(opt, lr_lambda=lambda s: ...)`): the names
+# a lambda given there reads are where its length may be
+SCHEDULE_FUNCTION_ARGUMENT = ("lr_lambda", 1)
 SCHEDULE_LENGTH_POSITION = 2
 # torch schedulers whose length may be passed positionally: the argument's index
 SCHEDULE_LENGTH_POSITIONS = {"OneCycleLR": 2, "CosineAnnealingLR": 1, "PolynomialLR": 1, "LinearLR": 4}

@@ -809,10 +809,15 @@ class FileModel:
     def length_is_run(scope: Scope, built: Event, window: Window) -> bool:
         """Is the scheduler's length the number of micro-batches the window's loop runs in all
         (`get_cosine_schedule_with_warmup(opt, w, args.max_steps)` for `for step in range(args.max_steps)`)?"""
-        length, bound = _length_argument(built.node), pass_length(window)
-        if length is None or bound is None:
+        bound = pass_length(window)
+        if bound is None:
             return False
-        return resolve_n(length, scope) == resolve_n(bound, window.scope)
+        run = resolve_n(bound, window.scope)
+        length = _length_argument(built.node)
+        if length is not None:
+            return resolve_n(length, scope) == run
+        # `LambdaLR(opt, lambda step: cosine(step, warmup, total))`: a name the step function reads
+        return any(resolve_n(name, scope) == run for name in _schedule_function_names(built.node))
 
     @staticmethod
     def dead_flush_text(window: Window) -> str | None:
@@ -1052,6 +1057,18 @@ def _rescales(d, name: str) -> bool:
     return d.op.scales or (d.op is DefOp.ASSIGN and isinstance(d.value, cst.BinaryOperation)
                            and isinstance(d.value.operator, (cst.Divide, cst.Multiply))
                            and dotted(d.value.left) == name)
+
+
+def _schedule_function_names(call: cst.CSTNode) -> list[cst.Name]:
+    """The names a lambda given as a scheduler's step function reads, other than its parameters."""
+    if not isinstance(call, cst.Call):
+        return []
+    keyword_name, position = cat.SCHEDULE_FUNCTION_ARGUMENT
+    function = keyword(call, keyword_name) or positional(call, position)
+    if not isinstance(function, cst.Lambda):
+        return []
+    own = {param.name.value for param in function.params.params}
+    return [node for node in walk(function.body) if isinstance(node, cst.Name) and node.value not in own]
 
 
 def _length_argument(call: cst.Call) -> cst.BaseExpression | None:
