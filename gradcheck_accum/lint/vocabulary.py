@@ -15,6 +15,7 @@ from gradcheck_accum.lint.names import ImportMap, contains, dotted
 
 if TYPE_CHECKING:  # annotations only: libcst is loaded lazily (see lazy.py)
     from gradcheck_accum.lint.catalogue import Api
+    from gradcheck_accum.lint.paths import Decision
 
     Loop = cst.For | cst.While
 
@@ -201,7 +202,7 @@ class Guard:
     exit: Exit | None = None  # set on the code after `if test: <...> continue/break/return/raise`
     scope: "Scope | None" = field(default=None, compare=False)  # whose names the test reads
     # paths.decision of this guard, kept once made: path splitting asks for it for every event and test
-    decided: object = field(default=None, compare=False, repr=False)
+    decided: "Decision | None" = field(default=None, compare=False, repr=False)
 
 
 class Context(NamedTuple):
