@@ -1177,9 +1177,13 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
         # run once per window too
         head_start = scope.loop_start.get(id(outer[-1]), 0) if outer else 0
         head = [e for e in events if e.ctx.loops == outer and head_start <= e.order < start]
+        # an early `continue` of the enclosing body before the inner loop (`if (i + 1) % N: continue`, the
+        # micro-batches before it only cached) makes the head run on every pass of that body, not once
+        # per window
+        skips = {g for b in backwards for g in b.ctx.guards if g.exit is not None and g.depth == len(outer)}
         for event in head:
             window.events.append(event)
-            window.placements[id(event)] = BOUNDARY
+            window.placements[id(event)] = UNKNOWN if skips - set(event.ctx.guards) else BOUNDARY
         window.events.sort(key=lambda e: e.order)
     return window
 
