@@ -959,9 +959,12 @@ class FileModel:
     def ddp_no_sync_contexts(self) -> Iterator[tuple[Scope, Event, list[Event]]]:
         """Each `with model.no_sync():` of a DDP model, with the events inside its block; also
         `stack.enter_context(model.no_sync())`, with the events after it in the `with ExitStack() as
-        stack:` block (where the context stays entered)."""
+        stack:` block (where the context stays entered), and `with accelerator.accumulate(model):` of an
+        Accelerator that accumulates, which enters that no_sync() itself."""
         for scope, sync in self.events(EventKind.SYNC_CONTROL):
-            if sync.api is not DDP_NO_SYNC or sync.target is None:
+            # `with accelerator.accumulate(model):` enters model.no_sync() on the micro-batches it accumulates
+            entered_by_accelerate = sync.api is cat.ACCELERATE_ACCUMULATE and Role.ACCELERATOR_ACCUMULATES in sync.roles
+            if sync.api is not DDP_NO_SYNC and not entered_by_accelerate or sync.target is None:
                 continue
             inside = [e for e in scope.events if any(call is sync.node for call in e.ctx.withs)]
             stack = _entered_on(sync) if not inside else None

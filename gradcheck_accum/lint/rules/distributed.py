@@ -98,8 +98,9 @@ class NoSyncMissesForward(Rule):
     summary = "model.no_sync() wraps the backward but not the forward call, so it has no effect."
     severity = "warning"  # DDP still all-reduces every micro-batch: slow, not wrong
     # `with model.no_sync():`, or entering it through a name bound to the method (`with context():`)
-    requires = (Fact.TRAINING_LOOP, (DDP_NO_SYNC, DDP_SYNC_FLAG, Role.NO_SYNC_CONTEXT))
-    reads_outside_windows = (DDP_NO_SYNC, DDP_SYNC_FLAG, Role.NO_SYNC_CONTEXT)  # every sync switch of the file
+    requires = (Fact.TRAINING_LOOP, (DDP_NO_SYNC, DDP_SYNC_FLAG, Role.NO_SYNC_CONTEXT, Role.ACCELERATOR))
+    # every sync switch of the file (accelerator.accumulate(model) enters the model's no_sync())
+    reads_outside_windows = (DDP_NO_SYNC, DDP_SYNC_FLAG, Role.NO_SYNC_CONTEXT, Role.ACCELERATOR)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         # DDP reads its switch in the forward (catalogue.SYNCS_AT_BACKWARD says which models do not)
@@ -109,8 +110,11 @@ class NoSyncMissesForward(Rule):
             if any(_calls_model(e, sync.target) for e in inside):
                 continue
             # the forward ran earlier in the same iteration (also in a loop over heads or chunks before it)
-            if any(e.order < sync.order and _calls_model(e, sync.target) for e in model.same_iteration(scope, sync)):
-                yield Report(sync.node, "no_sync() wraps the backward but not the forward, and DDP decides to "
+            if any(e.order < sync.order and _calls_model(e, sync.target) and not model.without_grad(e)
+                   for e in model.same_iteration(scope, sync)):
+                entered = "accelerator.accumulate() enters no_sync() around" if sync.api is not DDP_NO_SYNC \
+                    else "no_sync() wraps"
+                yield Report(sync.node, f"{entered} the backward but not the forward, and DDP decides to "
                                         "sync during forward, so gradients are still all-reduced; move the "
                                         "forward inside the `with` block")
         for scope, flag in model.ddp_sync_flags():
