@@ -189,6 +189,11 @@ def reads_length(node: cst.CSTNode) -> bool:
 def _comparison(test: cst.Comparison, scope: Scope) -> Boundary | None:
     target = test.comparisons[0]
     op, right, left = target.operator, target.comparator, test.left
+    if isinstance(left, cst.Name):  # `remaining = len(loader) % N` ... `if remaining != 0:`: the remainder itself
+        defs = scope.defs_of(left.value)
+        if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and isinstance(defs[0].value, cst.BinaryOperation) \
+                and isinstance(defs[0].value.operator, cst.Modulo):
+            left = defs[0].value
     if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo) \
             and isinstance(op, (cst.Equal, cst.NotEqual)):
         return _modulo(left, right, isinstance(op, cst.Equal), test, scope)
