@@ -587,8 +587,12 @@ class FileModel:
         for backward in window.backwards:
             if self.divisions_by_n(self.backward_facts(window, backward), window.scope):
                 return True
+        # a clear of the step's gradients on every micro-batch: nothing survives from one to the next, so a
+        # periodic clear besides it (an evaluation every k iterations that zeroes the model) closes no window
+        cleared_each = any(window.placement(z) is Placement.EVERY and window.inside(z) and same_target(z, step)
+                           for z in window.of(EventKind.ZERO_GRAD))
         for event in window.of(EventKind.ZERO_GRAD, EventKind.CLIP):
-            if event.kind is EventKind.ZERO_GRAD and not same_target(event, step):
+            if event.kind is EventKind.ZERO_GRAD and (not same_target(event, step) or cleared_each):
                 continue
             for guard in event.ctx.guards:
                 if guard in window.backward_guards or any(
