@@ -1118,10 +1118,12 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
     if any(e.framework is Framework.DEEPSPEED for e in backwards):
         window.shape, window.framework = FRAMEWORK, Framework.DEEPSPEED
         window.framework_roles = frozenset().union(*(e.roles for e in backwards if e.framework is Framework.DEEPSPEED))
-        # the engine counts the window's micro-batches itself, to the count its config says
-        counts = {code(n) if n is not None else None: n for e in backwards if e.framework is Framework.DEEPSPEED
-                  for n in [deepspeed_engine_count(e.target, e.scope or scope) if e.target else None]}
-        window.n = next(iter(counts.values())) if len(counts) == 1 else None
+        # the engine counts the window's micro-batches itself, to the count its config says (when every
+        # engine backpropagating here says the same one)
+        counts = [deepspeed_engine_count(e.target, e.scope or scope) if e.target else None
+                  for e in backwards if e.framework is Framework.DEEPSPEED]
+        if counts[0] is not None and all(c is not None and code(c) == code(counts[0]) for c in counts):
+            window.n = counts[0]
     elif any(_accumulate_call(e) for e in backwards):
         window.shape, window.framework = FRAMEWORK, Framework.ACCELERATE
         window.accumulate_entries = tuple(call for e in backwards if (call := _accumulate_call(e)) is not None)
