@@ -135,22 +135,23 @@ def _leave_to_own_files(results: list[FileResult]) -> None:
     def place(related) -> tuple[Path, int]:
         return Path(related.path).resolve(), related.line
 
+    def run_line(finding: Finding) -> tuple[Path, int] | None:
+        return next((place(r) for r in finding.related if r.message == RUN_LINE), None)
+
     paths = {id(result): result.target.path.resolve() for result in results if result.target.path is not None}
-    reported: set[tuple] = set()
-    for result in results:
-        for finding in result.findings:
-            reported.add((paths.get(id(result)), finding.line, finding.code))
-            reported.update((paths.get(id(result)), finding.code, place(r)) for r in finding.related
-                            if r.message == RUN_LINE)
+    # (file, line, code) of every finding, and (file, code, line run) of every finding moved to a call
+    reported_on = {(paths.get(id(r)), f.line, f.code) for r in results for f in r.findings}
+    reported_at_call = {(paths.get(id(r)), f.code, run_line(f)) for r in results for f in r.findings
+                        if run_line(f) is not None}
     for result in results:
         kept = []
         for finding in result.findings:
-            line = next((place(r) for r in finding.related if r.message == RUN_LINE), None)
+            line = run_line(finding)
             callee = next((place(r)[0] for r in finding.related if r.message == RUN_FUNCTION), None)
-            if line is not None and ((*line, finding.code) in reported or callee not in (None, paths.get(id(result)))
-                                     and (callee, finding.code, line) in reported):
-                continue
-            kept.append(finding)
+            repeated = line is not None and ((*line, finding.code) in reported_on or (
+                callee not in (None, paths.get(id(result))) and (callee, finding.code, line) in reported_at_call))
+            if not repeated:
+                kept.append(finding)
         result.findings = kept
 
 
