@@ -176,6 +176,25 @@ def deepspeed_engine_count(engine: str, scope: Scope) -> cst.BaseExpression | No
     return keys.get(cat.DEEPSPEED_ACCUMULATION_KEY)
 
 
+def asserted_engine_count(scope: Scope) -> cst.BaseExpression | None:
+    """The count a DeepSpeed engine's accumulation is asserted equal to in the scope's function, or in a
+    function that walked it in place (`assert model.gradient_accumulation_steps() == args.update_freq` after
+    `deepspeed.initialize`, the loop in a function given `args.update_freq`): the engine's N, whatever
+    config file set it."""
+    while scope is not None:
+        for node in walk(scope.node):
+            if not isinstance(node, cst.Assert) or not isinstance(node.test, cst.Comparison) \
+                    or len(node.test.comparisons) != 1 or not isinstance(node.test.comparisons[0].operator, cst.Equal):
+                continue
+            sides = (node.test.left, node.test.comparisons[0].comparator)
+            for side, other in (sides, sides[::-1]):
+                if isinstance(side, cst.Call) and not side.args \
+                        and call_receiver(side)[1] == cat.DEEPSPEED_ACCUMULATION_GETTER:
+                    return other
+        scope = scope.frame.caller if scope.frame is not None else None
+    return None
+
+
 def deepspeed_config_accumulates(config: cst.Dict) -> bool | None:
     """Does a DeepSpeed config written as a dict literal make the engine accumulate? False when it
     sets gradient_accumulation_steps to 1, or sets neither it nor train_batch_size (DeepSpeed's

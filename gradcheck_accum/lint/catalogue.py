@@ -303,6 +303,9 @@ ACCUMULATION_PLUGIN_KEYWORD = "gradient_accumulation_plugin"
 # micro-batch size x accumulation steps x world size); with neither, the engine steps every micro-batch
 DEEPSPEED_CONFIG_KEYWORDS = ("config", "config_params")
 DEEPSPEED_ACCUMULATION_KEY = "gradient_accumulation_steps"
+# `engine.gradient_accumulation_steps()`: the count a DeepSpeed engine was configured with (from a JSON
+# file too), which code asserts equal to its own N (`assert model.gradient_accumulation_steps() == update_freq`)
+DEEPSPEED_ACCUMULATION_GETTER = "gradient_accumulation_steps"
 DEEPSPEED_GLOBAL_BATCH_KEY = "train_batch_size"
 # Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(...)): on several processes prepare() wraps a
 # model in FSDP, not DistributedDataParallel (accelerate's state: an FSDP plugin selects the FSDP type)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.bindings import (accelerator_accumulation_steps, deepspeed_engine_count, first_index,
-                                           is_accumulation_name, pass_from_zero)
+from gradcheck_accum.lint.bindings import (accelerator_accumulation_steps, asserted_engine_count,
+                                           deepspeed_engine_count, first_index, is_accumulation_name,
+                                           pass_from_zero)
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_calls, iter_names, keyword,
                                         last_part, positional, statement_blocks, walk)
@@ -1120,8 +1121,8 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
         window.framework_roles = frozenset().union(*(e.roles for e in backwards if e.framework is Framework.DEEPSPEED))
         # the engine counts the window's micro-batches itself, to the count its config says (when every
         # engine backpropagating here says the same one)
-        counts = [deepspeed_engine_count(e.target, e.scope or scope) if e.target else None
-                  for e in backwards if e.framework is Framework.DEEPSPEED]
+        counts = [(deepspeed_engine_count(e.target, e.scope or scope) if e.target else None)
+                  or asserted_engine_count(e.scope or scope) for e in backwards if e.framework is Framework.DEEPSPEED]
         if counts[0] is not None and all(c is not None and code(c) == code(counts[0]) for c in counts):
             window.n = counts[0]
     elif any(_accumulate_call(e) for e in backwards):
