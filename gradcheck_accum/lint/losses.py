@@ -773,11 +773,8 @@ class LossTracer:
         if receiver is None or method not in cat.DATASET_TRANSFORMS:
             return False
         function = positional(dataset, 0) or keyword(dataset, cat.MAP_FUNCTION_KEYWORD)
-        if method == cat.DATASET_MAP and function is not None:
-            bodies = [function.body] if isinstance(function, cst.Lambda) else \
-                [s.node for s in self.scopes if s.name == dotted(function) and s.frame is None]
-            if any(_pads(body) for body in bodies):
-                return True
+        if method == cat.DATASET_MAP and function is not None and any(map(_pads, self._mapped_code(function))):
+            return True
         return self._padded(receiver, scope, depth + 1)
 
     def _masking_dataset(self, node: cst.BaseExpression, scope: Scope, depth: int, index: int | None = None) -> bool:
@@ -820,10 +817,15 @@ class LossTracer:
 
     def _writes_ignored(self, function: cst.BaseExpression, scope: Scope) -> bool:
         """A lambda, or a function of this file by name, whose body writes the ignored label."""
+        return any(_writes_ignored_label(code) for code in self._mapped_code(function))
+
+    def _mapped_code(self, function: cst.BaseExpression) -> list[cst.CSTNode]:
+        """What a dataset's `map` runs on each example: a lambda's body, or the functions of this file
+        with that name."""
         if isinstance(function, cst.Lambda):
-            return _writes_ignored_label(function.body)
+            return [function.body]
         name = dotted(function)
-        return bool(name) and self._function_writes_ignored(name)
+        return [s.node for s in self.scopes if name and s.name == name and s.frame is None]
 
     def _function_writes_ignored(self, name: str, of_class: str | None = None) -> bool:
         """Does the function of this file with this name (a method of the class `of_class`, when given)
