@@ -177,7 +177,8 @@ def _run_rules(rules: list[type[Rule]], model: FileModel, module: cst.Module, pa
     for rule, report in reports:
         scope, entry = report.scope, None
         if id(report.node) in foreign:  # a line of another file, walked in place of a call
-            entry, scope = foreign[id(report.node)]
+            walks = foreign[id(report.node)]  # the one the report's window walked, if it says
+            entry, scope = next((walk for walk in walks if walk[1] is report.scope), walks[0])
             if entry is None:
                 continue  # reached from a loop in that other file: reported when it is linted
         note, places = model.places(report.node, scope)

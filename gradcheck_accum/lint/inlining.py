@@ -1160,25 +1160,30 @@ class Inliner:
                 out.append((ref, loaded, node))
         return out if len(out) <= MAX_IMPLEMENTATIONS else []
 
-    def foreign_nodes(self) -> dict[int, tuple[cst.Call | None, Scope]]:
-        """The nodes that belong to other files (walked in place here), by id, each with the call in
+    def foreign_nodes(self) -> dict[int, list[tuple[cst.Call | None, Scope]]]:
+        """The nodes that belong to other files (walked in place here), by id, each with the calls in
         this file through which they run (None: a function of another file calling into this one)
-        and the scope they were walked in. A finding never points into another file: it moves to
-        that call, or is left to the other file's own lint."""
-        out: dict[int, tuple[cst.Call | None, Scope]] = {}
+        and the scopes they were walked in, the first one first. A finding never points into another
+        file: it moves to the call its own scope was entered by, or is left to the other file's lint."""
+        out: dict[int, list[tuple[cst.Call | None, Scope]]] = {}
+
+        def add(node: cst.CSTNode, scope: Scope) -> None:
+            places = out.setdefault(id(node), [])
+            if all(walked is not scope for _, walked in places):
+                places.append((_entry_call(scope), scope))
+
         scopes = [s for s in [*self.roots, *self.frames]
                   if (s.foreign or s.frame is not None and s.frame.path is not None) and self._in_window_walk(s)]
         for scope in scopes:  # a call that runs a line first (`f(clip=False)` then `f(clip=True)`: the second)
             root = self._root_of.get(id(scope), scope)
             for event in root.events:
                 if event.scope is scope:
-                    out.setdefault(id(event.node), (_entry_call(scope), scope))
+                    add(event.node, scope)
         for scope in scopes:
-            entry = _entry_call(scope)
             stack = [scope.node]
             while stack:
                 node = stack.pop()
-                out.setdefault(id(node), (entry, scope))
+                add(node, scope)
                 stack.extend(children(node))
         return out
 

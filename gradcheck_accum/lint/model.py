@@ -120,9 +120,9 @@ class FileModel:
         self.scopes.extend(self.driver_scopes)
         self.scopes.extend(self.inliner.walk_call_counted(self.scopes, _steps_on_count))
 
-    def foreign_nodes(self) -> dict[int, tuple[cst.Call | None, Scope]]:
-        """Nodes of other files that the model walked in place of calls, by id, with the call of this
-        file they run through (None: left to their own file) and the scope they were walked in."""
+    def foreign_nodes(self) -> dict[int, list[tuple[cst.Call | None, Scope]]]:
+        """Nodes of other files that the model walked in place of calls, by id, with the calls of this
+        file they run through (None: left to their own file) and the scopes they were walked in."""
         return self.inliner.foreign_nodes()
 
     def places(self, node: cst.CSTNode, scope: Scope | None = None) -> tuple[str, list]:

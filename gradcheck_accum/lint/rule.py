@@ -14,7 +14,7 @@ import functools
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, NamedTuple
 
 from gradcheck_accum.lint.evidence import Need, any_present, calls_only
-from gradcheck_accum.lint.vocabulary import Fact
+from gradcheck_accum.lint.vocabulary import Event, Fact
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.fixes import Fix
@@ -29,6 +29,11 @@ class Report(NamedTuple):
     # the scope the node was walked in, when it was reached through a call (an event's `scope`): a
     # function walked in place of several calls has one node for all of them, and this says which
     scope: "Scope | None" = None
+
+    @classmethod
+    def on(cls, event: Event, message: str, fix: "Fix | None" = None) -> Report:
+        """A report at an event's node, in the scope the event was walked in."""
+        return cls(event.node, message, fix, event.scope)
 
 
 class Rule(abc.ABC):

@@ -20,7 +20,7 @@ class LoadAfterCompile(Rule):
     def check(self, model: FileModel) -> Iterator[Report]:
         for scope, load in model.events(EventKind.LOAD_STATE):
             if model.loads_after_compile(scope, load):
-                yield Report(load.node, f"`{load.target}` is already a torch.compile wrapper, whose keys carry "
+                yield Report.on(load, f"`{load.target}` is already a torch.compile wrapper, whose keys carry "
                                         "the `_orig_mod.` prefix; load the weights first, then compile")
 
 
@@ -38,7 +38,7 @@ class CompiledStateDictSaved(Rule):
             if model.handles_compiled_prefix:  # its checkpoints are read (or written) without the prefix
                 return
             owner = model.receiver_text(state_dict)
-            yield Report(state_dict.node, f"`{owner}` may be a torch.compile wrapper, so the saved keys carry "
+            yield Report.on(state_dict, f"`{owner}` may be a torch.compile wrapper, so the saved keys carry "
                                           "the `_orig_mod.` prefix and will not load into an eager model; save "
                                           f"`getattr({owner}, \"_orig_mod\", {owner}).state_dict()` instead",
                          unwrap_compiled(state_dict, "Save the state_dict of the unwrapped module"))
@@ -63,7 +63,7 @@ class CompileInsideLoop(Rule):
                     continue
                 if window.runs_every_iteration(compile_, outermost):
                     reported.add(id(compile_))
-                    yield Report(compile_.node, "torch.compile inside the training loop builds a new compiled "
+                    yield Report.on(compile_, "torch.compile inside the training loop builds a new compiled "
                                                 "wrapper (and may recompile) on every iteration; compile once "
                                                 "before the loop",
                                  hoist_statement(compile_, outermost, "Compile once, before the loop"))

@@ -82,7 +82,7 @@ class DdpSyncEveryMicroBatch(Rule):
                           "multi-process run; wrap the forward and backward of non-boundary micro-batches in "
                           "`with accelerator.no_sync(model):`, or use accelerator.accumulate")
             # a backward inside a helper called from several places: name the call of this window
-            yield Report(backwards[0].node, advice, scope=backwards[0].scope)
+            yield Report.on(backwards[0], advice)
 
 
 _NOT_MODELS = frozenset({Role.OPTIMIZER, Role.SCHEDULER, Role.CRITERION, Role.DEEPSPEED})
@@ -114,12 +114,12 @@ class NoSyncMissesForward(Rule):
                    for e in model.same_iteration(scope, sync)):
                 entered = "accelerator.accumulate() enters no_sync() around" if sync.api is not DDP_NO_SYNC \
                     else "no_sync() wraps"
-                yield Report(sync.node, f"{entered} the backward but not the forward, and DDP decides to "
+                yield Report.on(sync, f"{entered} the backward but not the forward, and DDP decides to "
                                         "sync during forward, so gradients are still all-reduced; move the "
                                         "forward inside the `with` block")
         for scope, flag in model.ddp_sync_flags():
             if SYNCS_AT_BACKWARD not in flag.roles and _set_between_forward_and_backward(model, scope, flag):
-                yield Report(flag.node, "require_backward_grad_sync is set after the forward, but DDP reads it in "
+                yield Report.on(flag, "require_backward_grad_sync is set after the forward, but DDP reads it in "
                                         "the forward: the backward that follows syncs as the flag stood before, "
                                         "one micro-batch behind, so the window's last gradients may be stepped "
                                         "without being all-reduced; set it before the forward")

@@ -48,7 +48,7 @@ class SchedulerEveryMicroBatch(Rule):
                 fix = move_statement(window, event, window.boundary_steps[-1], after=True,
                                      description="Step the scheduler after the optimizer step") \
                     if window.boundary_steps else None
-                yield Report(event.node, "the scheduler steps on every micro-batch but the optimizer once per "
+                yield Report.on(event, "the scheduler steps on every micro-batch but the optimizer once per "
                                          "window, so warm-up and decay run N times too fast; step it with the "
                                          "optimizer, on the boundary", fix)
 
@@ -78,18 +78,18 @@ class ScheduleLengthIgnoresAccumulation(Rule):
                 continue
             length = model.schedule_length(scope, built)
             if length is not None and length.counts_data and not length.divided and not length.mentions_accumulation:
-                yield Report(built.node, "the schedule length is counted in micro-batches (len(loader) x epochs) "
+                yield Report.on(built, "the schedule length is counted in micro-batches (len(loader) x epochs) "
                                          "but the scheduler steps once per window, so it never finishes its decay; "
                                          "divide the length by the accumulation steps")
             elif any(model.length_is_run(scope, built, w) for w in per_window[built.target]):
-                yield Report(built.node, "the schedule length is the number of micro-batches the training loop "
+                yield Report.on(built, "the schedule length is the number of micro-batches the training loop "
                                          "runs, but the scheduler steps once per window, so it never finishes its "
                                          "decay; divide the length by the accumulation steps")
             elif multiplied := [w for w in per_window[built.target]
                                 if model.length_multiplies_windows(scope, built, w)]:
                 prepared = " (accelerate's prepared scheduler: once per process)" \
                     if any(w.framework is Framework.ACCELERATE for w in multiplied) else ""
-                yield Report(built.node, "the schedule length is the number of optimizer steps multiplied by the "
+                yield Report.on(built, "the schedule length is the number of optimizer steps multiplied by the "
                                          f"accumulation steps, a count of micro-batches, but the scheduler steps once "
                                          f"per window{prepared}, so it stops a fraction of the way through its "
                                          "decay; do not multiply by N")
@@ -114,16 +114,16 @@ class ClipEveryMicroBatch(Rule):
                 placement = window.placement(clip)
                 fix = _move_clip(window, clip, steps[0], "Clip once, before the step") if steps else None
                 if placement is _EVERY and window.inside(clip):
-                    yield Report(clip.node, "gradients are clipped on every micro-batch, so partial sums are "
+                    yield Report.on(clip, "gradients are clipped on every micro-batch, so partial sums are "
                                             "clipped repeatedly; clip once on the boundary, before the step", fix)
                 elif placement is _BOUNDARY and window.on_other_micro_batch(clip):
-                    yield Report(clip.node, "gradients are clipped once per window, but on another micro-batch than "
+                    yield Report.on(clip, "gradients are clipped once per window, but on another micro-batch than "
                                             "the one the optimizer steps on, before the rest of the window adds its "
                                             "gradients: the summed gradient that is stepped is never clipped; clip "
                                             "on the boundary, before the step", fix)
                 elif placement is _BOUNDARY and steps and all(s.order < clip.order for s in steps) \
                         and not window.inside_step(clip):
-                    yield Report(clip.node, "gradients are clipped after the optimizer step, where clipping changes "
+                    yield Report.on(clip, "gradients are clipped after the optimizer step, where clipping changes "
                                             "nothing; clip on the boundary before the step", fix)
 
 
@@ -139,7 +139,7 @@ def _clips_after_every_step(window: Window) -> Iterator[Report]:
     for clip in window.of(EventKind.CLIP, direct=True):
         if window.inside(clip) and window.placement(clip) is _EVERY and all(s.order < clip.order for s in steps) \
                 and not window.inside_step(clip):
-            yield Report(clip.node, "gradients are clipped after the optimizer step, where clipping changes "
+            yield Report.on(clip, "gradients are clipped after the optimizer step, where clipping changes "
                                     "nothing the optimizer uses; clip before the step",
                          _move_clip(window, clip, steps[0], "Clip before the step"))
 
@@ -166,7 +166,7 @@ class ScalerEveryMicroBatch(Rule):
                      if e.kind is not EventKind.STEP or e.api.receiver is Role.SCALER]
             for event in calls:
                 if window.placement(event) is _EVERY and window.inside(event):
-                    yield Report(event.node, "the GradScaler call runs on every micro-batch but the window steps "
+                    yield Report.on(event, "the GradScaler call runs on every micro-batch but the window steps "
                                              "once; call unscale_, step and update once, on the boundary",
                                  _scaler_fix(window, event))
 
@@ -213,12 +213,12 @@ class ClipBeforeUnscale(Rule):
                        for b in scaled):
                     continue
                 if all(b.framework is Framework.ACCELERATE for b in scaled):
-                    yield Report(clip.node, "the Accelerator is built with mixed_precision=\"fp16\", so "
+                    yield Report.on(clip, "the Accelerator is built with mixed_precision=\"fp16\", so "
                                             "accelerator.backward scales the loss and these gradients are clipped "
                                             "while still multiplied by the loss scale; clip with "
                                             "accelerator.clip_grad_norm_, which unscales first")
                 else:
-                    yield Report(clip.node, "gradients are clipped while still multiplied by the GradScaler's scale, "
+                    yield Report.on(clip, "gradients are clipped while still multiplied by the GradScaler's scale, "
                                             "so the threshold almost always triggers; call scaler.unscale_(optimizer) "
                                             "before clipping")
 
@@ -252,7 +252,7 @@ class RemainderDropped(Rule):
                 message = ("the window counter restarts every epoch and the window closes only on the boundary, so "
                            "the last micro-batches of each epoch that do not fill a window are never stepped: they "
                            "leak into the next epoch's first window; also step on the last batch of the epoch")
-            yield Report(window.boundary_steps[0].node, message)
+            yield Report.on(window.boundary_steps[0], message)
 
 
 class BoundaryOffByOne(Rule):
@@ -326,7 +326,7 @@ def _sync_off_boundary(window: Window, boundary: Boundary) -> Iterator[Report]:
                                           "(no_sync(), the sync flag) with the step's own boundary test")
         elif not sync.positive and sync.offset == boundary.offset:
             # synced everywhere but on the boundary: the switch is read backwards
-            yield Report(switch.node, "gradient syncing is turned off on the very micro-batch the optimizer steps "
+            yield Report.on(switch, "gradient syncing is turned off on the very micro-batch the optimizer steps "
                                       "on (and on for the others), so every step applies gradients the ranks never "
                                       "all-reduced; turn it off where the step's boundary test is false")
 

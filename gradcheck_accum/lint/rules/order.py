@@ -23,14 +23,14 @@ class ZeroGradEveryMicroBatch(Rule):
                 for zero in window.of(EventKind.ZERO_GRAD, direct=True):
                     step = window.clears_last_micro_batch_first(zero)
                     if step is not None:
-                        yield Report(zero.node, "inside accelerator.accumulate() the prepared optimizer clears "
+                        yield Report.on(zero, "inside accelerator.accumulate() the prepared optimizer clears "
                                                 "gradients only on the window's last micro-batch, and here before "
                                                 "its backward, so only that micro-batch reaches the step; clear "
                                                 "them after the step",
                                      move_statement(window, zero, step, after=True,
                                                     description="Clear gradients after the step"))
                     if window.clears_accumulated_model(zero):
-                        yield Report(zero.node, "inside accelerator.accumulate() the prepared optimizer clears "
+                        yield Report.on(zero, "inside accelerator.accumulate() the prepared optimizer clears "
                                                 "gradients only on the window's last micro-batch, but the model's "
                                                 "own zero_grad() runs on every micro-batch and wipes what the window "
                                                 "has summed; call optimizer.zero_grad() instead")
@@ -40,7 +40,7 @@ class ZeroGradEveryMicroBatch(Rule):
             for zero in window.of(EventKind.ZERO_GRAD, direct=True):
                 step = window.clears_boundary_micro_batch_first(zero)
                 if step is not None:
-                    yield Report(zero.node, "gradients are cleared on the window's last micro-batch, before its "
+                    yield Report.on(zero, "gradients are cleared on the window's last micro-batch, before its "
                                             "backward, so the earlier micro-batches' gradients are wiped and only "
                                             "that one reaches the step; clear them after the step",
                                  move_statement(window, zero, step, after=True,
@@ -52,7 +52,7 @@ class ZeroGradEveryMicroBatch(Rule):
                 same = [step for step in steps if same_target(zero, step, window.scope)]
                 if same and window.clears_before_step(zero) is None and not window.clears_before_next_step(zero):
                     fix = move_statement(window, zero, same[0], after=True, description="Clear gradients after the step")
-                    yield Report(zero.node, "gradients are cleared on every micro-batch but the optimizer steps once "
+                    yield Report.on(zero, "gradients are cleared on every micro-batch but the optimizer steps once "
                                             "per window, so only the last micro-batch reaches the step; clear them "
                                             "right after the step, on the boundary", fix)
 
@@ -91,7 +91,7 @@ class GradientsNeverCleared(Rule):
             # An unknown call that is handed the optimizer may clear it; stay silent then.
             if any(e.kind is EventKind.MODEL_CALL and optimizers & e.argument_names for e in window.nest_events):
                 continue
-            yield Report(steps[0].node, "the optimizer steps but gradients are never cleared, so every window adds "
+            yield Report.on(steps[0], "the optimizer steps but gradients are never cleared, so every window adds "
                                         "to the gradients of all earlier ones; call zero_grad() after each step")
 
 
@@ -109,12 +109,12 @@ class ZeroGradBetweenBackwardAndStep(Rule):
                 continue
             for zero in window.of(EventKind.ZERO_GRAD, direct=True):
                 if window.clears_before_step(zero) is not None:
-                    yield Report(zero.node, "gradients are cleared after the last backward and before the step, so "
+                    yield Report.on(zero, "gradients are cleared after the last backward and before the step, so "
                                             "the optimizer steps on zero gradients; clear them after the step")
         for _, zero, step in model.straight_line_clears():
             alias = f" (`{step.target}` is the same optimizer as `{zero.target}`)" \
                 if zero.target and step.target and zero.target != step.target else ""
-            yield Report(zero.node, f"gradients are cleared after the backward and before the step{alias}, so the "
+            yield Report.on(zero, f"gradients are cleared after the backward and before the step{alias}, so the "
                                     "optimizer steps on zero gradients; clear them after the step")
 
 
@@ -129,23 +129,23 @@ class StepEveryMicroBatch(Rule):
         for window in model.windows:
             for step in window.inverted_steps:
                 if not step.via_helper:
-                    yield Report(step.node, "the step runs when the boundary test is false, on N - 1 of every N "
+                    yield Report.on(step, "the step runs when the boundary test is false, on N - 1 of every N "
                                             "micro-batches, so parameters change inside the window; the test is "
                                             "inverted: step when `(i + 1) % N == 0`")
             for step in window.steps_beside_boundary:
                 if not step.via_helper:
-                    yield Report(step.node, "this step runs on every micro-batch where the boundary test is false, "
+                    yield Report.on(step, "this step runs on every micro-batch where the boundary test is false, "
                                             "and the boundary's own step on the others, so the optimizer steps on "
                                             "every micro-batch and nothing accumulates; a step for the last, partial "
                                             "window belongs after the loop")
             for step in window.steps_besides_boundary_step:
-                yield Report(step.node, "this step runs on every micro-batch, and the boundary test's step of the "
+                yield Report.on(step, "this step runs on every micro-batch, and the boundary test's step of the "
                                         "same optimizer once more on the window's last one, so parameters change "
                                         "inside the window and nothing accumulates; remove it: the boundary's step "
                                         "is the window's")
             counter, steps = window.steps_on_outer_counter()
             for step in steps:
-                yield Report(step.node, f"the boundary test counts `{counter}`, the index of an enclosing loop, "
+                yield Report.on(step, f"the boundary test counts `{counter}`, the index of an enclosing loop, "
                                         "which stays the same on every micro-batch of the loop inside: where it "
                                         "holds the optimizer steps on every micro-batch, elsewhere gradients pile "
                                         "up over whole passes; count the micro-batches instead")
@@ -153,7 +153,7 @@ class StepEveryMicroBatch(Rule):
             if window.framework is Framework.ACCELERATE and entered > 1:
                 step = next((s for s in window.steps if not s.via_helper), None)
                 if step is not None:
-                    yield Report(step.node, f"accelerator.accumulate() is entered {entered} times for each "
+                    yield Report.on(step, f"accelerator.accumulate() is entered {entered} times for each "
                                             "micro-batch, and each entry counts one in accelerate's step counter, "
                                             f"so gradients sync every N/{entered} entries, not every N "
                                             "micro-batches (an entry may never meet the boundary); enter it once "
@@ -166,17 +166,17 @@ class StepEveryMicroBatch(Rule):
             every = [s for s in window.steps if not s.via_helper and window.placement(s) is Placement.EVERY]
             steps = [s for s in every if model.declares_accumulation(window, s)]
             if steps and _backward_only_with_step(window, steps[0]):
-                yield Report(steps[0].node, "the loop is prepared for accumulation, but the loss is backpropagated "
+                yield Report.on(steps[0], "the loop is prepared for accumulation, but the loss is backpropagated "
                                             "only under the test the step runs under: the other micro-batches' "
                                             "losses are computed and dropped, and each step sees one micro-batch; "
                                             "backpropagate every micro-batch's loss and step when the window is "
                                             "complete")
             elif steps:
-                yield Report(steps[0].node, "the loop is prepared for accumulation but the optimizer steps on every "
+                yield Report.on(steps[0], "the loop is prepared for accumulation but the optimizer steps on every "
                                             "micro-batch, so parameters change inside the window; step only when "
                                             "the window is complete")
             elif every and any(model.accelerator_divides_outside_accumulate(b) for b in window.backwards):
-                yield Report(every[0].node, "the Accelerator is built to accumulate, so accelerator.backward divides "
+                yield Report.on(every[0], "the Accelerator is built to accumulate, so accelerator.backward divides "
                                             "each loss by N, but outside `with accelerator.accumulate(model):` "
                                             "gradients sync on every micro-batch and the prepared optimizer steps on "
                                             "each: no window forms, and every step sees one micro-batch divided by "
@@ -194,7 +194,7 @@ class BackwardAfterMicroStepLoop(Rule):
         for window in model.windows:
             for backward in window.backwards:
                 if not backward.via_helper and model.loss_of_last_micro_step(window, backward):
-                    yield Report(backward.node, "the loss is computed on every micro-step of the loop above but "
+                    yield Report.on(backward, "the loss is computed on every micro-step of the loop above but "
                                                 "backpropagated once after it, so only the last micro-batch "
                                                 "reaches the gradient; call backward inside the loop")
 
