@@ -499,9 +499,9 @@ class Inliner:
                 return False
             hooks = [h for h in self._dispatched(walker.scope, call)
                      if self._effects(h[0], h[2], call) and not _on_stack(walker.scope, h[2])]
-            for ref, loaded, function in hooks:  # each hook the call may run, in place
+            for (ref, loaded, function), hook_ctx in zip(hooks, self._as_alternatives(call, hooks, ctx)):
                 caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, walker.tick(), walker.root)
-                self._walk(caller, call, ctx, ref, loaded, function)
+                self._walk(caller, call, hook_ctx, ref, loaded, function)  # each hook the call may run, in place
             return bool(hooks)
         ref, loaded, function = found
         if self._capturing is not None:  # reading a caller for the roles it passes, nothing else
@@ -565,22 +565,46 @@ class Inliner:
                 effects = effects | self.project.effects(hook)
         return effects
 
+    def _as_alternatives(self, call: cst.Call, hooks: list[tuple[FunctionRef, LoadedModule, cst.FunctionDef]],
+                         ctx: Context) -> list[Context]:
+        """The context each hook of a dispatch is walked in. Hooks of unrelated classes all run (an
+        optimizer hook and a scheduler hook in one list), one after the other; a class and its subclass
+        that both define the hook are one object's two possible classes (an `OptimizerHook` or its
+        `Fp16OptimizerHook`), so their hooks are alternatives: each under a test of its own that path
+        splitting (paths.py) decides, as it decides `if use_amp: ... else: ...`."""
+        classes = [self.project.class_of(ref) for ref, _, _ in hooks]
+        lineages: list[list[int]] = []
+        for index, cls in enumerate(classes):
+            related = next((lineage for lineage in lineages if cls is not None and any(
+                classes[other] is not None and (cls in self.project.mro(classes[other])
+                                                or classes[other] in self.project.mro(cls))
+                for other in lineage)), None)
+            if related is None:
+                lineages.append([index])
+            else:
+                related.append(index)
+        contexts = [ctx] * len(hooks)
+        for lineage in lineages:
+            passed = ctx  # the alternatives before this one not taken, as in an if/elif chain
+            for position, index in enumerate(lineage):
+                if position == len(lineage) - 1:
+                    contexts[index] = passed
+                    break
+                test = cst.Name(f"runs_{hooks[index][2].name.value}_of_{classes[index].qualname.replace('.', '_')}"
+                                f"_at_{id(call)}")
+                contexts[index] = passed.push_guard(Guard(test, True, hooks[index][2], len(ctx.loops)))
+                passed = passed.push_guard(Guard(test, False, hooks[index][2], len(ctx.loops)))
+        return contexts
+
     def _dispatched(self, scope: Scope, call: cst.Call) -> list[tuple[FunctionRef, LoadedModule, cst.FunctionDef]]:
         """The hooks a call runs by name on each object of a collection whose classes are unknown:
         `cb.on_backward_end(self)` or `getattr(cb, event)(self)` for `cb` a loop's target, `event` a
         string (written, or bound by the calls walked in place to a parameter); the project methods
         of that name overriding a project base's (Project.hook_overrides)."""
-        func, receiver, name = call.func, None, None
-        looked_up = _looked_up(func)
-        if isinstance(func, cst.Attribute):
-            receiver, name = func.value, func.attr.value
-        elif looked_up is not None:
-            receiver, key = looked_up
-            key, _ = bound_argument(key, scope)
-            name = key.evaluated_value if isinstance(key, cst.SimpleString) else None
-        if not isinstance(receiver, cst.Name) or not isinstance(name, str):
+        receiver, name = _hook_call(scope, call)
+        if receiver is None or name is None:
             return []
-        defs = scope.defs_of(receiver.value)
+        defs = scope.defs_of(receiver)
         if not defs or any(d.op is not DefOp.LOOP_TARGET for d in defs):
             return []  # not one of a collection's objects
         found = []
@@ -590,6 +614,19 @@ class Inliner:
             if function is not None:
                 found.append((hook, loaded, function))
         return found
+
+    def runs_hooks(self, scope: Scope, loop: cst.For | cst.While) -> bool:
+        """Is the loop a callback system's pass over its objects (`for hk in self._hooks:
+        hk.after_train_iter()`), running a hook with training effects on each? Its passes are the hooks
+        of one event on one micro-batch, not micro-batches."""
+        if not isinstance(loop, cst.For) or not isinstance(loop.target, cst.Name):
+            return False
+        for call in iter_calls(loop.body):
+            receiver, name = _hook_call(scope, call)
+            if receiver == loop.target.value and name is not None \
+                    and any(self.project.effects(hook) for hook in self.project.hook_overrides(name)):
+                return True
+        return False
 
     def _walk(self, caller: "_Caller", call: cst.Call, ctx: Context, ref: FunctionRef, loaded: LoadedModule,
               function: cst.FunctionDef) -> Scope:
@@ -1255,6 +1292,9 @@ class _ReturnsOnly:
     def inline(self, walker: ScopeWalker, call: cst.Call, ctx: Context) -> bool:
         return False
 
+    def runs_hooks(self, scope: Scope, loop: cst.For | cst.While) -> bool:
+        return self.inliner.runs_hooks(scope, loop)
+
     def returned_roles(self, walker: ScopeWalker, call: cst.Call) -> frozenset[Role]:
         return self.inliner.returned_roles(walker, call)
 
@@ -1397,6 +1437,23 @@ def _entered(scope: Scope) -> Scope:
             and scope.frame.caller.frame.path is not None:
         scope = scope.frame.caller
     return scope
+
+
+def _hook_call(scope: Scope, call: cst.Call) -> tuple[str | None, str | None]:
+    """The object and the hook name of a call that may run a hook by name: `cb.on_backward_end(self)`,
+    or `getattr(cb, event)(self)` with `event` a string (written, or bound by the calls walked in
+    place to a parameter)."""
+    func, receiver, name = call.func, None, None
+    looked_up = _looked_up(func)
+    if isinstance(func, cst.Attribute):
+        receiver, name = func.value, func.attr.value
+    elif looked_up is not None:
+        receiver, key = looked_up
+        key, _ = bound_argument(key, scope)
+        name = key.evaluated_value if isinstance(key, cst.SimpleString) else None
+    if not isinstance(receiver, cst.Name) or not isinstance(name, str):
+        return None, None
+    return receiver.value, name
 
 
 def _entry_call(scope: Scope) -> cst.Call | None:

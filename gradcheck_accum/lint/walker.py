@@ -54,6 +54,9 @@ if TYPE_CHECKING:
         def iterated_argument(self, scope: Scope, call: cst.Call) -> "cst.BaseExpression | None":
             """The argument a project generator that yields each of its items is handed."""
 
+        def runs_hooks(self, scope: Scope, loop: "Loop") -> bool:
+            """Is the loop a callback system's pass over its objects, running a hook on each?"""
+
         def predicate(self, walker: "ScopeWalker", test: cst.BaseExpression, ctx: Context) \
                 -> "tuple[cst.BaseExpression, Scope] | None":
             """The expression a project predicate (function or property) returns, and its scope."""
@@ -358,8 +361,9 @@ class ScopeWalker:
         return self.constants[test.value]
 
     def walk_loop(self, loop: Loop, ctx: Context) -> None:
-        if _over_loss_terms(loop):
-            # its passes are parts of one micro-batch's backward: walked once, as straight code
+        if _over_loss_terms(loop) or self.inliner is not None and self.inliner.runs_hooks(self.scope, loop):
+            # its passes are parts of one micro-batch's backward, or the hooks of one event: walked once,
+            # as straight code
             self.scan_expression(loop.iter, ctx)
             for i, target in enumerate(_targets(loop.target)):
                 self.add_def(Def(target, loop.iter, self.tick(), ctx, op=DefOp.LOOP_TARGET, index=i, node=loop))

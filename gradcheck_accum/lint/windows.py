@@ -1343,6 +1343,9 @@ def assigned_in(scope: Scope, loop: Loop) -> set[str]:
         # and those of the predicates tests call (`if self._is_update_step(step):`)
         called.update({id(g.scope): g.scope for e in scope.events for g in e.ctx.guards
                        if g.scope is not None and g.scope is not scope and g.scope.frame is not None})
+        for frame in list(called.values()):  # and the calls between, whose own lines may have no event
+            while frame.frame is not None and frame.frame.caller is not scope and id(frame.frame.caller) not in called:
+                frame = called.setdefault(id(frame.frame.caller), frame.frame.caller)
         scope.called_frames = sorted(called.values(), key=lambda s: s.frame.depth if s.frame is not None else 0)
     if not scope.called_frames:
         return own
@@ -1362,14 +1365,18 @@ def assigned_in(scope: Scope, loop: Loop) -> set[str]:
 def _settled(names: set[str], scope: Scope) -> set[str]:
     """Of the names a scope binds inside a loop, those that may change from one iteration to the next:
     a name bound once, to a plain value that reads only names that do not change and calls nothing
-    (`use_amp = args.use_amp` at the top of a function an epoch loop calls), is the same every time."""
+    (`use_amp = args.use_amp` at the top of a function an epoch loop calls), is the same every time; so is
+    the target of a loop walked as straight code (`for hook in self.hooks:`, walker.walk_loop), which
+    takes the same values in the same order on every iteration when what it iterates does not change."""
     variant = set(names)
     settled = True
     while settled:
         settled = False
         for name in sorted(variant):
             defs = scope.defs.get(name, [])
-            value = defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].scope is None else None
+            single = defs[0] if len(defs) == 1 and defs[0].scope is None else None
+            value = single.value if single is not None and (single.op is DefOp.ASSIGN or (
+                single.op is DefOp.LOOP_TARGET and single.node not in single.ctx.loops)) else None
             if value is not None and _plain(value) and invariant(value, variant - {name}):
                 variant.discard(name)
                 settled = True
