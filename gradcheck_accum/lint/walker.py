@@ -255,6 +255,9 @@ class ScopeWalker:
     def walk_block(self, body, ctx: Context) -> None:
         for stmt in body:
             self.walk_stmt(stmt, ctx)
+            if isinstance(stmt, cst.SimpleStatementLine) \
+                    and isinstance(stmt.body[-1], (cst.Raise, cst.Return, cst.Continue, cst.Break)):
+                return  # nothing after a `raise` (an abstract method's template), `return` or `continue` runs
             if isinstance(stmt, cst.If) and self.decided(stmt.test) is not None:
                 if self.decided(stmt.test) and _exit(stmt.body) is not None and stmt.orelse is None:
                     return  # `if not clip: return` with clip=False at this call: nothing after it runs
