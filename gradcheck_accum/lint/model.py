@@ -148,9 +148,9 @@ class FileModel:
     def windows(self) -> list[Window]:
         windows = [w for scope in self.scopes for w in build_windows(scope)]
         for window in windows:
-            if window.shape is WindowShape.GUARDED and self._n_is_one(window):
+            if window.shape in (WindowShape.GUARDED, WindowShape.NESTED) and self._n_is_one(window):
                 # `gradient_accumulation_steps = 1`, bound once for the whole script: every
-                # micro-batch closes its window, and nothing accumulates
+                # micro-batch closes its window (a micro-step loop runs once), and nothing accumulates
                 window.shape, window.boundary = WindowShape.PLAIN, None
         return windows
 
