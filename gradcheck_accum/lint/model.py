@@ -128,8 +128,9 @@ class FileModel:
     def places(self, node: cst.CSTNode, scope: Scope | None = None) -> tuple[str, list]:
         """The other places a finding on `node` depends on (inlining.Inliner.places): the call that runs
         it in a loop, the loop in another file or the framework's, the line in another file."""
-        if scope is None:
-            scope = self._event_scopes.get(id(node))
+        if scope is None or scope.frame is None and not scope.foreign:
+            # walked where it is written: the call that also runs it in a loop says more
+            scope = self._event_scopes.get(id(node), scope)
         return self.inliner.places(node, scope)
 
     @cached_property
