@@ -64,6 +64,7 @@ class Api(NamedTuple):
     target: Operand = Operand.RECEIVER  # what the event acts on
     loss: Operand | None = None  # backward: where the loss is; append: where the added value is
     roles_of: Operand = Operand.RECEIVER  # whose roles the event records
+    first_keyword: str | None = None  # the first parameter's name, when passed by keyword (`loss=loss`)
     scaler: Operand | None = None  # where the GradScaler is (`scaler.step(opt)`, `scaler.unscale_(opt)`)
     # A scheduler known only by its name must look like one: no positional arguments
     # (`lr_scheduler.step()`, not diffusers' `noise_scheduler.step(pred, t, x)`).
@@ -127,19 +128,23 @@ APIS: tuple[Api, ...] = (
     # backward variants
     # distributed autograd keeps its gradients in its own context, not in .grad
     Api("backward", None, qualname_prefix="torch.distributed", follows_aliases=True, has_receiver=None),
-    Api("backward", _E.BACKWARD, Framework.APEX, receiver=Role.OPTIMIZER, loss=_FIRST),  # applies the loss scale only
-    Api("backward", _E.BACKWARD, _ACCELERATE, receiver=Role.ACCELERATOR, loss=_FIRST,
+    # apex: applies the loss scale only
+    Api("backward", _E.BACKWARD, Framework.APEX, receiver=Role.OPTIMIZER, loss=_FIRST, first_keyword="loss"),
+    Api("backward", _E.BACKWARD, _ACCELERATE, receiver=Role.ACCELERATOR, loss=_FIRST, first_keyword="loss",
         divides_loss=LossScaling.WITH_ACCUMULATION_STEPS),
-    Api("backward", _E.BACKWARD, _FABRIC, receiver=Role.FABRIC, loss=_FIRST),  # Fabric never scales the loss
+    # Fabric never scales the loss
+    Api("backward", _E.BACKWARD, _FABRIC, receiver=Role.FABRIC, loss=_FIRST, first_keyword="tensor"),
     # ColossalAI: `booster.backward(loss, optimizer)` hands the loss to the plugin's optimizer, which applies
     # only its mixed-precision loss scale (colossalai/booster/booster.py, zero/low_level optimizers)
-    Api("backward", _E.BACKWARD, Framework.COLOSSALAI, receiver=Role.BOOSTER, loss=_FIRST),
-    Api("backward", _E.BACKWARD, _DEEPSPEED, receiver=Role.DEEPSPEED, loss=_FIRST,
+    Api("backward", _E.BACKWARD, Framework.COLOSSALAI, receiver=Role.BOOSTER, loss=_FIRST, first_keyword="loss"),
+    Api("backward", _E.BACKWARD, _DEEPSPEED, receiver=Role.DEEPSPEED, loss=_FIRST, first_keyword="loss",
         divides_loss=LossScaling.WHEN_ENGINE_OWNS_WINDOW),
-    Api("backward", _E.BACKWARD, qualname="torch.autograd.backward", has_receiver=None, loss=_FIRST, target=_NOTHING),
+    Api("backward", _E.BACKWARD, qualname="torch.autograd.backward", has_receiver=None, loss=_FIRST, target=_NOTHING,
+        first_keyword="tensors"),
     Api("backward", _E.BACKWARD, loss=Operand.RECEIVER),  # `loss.backward()`, `scaler.scale(loss).backward()`
     Api("backward", None, has_receiver=False),
-    Api("manual_backward", _E.BACKWARD, Framework.LIGHTNING, has_receiver=None, loss=_FIRST, target=_NOTHING),
+    Api("manual_backward", _E.BACKWARD, Framework.LIGHTNING, has_receiver=None, loss=_FIRST, target=_NOTHING,
+        first_keyword="loss"),
     # transformers' Trainer.training_step(model, inputs) computes the loss and backpropagates it
     # (accelerator.backward), dividing it as the Trainer decides (HF_COMPUTE_LOSS): a subclass's own loop
     # that calls the inherited method runs a backward per call

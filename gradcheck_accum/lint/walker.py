@@ -699,7 +699,7 @@ class ScopeWalker:
 
     def _emit_call(self, api: Api, call: cst.Call, receiver, target: str | None, owner: frozenset[Role],
                    ctx: Context) -> None:
-        first = positional(call, 0)
+        first = positional(call, 0) or (keyword(call, api.first_keyword) if api.first_keyword else None)
         scaler = target if api.scaler is Operand.RECEIVER else None
         if api.event is EventKind.BACKWARD and Role.ACCELERATOR_FP16 in owner:
             scaler = target  # `accelerator.backward(loss)` scales the loss with the Accelerator's own GradScaler
