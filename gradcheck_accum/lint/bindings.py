@@ -411,6 +411,8 @@ def first_index(source: cst.BaseExpression, scope: Scope) -> int | None:
         start = keyword(source, "start") or positional(source, 1)
         if start is None:
             return 0
+        if isinstance(start, cst.Name):
+            start = fresh_run_literal(start.value, scope) or start
         return int(start.value) if isinstance(start, cst.Integer) and start.value in ("0", "1") else None
     if name == "range":
         args = [a.value for a in source.args]
@@ -425,6 +427,24 @@ def first_index(source: cst.BaseExpression, scope: Scope) -> int | None:
         if isinstance(start, cst.Integer) and start.value in ("0", "1"):
             return int(start.value)
     return None
+
+
+def fresh_run_literal(name: str, scope: Scope) -> cst.Integer | None:
+    """The integer a name holds in a fresh run when every binding of it here agrees: a parameter's
+    default and each assignment (`start_step=0` resumed into the first epoch, then `start_step = 0`
+    at the end of every epoch). None when a binding may hold anything else."""
+    defs = scope.defs_of(name)
+    if any(d.scope is not None for d in defs):
+        return None  # a parameter bound by the call walked: what the caller passes
+    values = [d.value if d.op is DefOp.ASSIGN else None for d in defs]
+    function = scope.node
+    if isinstance(function, cst.FunctionDef) and name in parameter_names(function):
+        params = function.params
+        values += [p.default for p in [*params.posonly_params, *params.params, *params.kwonly_params]
+                   if p.name.value == name]
+    if not values or not all(isinstance(v, cst.Integer) for v in values) or len({v.value for v in values}) != 1:
+        return None
+    return values[0]
 
 
 def loop_index(argument: cst.BaseExpression | None, ctx: Context) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple
 
-from gradcheck_accum.lint.bindings import loop_index
+from gradcheck_accum.lint.bindings import fresh_run_literal, loop_index
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, item_name, iter_calls,
                                         iter_names, keyword, last_part, parameter_names, positional, source, walk)
@@ -598,7 +598,7 @@ def _multiple_of_n(node: cst.BaseExpression, window: Window, depth: int) -> bool
 def counter_lifetime(window: Window) -> Lifetime:
     counter = window.counter
     if counter is None and window.index_counter() is not None:
-        return _index_lifetime(window.loop)  # the index of a loop walked in place of a call
+        return _index_lifetime(window.loop, window.scope)  # the index of a loop walked in place of a call
     found = _lifetime(counter, window, 0) if counter is not None else Lifetime.UNKNOWN
     return found or Lifetime.UNKNOWN
 
@@ -624,7 +624,7 @@ def _lifetime(node: cst.BaseExpression, window: Window, depth: int) -> Lifetime 
     defs = scope.defs_of(name)
     targets = [d for d in defs if d.op is DefOp.LOOP_TARGET]
     if any(d.node is loop for d in targets):
-        return _index_lifetime(loop)
+        return _index_lifetime(loop, scope)
     if any(d.node in window.outer for d in targets):
         return Lifetime.ACROSS_PASSES  # the epoch index
     nest = window.loop_nest
@@ -700,12 +700,15 @@ def _combine(a: Lifetime | None, b: Lifetime | None) -> Lifetime | None:
     return Lifetime.PER_PASS
 
 
-def _index_lifetime(loop: Loop) -> Lifetime:
+def _index_lifetime(loop: Loop, scope: Scope) -> Lifetime:
     """The loop's own index restarts with each pass, unless it starts from a running count
-    (`enumerate(loader, start=global_step)`)."""
+    (`enumerate(loader, start=global_step)`); a start that is the same number on every pass of a
+    fresh run (`start=start_step`, reset to 0 after each epoch) is no running count."""
     source_ = loop.iter if isinstance(loop, cst.For) else None
     if isinstance(source_, cst.Call) and call_receiver(source_)[1] == "enumerate":
         start = keyword(source_, "start") or positional(source_, 1)
+        if isinstance(start, cst.Name):
+            start = fresh_run_literal(start.value, scope) or start
         if start is not None and not isinstance(start, cst.Integer):
             return Lifetime.ACROSS_PASSES
     return Lifetime.PER_PASS
