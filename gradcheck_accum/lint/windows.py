@@ -661,21 +661,32 @@ class Window:
         (`if update % k == 0: actor_opt.zero_grad(); actor_loss.backward(); actor_opt.step()`, a delayed
         policy update, a discriminator trained every k batches)? It steps on one micro-batch's own
         gradients: a periodic update, not the close of a window."""
-        clears = [z for z in self.of(EventKind.ZERO_GRAD) if z.order < step.order and self.inside(z)
-                  and self.placement(z) is BOUNDARY and same_target(z, step, self.scope) and not z.model_wide]
+        clears = [z for z in self.of(EventKind.ZERO_GRAD) if z.order < step.order
+                  and (self.inside(z) or self.shape is NESTED) and self.placement(z) is BOUNDARY and same_target(z, step, self.scope) and not z.model_wide]
         if not clears:
             return False
         last = max(clears, key=lambda z: z.order)
         made = [b for b in self.backwards if last.order < b.order < step.order]
         return bool(made) and all(self.placement(b) is BOUNDARY for b in made) \
             and not any(b.order < last.order and self.placement(b) is not BOUNDARY
-                        and not self._used_by_another(b, step) for b in self.backwards)
+                        and not self._used_by_another(b, step) and not self._gradients_read(b, last)
+                        for b in self.backwards)
 
     def _used_by_another(self, backward: Event, step: Event) -> bool:
         """Is a backward off the boundary followed, on every micro-batch, by the step of an optimizer
         told apart from `step`'s (a critic's update before the delayed actor update)?"""
         return any(s.order > backward.order and self.placement(s) is EVERY and s.target is not None
                    and not same_target(s, step, self.scope) for s in self.steps)
+
+    def _gradients_read(self, backward: Event, clear: Event) -> bool:
+        """Are the gradients a backward makes read before the clear that follows it, in the window's
+        loop (`grads[i] = w.grad.clone()`: MGDA's or PCGrad's per-task gradients, combined into the
+        loss that is backpropagated and stepped after the clear)? Then they are used, not lost."""
+        reads = [d.value for name in self.scope.defs for d in self.scope.defs[name]
+                 if backward.order < d.order < clear.order and d.value is not None and self.loop in d.ctx.loops]
+        reads += [e.node for e in self.events if backward.order < e.order < clear.order and self.inside(e)]
+        return any(isinstance(node, cst.Attribute) and node.attr.value == cat.GRADIENT_ATTRIBUTE
+                   for read in reads for node in walk(read))
 
     def stepped_every_micro_batch(self, event: Event) -> bool:
         """May the optimizer `event` clears or steps also step on every micro-batch (a step of the same

@@ -49,7 +49,9 @@ class ZeroGradEveryMicroBatch(Rule):
                     continue
                 if window.stepped_every_micro_batch(zero):
                     continue  # nothing accumulates for what it clears
-                same = [step for step in steps if same_target(zero, step, window.scope)]
+                # (a step on gradients its own boundary makes, after clearing them, sums no window)
+                same = [step for step in steps if same_target(zero, step, window.scope)
+                        and not window.refreshed_on_boundary(step)]
                 if same and window.clears_before_step(zero) is None and not window.clears_before_next_step(zero):
                     fix = move_statement(window, zero, same[0], after=True, description="Clear gradients after the step")
                     yield Report.on(zero, "gradients are cleared on every micro-batch but the optimizer steps once "
