@@ -662,7 +662,8 @@ class Window:
         policy update, a discriminator trained every k batches)? It steps on one micro-batch's own
         gradients: a periodic update, not the close of a window."""
         clears = [z for z in self.of(EventKind.ZERO_GRAD) if z.order < step.order
-                  and (self.inside(z) or self.shape is NESTED) and self.placement(z) is BOUNDARY and same_target(z, step, self.scope) and not z.model_wide]
+                  and (self.inside(z) or self.shape is NESTED) and self.placement(z) is BOUNDARY
+                  and same_target(z, step, self.scope) and not z.model_wide]
         if not clears:
             return False
         last = max(clears, key=lambda z: z.order)
