@@ -1429,11 +1429,16 @@ def _read_for_returns(scope: Scope) -> bool:
 
 
 def _count_kept(node: cst.BaseExpression) -> cst.BaseExpression:
-    """The count inside `n.clamp(min=1)`, `n.float()`, `int(n)`, `max(n, 1)`, `n + eps`."""
+    """The count inside `n.clamp(min=1)`, `n.float()`, `int(n)`, `max(n, 1)`, `n + eps`, `n * 80` (the
+    valid frames times a fixed number of features each: still a count that varies with the frames)."""
     for _ in range(6):
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Subtract)) \
                 and _is_number(node.right):
             node = node.left
+            continue
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply) \
+                and (_is_number(node.right) or _is_number(node.left)):
+            node = node.left if _is_number(node.right) else node.right
             continue
         if isinstance(node, cst.Call):
             receiver, method = call_receiver(node)
