@@ -423,6 +423,8 @@ def first_index(source: cst.BaseExpression, scope: Scope) -> int | None:
             defs = scope.defs_of(start.value)
             if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and not defs[0].ctx.guards and defs[0].value is not None:
                 start = defs[0].value
+            else:  # a parameter `start_epoch=0`, as a fresh run leaves it
+                start = fresh_run_literal(start.value, scope) or start
         start = command_line_default(start, scope) or start
         if isinstance(start, cst.Integer) and start.value in ("0", "1"):
             return int(start.value)
@@ -442,6 +444,8 @@ def fresh_run_literal(name: str, scope: Scope) -> cst.Integer | None:
         params = function.params
         values += [p.default for p in [*params.posonly_params, *params.params, *params.kwonly_params]
                    if p.name.value == name]
+    elif not any(not d.ctx.guards and not d.ctx.loops for d in defs):
+        return None  # bound only under a test: what it holds where the test fails is not known
     if not values or not all(isinstance(v, cst.Integer) for v in values) or len({v.value for v in values}) != 1:
         return None
     return values[0]

@@ -444,6 +444,18 @@ def test_counter_start_through_a_name_bound_once(binding, start):
     assert window.counter_start == start
 
 
+@pytest.mark.parametrize("parameters, binding, start", [
+    ("start_epoch=0", "", 0),  # a fresh run leaves the default
+    ("start_epoch=0", "    start_epoch = 0", 0),  # every binding agrees
+    ("start_epoch=0", "    start_epoch = resume_epoch()", None),
+    ("start_epoch", "", None),  # no default: what the caller passes
+])
+def test_counter_start_through_a_parameter_default(parameters, binding, start):
+    source = EPOCH_LOOP.format(options="", parameters=parameters, binding=binding or "    pass")
+    window = only_window(source.replace("range(args.start_epoch, 10)", "range(start_epoch, 10)"))
+    assert window.counter_start == start
+
+
 @pytest.mark.parametrize("leave", ["break", "raise SystemExit('time budget spent')"])
 def test_the_way_past_an_exit_that_ends_the_run_is_no_boundary(leave):
     # `elapsed > max_time` compares a growing value with a limit, as a distance boundary does: read as
