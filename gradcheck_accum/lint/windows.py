@@ -679,6 +679,12 @@ class Window:
         return any(s.order > backward.order and self.placement(s) is EVERY and s.target is not None
                    and not same_target(s, step, self.scope) for s in self.steps)
 
+    def before_micro_steps(self, event: Event) -> bool:
+        """Does the event run once per window, before the micro-step loop of a nested window starts (a
+        reference model's single full-batch backward ahead of a pipeline schedule's micro-batches)?"""
+        return self.shape is NESTED and not self.inside(event) \
+            and event.order < self.scope.loop_start.get(id(self.loop), 0)
+
     def _gradients_read(self, backward: Event, clear: Event) -> bool:
         """Are the gradients a backward makes read before the clear that follows it, in the window's
         loop (`grads[i] = w.grad.clone()`: MGDA's or PCGrad's per-task gradients, combined into the

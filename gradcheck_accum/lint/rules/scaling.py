@@ -38,6 +38,8 @@ class UnscaledAccumulatedLoss(Rule):
                     continue
                 if window.cleared_between_backwards(backward):
                     continue  # nothing it adds is summed over the window: the clear is the bug
+                if window.before_micro_steps(backward):
+                    continue  # once per window, ahead of the micro-step loop: a term of no sum over it
                 if _unnormalised(model, model.backward_facts(window, backward), window, backward) \
                         and not model.through_gradient_cache(window, backward):
                     hops = backward.frame.depth if backward.frame is not None else 0
