@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck_accum.lint.project import ClassRef, FunctionRef, Project, SummaryStore, find_root, python_files
+from gradcheck_accum.lint.project import (ClassRef, FunctionRef, Project, SummaryStore, find_root, project_for,
+                                          python_files)
 from gradcheck_accum.lint.project.summary import ModuleSummary, summarize
 
 EFFECTS = frozenset({"backward", "step", "zero_grad", "clip_grad_norm_", "grad"})
@@ -86,6 +87,18 @@ def test_root_without_marker_is_the_fallback_or_above_the_top_package(tmp_path):
     write(tmp_path, {"w/pkg/__init__.py": "", "w/pkg/m.py": ""})
     assert find_root(tmp_path / "w/pkg/m.py", fallback=tmp_path) == tmp_path
     assert find_root(tmp_path / "w/pkg/m.py", fallback=tmp_path / "elsewhere") == tmp_path / "w"
+
+
+def test_a_loose_script_sees_what_it_can_import_not_every_file_below_it(tmp_path, monkeypatch):
+    # a script in a folder that marks no project (a home directory), linted from elsewhere
+    write(tmp_path, {"home/train.py": "", "home/helpers.py": "", "home/pkg/__init__.py": "", "home/pkg/m.py": "",
+                     "home/old_projects/repo/train.py": "", "home/pkg/notes/x.py": ""})
+    monkeypatch.chdir(tmp_path / "home" / "pkg")
+    loose = project_for(tmp_path / "home" / "train.py")
+    assert [p.relative_to(tmp_path).as_posix() for p in loose.files] == [
+        "home/helpers.py", "home/train.py", "home/pkg/__init__.py", "home/pkg/m.py"]
+    monkeypatch.chdir(tmp_path / "home")  # linted from its own folder: the user's choice of project
+    assert len(project_for(tmp_path / "home" / "pkg" / "m.py").files) == 6
 
 
 def test_files_skip_environments_caches_and_what_git_ignores(tmp_path):

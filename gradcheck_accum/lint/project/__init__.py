@@ -8,12 +8,12 @@ from pathlib import Path
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.project.index import (CALLABLE_METHODS, CallSite, ClassRef, FunctionRef, Project, find_root,
-                                                python_files)
+                                                is_marked, python_files)
 from gradcheck_accum.lint.project.store import SummaryStore
 from gradcheck_accum.lint.project.summary import GRADIENT_ONLY
 from gradcheck_accum.lint.vocabulary import HELPER_EFFECTS
 
-_OPEN: dict[Path, Project] = {}  # root -> the project, for this process
+_OPEN: dict[tuple[Path, bool], Project] = {}  # (root, only its packages) -> the project, for this process
 # (directory, working directory) -> its project root, until refresh_all: the root is looked for
 # upwards with a few stats per directory, and asked for every file linted
 _ROOTS: dict[tuple[Path, Path], Path] = {}
@@ -25,10 +25,13 @@ def project_for(path: Path, cache: Path | None = None) -> Project:
     root = _ROOTS.get(key)
     if root is None:
         root = _ROOTS[key] = find_root(path, fallback=key[1])
-    project = _OPEN.get(root)
+    # A script in a directory that no marker (nor the directory the linter runs in) makes a project,
+    # a home or downloads folder, has for its project what it can import: not every file below it.
+    loose = not is_marked(root) and root != key[1].absolute()
+    project = _OPEN.get((root, loose))
     if project is None:
-        project = _OPEN[root] = Project(root, SummaryStore(root, effect_names(), watched_names(), directory=cache,
-                                                           words=watched_words()))
+        summaries = SummaryStore(root, effect_names(), watched_names(), directory=cache, words=watched_words())
+        project = _OPEN[root, loose] = Project(root, summaries, packages_only=loose)
     return project
 
 

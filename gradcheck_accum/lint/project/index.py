@@ -43,7 +43,7 @@ def find_root(path: Path, fallback: Path | None = None) -> Path:
     path = path.absolute()
     start = path if path.is_dir() else path.parent
     for directory in (start, *start.parents):
-        if any((directory / marker).exists() for marker in ROOT_MARKERS):
+        if is_marked(directory):
             return directory
     if fallback is not None:
         fallback = fallback.absolute()
@@ -55,9 +55,16 @@ def find_root(path: Path, fallback: Path | None = None) -> Path:
     return top
 
 
-def python_files(root: Path) -> list[Path]:
+def is_marked(root: Path) -> bool:
+    """Does the directory hold a root marker?"""
+    return any((root / marker).exists() for marker in ROOT_MARKERS)
+
+
+def python_files(root: Path, packages_only: bool = False) -> list[Path]:
     """Every Python source file of the project, in a stable order: not in environments, caches or
-    build outputs, nor where the project's `.gitignore` files say (fetched or generated trees)."""
+    build outputs, nor where the project's `.gitignore` files say (fetched or generated trees).
+    `packages_only`: below the root, only directories that are packages (hold an `__init__.py`): what
+    a script standing in a directory that marks no project can import."""
     found = []
     ignores: list[tuple[Path, object]] = []  # (directory, its .gitignore's patterns), outermost first
     for current, dirs, files in os.walk(root):
@@ -68,7 +75,8 @@ def python_files(root: Path) -> list[Path]:
             if spec is not None:
                 ignores.append((here, spec))
         dirs[:] = sorted(d for d in dirs if d not in _SKIPPED and not d.endswith(".egg-info")
-                         and not _ignored(here / d, True, ignores))
+                         and not _ignored(here / d, True, ignores)
+                         and not (packages_only and not os.path.isfile(here / d / "__init__.py")))
         # regular files only: a FIFO or a device named *.py would block (or never end) when read
         found.extend(here / name for name in sorted(files)
                      if name.endswith((".py", ".pyi")) and not _ignored(here / name, False, ignores)
@@ -124,8 +132,10 @@ class CallSite(NamedTuple):
 class Project:
     """The Python files under one root and the summaries that resolve calls between them."""
 
-    def __init__(self, root: Path, summaries: "SummarySource", files: list[Path] | None = None) -> None:
+    def __init__(self, root: Path, summaries: "SummarySource", files: list[Path] | None = None,
+                 packages_only: bool = False) -> None:
         self.root = root.absolute()
+        self.packages_only = packages_only  # python_files: a root no marker (and no choice of the user) made
         self.summaries = summaries
         self._files: list[Path] | None = files  # None: every Python file under the root, listed when needed
         self._listed = files
@@ -161,7 +171,7 @@ class Project:
     @property
     def files(self) -> list[Path]:
         if self._files is None:
-            self._files = python_files(self.root)
+            self._files = python_files(self.root, self.packages_only)
         return self._files
 
     def contains(self, path: Path) -> bool:
