@@ -22,7 +22,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import (loop_index, module_constants, module_literals, pass_from_zero,
                                            roles_from_name)
-from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, is_static,
+from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, is_static,
                                         iter_calls, keyword, paired_arguments, parameter_names, positional,
                                         statement_blocks, walk)
 from gradcheck_accum.lint.diagnostics import RUN_FUNCTION, RUN_LINE
@@ -30,7 +30,7 @@ from gradcheck_accum.lint.outline import blank_strings_and_comments
 from gradcheck_accum.lint.project import (CALLABLE_METHODS, ClassRef, FunctionRef, Project, SummaryStore, effect_names,
                                           watched_words)
 from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED, FunctionSummary
-from gradcheck_accum.lint.predicates import bound_argument, is_accumulation_count
+from gradcheck_accum.lint.predicates import Count, bound_argument, compares_n_with_one, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Frame, Guard, Role, Scope
 from gradcheck_accum.lint.walker import ScopeWalker
 
@@ -678,12 +678,13 @@ class Inliner:
                              for attribute, attribute_roles in caller.env.items() if attribute.startswith(prefix)})
         return scope, seed
 
-    def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context) \
+    def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context, at: int | None = None) \
             -> tuple[cst.BaseExpression, Scope] | None:
         """A test that calls a project function, or reads a project property, whose body only returns
         an expression (`if self._is_update_step(step):`, `if self.clock.is_optimizer_step:`): that
         expression, and the scope of the function entered for this call, where it is read (its
-        parameters bound to the arguments: the caller's counter arrives by them)."""
+        parameters bound to the arguments: the caller's counter arrives by them, as it is at program
+        point `at`, by default now)."""
         depth = walker.scope.frame.depth if walker.scope.frame is not None else 0
         if depth >= MAX_DEPTH or self._capturing is not None:
             return None
@@ -700,7 +701,8 @@ class Inliner:
         returned = _only_return(function)
         if returned is None or _on_stack(walker.scope, function):
             return None
-        caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, walker.counter[0], walker.root)
+        order = walker.counter[0] if at is None else at
+        caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, order, walker.root)
         scope, _ = self._enter(caller, call, ctx, ref, loaded, function, site=test)
         return returned, scope
 
@@ -1316,7 +1318,7 @@ class _ReturnsOnly:
     def delegates_step(self, walker: ScopeWalker, call: cst.Call) -> bool:
         return False  # nothing is walked in place
 
-    def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context) -> None:
+    def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context, at: int | None = None) -> None:
         return None
 
     def iterated_argument(self, scope: Scope, call: cst.Call) -> cst.BaseExpression | None:
@@ -1541,11 +1543,30 @@ def _only_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
             and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
         body = body[1:]
     if len(body) > 1:
-        return _returned_truth(body)
+        return _boundary_when_accumulating(body) or _returned_truth(body)
     if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1:
         return None
     statement = body[0].body[0]
     return statement.value if isinstance(statement, cst.Return) else None
+
+
+def _boundary_when_accumulating(body: list[cst.BaseStatement]) -> cst.BaseExpression | None:
+    """`if n > 1: return (count + 1) % n == 0 or last` then `return True`: the boundary test, read as
+    the whole predicate. With n == 1 the test holds on every micro-batch too, as `return True` says."""
+    if len(body) != 2 or _literal_return(body[1]) is not True:
+        return None
+    first = body[0]
+    if not isinstance(first, cst.If) or first.orelse is not None or len(first.body.body) != 1:
+        return None
+    line = first.body.body[0]
+    returned = line.body[0].value if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 \
+        and isinstance(line.body[0], cst.Return) else None
+    if returned is None:
+        return None
+    moduli = {code(node.right) for node in walk(returned)
+              if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo)}
+    many, _ = compares_n_with_one(first.test, lambda node: code(node) in moduli)
+    return returned if many is Count.MANY else None
 
 
 def _returned_truth(body: list[cst.BaseStatement]) -> cst.BaseExpression | None:

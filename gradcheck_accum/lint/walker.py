@@ -57,7 +57,7 @@ if TYPE_CHECKING:
         def runs_hooks(self, scope: Scope, loop: "Loop") -> bool:
             """Is the loop a callback system's pass over its objects, running a hook on each?"""
 
-        def predicate(self, walker: "ScopeWalker", test: cst.BaseExpression, ctx: Context) \
+        def predicate(self, walker: "ScopeWalker", test: cst.BaseExpression, ctx: Context, at: int | None = None) \
                 -> "tuple[cst.BaseExpression, Scope] | None":
             """The expression a project predicate (function or property) returns, and its scope."""
 
@@ -215,13 +215,31 @@ class ScopeWalker:
         while isinstance(inner, cst.UnaryOperation) and isinstance(inner.operator, cst.Not):
             inner, negated = inner.expression, not negated
         if id(inner) not in self.predicates:  # both branches of an `if` read it once
-            self.predicates[id(inner)] = self.inliner.predicate(self, inner, ctx) if self.inliner is not None else None
+            self.predicates[id(inner)] = self._predicate(inner, ctx)
         found = self.predicates[id(inner)]
         if found is not None:  # the test a project predicate stands for, read where it is written
             test, scope = found
             if negated:
                 test = cst.UnaryOperation(operator=cst.Not(), expression=test)
         return Guard(test, positive, owner, len(ctx.loops), exit, scope)
+
+    def _predicate(self, test: cst.BaseExpression, ctx: Context) -> tuple[cst.BaseExpression, Scope] | None:
+        """What a test that calls a project predicate stands for (Inliner.predicate); also a name bound
+        once, in this pass, to such a call (`update = self._need_update_step(n)` ... `if update:`) when
+        nothing it reads is bound again before the test."""
+        if self.inliner is None:
+            return None
+        if isinstance(test, cst.Name):
+            defs = self.scope.defs_of(test.value)
+            bound = defs[0] if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].scope is None else None
+            if bound is None or not isinstance(bound.value, cst.Call) or bound.ctx.loops != ctx.loops:
+                return None
+            now = self.counter[0]
+            if any(bound.order < d.order <= now for name in iter_names(bound.value)
+                   for d in self.scope.defs_of(name.split(".")[0]) + self.scope.defs_of(name)):
+                return None  # a counter it was handed has moved on since: windows read tests where they stand
+            return self.inliner.predicate(self, bound.value, bound.ctx)
+        return self.inliner.predicate(self, test, ctx)
 
     def decided(self, test: cst.BaseExpression) -> bool | None:
         """The value of a test in a function walked in place of a call, when the call fixes it: a
