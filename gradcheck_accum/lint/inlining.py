@@ -420,7 +420,26 @@ class Inliner:
         function = loaded.functions.get(ref.qualname) if loaded is not None else None
         if function is None:
             return None
+        if _is_stub(function) and head in SELF_NAMES and len(rest) == 1:
+            return self._only_override(ref)  # a template method's hook, filled in by a subclass
         return ref, loaded, function
+
+    def _only_override(self, stub: FunctionRef) -> tuple[FunctionRef, LoadedModule, cst.FunctionDef] | None:
+        """The one project subclass method that fills in a stub its base class calls on `self`
+        (`loss = self._calc_loss(...)` in the base's loop, `_calc_loss` written by the SFT trainer). With
+        several, which one runs depends on the object: None."""
+        owner = self.project.class_of(stub)
+        if owner is None:
+            return None
+        name = stub.qualname.rsplit(".", 1)[-1]
+        found = {ref for sub in self.project.subclasses(owner)
+                 if (ref := self.project.lookup_method(sub, name)) is not None and ref != stub}
+        if len(found) != 1:
+            return None
+        ref = found.pop()
+        loaded = self.context.load(ref.path)
+        function = loaded.functions.get(ref.qualname) if loaded is not None else None
+        return (ref, loaded, function) if function is not None and not _is_stub(function) else None
 
     def made_call(self, scope: Scope, call: cst.Call) -> cst.Call:
         """The call a call of a name bound once to `functools.partial(f, *args, **kwargs)` makes:
@@ -1680,9 +1699,12 @@ def _annotation(function: cst.FunctionDef, parameter: str) -> str | None:
 
 
 def _is_stub(function: cst.FunctionDef) -> bool:
-    """A body that does nothing but document itself: `pass`, `...`, `raise NotImplementedError`."""
-    for statement in function.body.body:
-        if not isinstance(statement, cst.SimpleStatementLine):
+    """A body that does nothing but document itself: `pass`, `...`, `raise NotImplementedError` (also
+    on the line of the `def`)."""
+    body = function.body
+    lines = [body] if isinstance(body, cst.SimpleStatementSuite) else body.body
+    for statement in lines:
+        if not isinstance(statement, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             return False
         for small in statement.body:
             if isinstance(small, cst.Pass) or isinstance(small, cst.Expr) and isinstance(
