@@ -57,7 +57,7 @@ if TYPE_CHECKING:
         def runs_hooks(self, scope: Scope, loop: "Loop") -> bool:
             """Is the loop a callback system's pass over its objects, running a hook on each?"""
 
-        def predicate(self, walker: "ScopeWalker", test: cst.BaseExpression, ctx: Context, at: int | None = None) \
+        def predicate(self, walker: "ScopeWalker", test: cst.BaseExpression, ctx: Context) \
                 -> "tuple[cst.BaseExpression, Scope] | None":
             """The expression a project predicate (function or property) returns, and its scope."""
 
