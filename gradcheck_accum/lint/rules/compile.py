@@ -21,7 +21,7 @@ class LoadAfterCompile(Rule):
         for scope, load in model.events(EventKind.LOAD_STATE):
             if model.loads_after_compile(scope, load):
                 yield Report.on(load, f"`{load.target}` is already a torch.compile wrapper, whose keys carry "
-                                        "the `_orig_mod.` prefix; load the weights first, then compile")
+                                      "the `_orig_mod.` prefix; load the weights first, then compile")
 
 
 class CompiledStateDictSaved(Rule):
@@ -39,9 +39,9 @@ class CompiledStateDictSaved(Rule):
                 return
             owner = model.receiver_text(state_dict)
             yield Report.on(state_dict, f"`{owner}` may be a torch.compile wrapper, so the saved keys carry "
-                                          "the `_orig_mod.` prefix and will not load into an eager model; save "
-                                          f"`getattr({owner}, \"_orig_mod\", {owner}).state_dict()` instead",
-                         unwrap_compiled(state_dict, "Save the state_dict of the unwrapped module"))
+                                        "the `_orig_mod.` prefix and will not load into an eager model; save "
+                                        f"`getattr({owner}, \"_orig_mod\", {owner}).state_dict()` instead",
+                            unwrap_compiled(state_dict, "Save the state_dict of the unwrapped module"))
 
 
 class CompileInsideLoop(Rule):
@@ -64,6 +64,6 @@ class CompileInsideLoop(Rule):
                 if window.runs_every_iteration(compile_, outermost):
                     reported.add(id(compile_))
                     yield Report.on(compile_, "torch.compile inside the training loop builds a new compiled "
-                                                "wrapper (and may recompile) on every iteration; compile once "
-                                                "before the loop",
-                                 hoist_statement(compile_, outermost, "Compile once, before the loop"))
+                                              "wrapper (and may recompile) on every iteration; compile once "
+                                              "before the loop",
+                                    hoist_statement(compile_, outermost, "Compile once, before the loop"))

@@ -115,14 +115,14 @@ class NoSyncMissesForward(Rule):
                 entered = "accelerator.accumulate() enters no_sync() around" if sync.api is not DDP_NO_SYNC \
                     else "no_sync() wraps"
                 yield Report.on(sync, f"{entered} the backward but not the forward, and DDP decides to "
-                                        "sync during forward, so gradients are still all-reduced; move the "
-                                        "forward inside the `with` block")
+                                      "sync during forward, so gradients are still all-reduced; move the "
+                                      "forward inside the `with` block")
         for scope, flag in model.ddp_sync_flags():
             if SYNCS_AT_BACKWARD not in flag.roles and _set_between_forward_and_backward(model, scope, flag):
                 yield Report.on(flag, "require_backward_grad_sync is set after the forward, but DDP reads it in "
-                                        "the forward: the backward that follows syncs as the flag stood before, "
-                                        "one micro-batch behind, so the window's last gradients may be stepped "
-                                        "without being all-reduced; set it before the forward")
+                                      "the forward: the backward that follows syncs as the flag stood before, "
+                                      "one micro-batch behind, so the window's last gradients may be stepped "
+                                      "without being all-reduced; set it before the forward")
 
 
 _CALLS = (EventKind.MODEL_CALL, EventKind.HELPER_CALL)

@@ -49,8 +49,8 @@ class SchedulerEveryMicroBatch(Rule):
                                      description="Step the scheduler after the optimizer step") \
                     if window.boundary_steps else None
                 yield Report.on(event, "the scheduler steps on every micro-batch but the optimizer once per "
-                                         "window, so warm-up and decay run N times too fast; step it with the "
-                                         "optimizer, on the boundary", fix)
+                                       "window, so warm-up and decay run N times too fast; step it with the "
+                                       "optimizer, on the boundary", fix)
 
 
 class ScheduleLengthIgnoresAccumulation(Rule):
@@ -79,20 +79,20 @@ class ScheduleLengthIgnoresAccumulation(Rule):
             length = model.schedule_length(scope, built)
             if length is not None and length.counts_data and not length.divided and not length.mentions_accumulation:
                 yield Report.on(built, "the schedule length is counted in micro-batches (len(loader) x epochs) "
-                                         "but the scheduler steps once per window, so it never finishes its decay; "
-                                         "divide the length by the accumulation steps")
+                                       "but the scheduler steps once per window, so it never finishes its decay; "
+                                       "divide the length by the accumulation steps")
             elif any(model.length_is_run(scope, built, w) for w in per_window[built.target]):
                 yield Report.on(built, "the schedule length is the number of micro-batches the training loop "
-                                         "runs, but the scheduler steps once per window, so it never finishes its "
-                                         "decay; divide the length by the accumulation steps")
+                                       "runs, but the scheduler steps once per window, so it never finishes its "
+                                       "decay; divide the length by the accumulation steps")
             elif multiplied := [w for w in per_window[built.target]
                                 if model.length_multiplies_windows(scope, built, w)]:
                 prepared = " (accelerate's prepared scheduler: once per process)" \
                     if any(w.framework is Framework.ACCELERATE for w in multiplied) else ""
                 yield Report.on(built, "the schedule length is the number of optimizer steps multiplied by the "
-                                         f"accumulation steps, a count of micro-batches, but the scheduler steps once "
-                                         f"per window{prepared}, so it stops a fraction of the way through its "
-                                         "decay; do not multiply by N")
+                                       f"accumulation steps, a count of micro-batches, but the scheduler steps once "
+                                       f"per window{prepared}, so it stops a fraction of the way through its "
+                                       "decay; do not multiply by N")
 
 
 class ClipEveryMicroBatch(Rule):
@@ -115,16 +115,16 @@ class ClipEveryMicroBatch(Rule):
                 fix = _move_clip(window, clip, steps[0], "Clip once, before the step") if steps else None
                 if placement is _EVERY and window.inside(clip):
                     yield Report.on(clip, "gradients are clipped on every micro-batch, so partial sums are "
-                                            "clipped repeatedly; clip once on the boundary, before the step", fix)
+                                          "clipped repeatedly; clip once on the boundary, before the step", fix)
                 elif placement is _BOUNDARY and window.on_other_micro_batch(clip):
                     yield Report.on(clip, "gradients are clipped once per window, but on another micro-batch than "
-                                            "the one the optimizer steps on, before the rest of the window adds its "
-                                            "gradients: the summed gradient that is stepped is never clipped; clip "
-                                            "on the boundary, before the step", fix)
+                                          "the one the optimizer steps on, before the rest of the window adds its "
+                                          "gradients: the summed gradient that is stepped is never clipped; clip "
+                                          "on the boundary, before the step", fix)
                 elif placement is _BOUNDARY and steps and all(s.order < clip.order for s in steps) \
                         and not window.inside_step(clip):
                     yield Report.on(clip, "gradients are clipped after the optimizer step, where clipping changes "
-                                            "nothing; clip on the boundary before the step", fix)
+                                          "nothing; clip on the boundary before the step", fix)
 
 
 def _clips_after_every_step(window: Window) -> Iterator[Report]:
@@ -140,8 +140,8 @@ def _clips_after_every_step(window: Window) -> Iterator[Report]:
         if window.inside(clip) and window.placement(clip) is _EVERY and all(s.order < clip.order for s in steps) \
                 and not window.inside_step(clip):
             yield Report.on(clip, "gradients are clipped after the optimizer step, where clipping changes "
-                                    "nothing the optimizer uses; clip before the step",
-                         _move_clip(window, clip, steps[0], "Clip before the step"))
+                                  "nothing the optimizer uses; clip before the step",
+                            _move_clip(window, clip, steps[0], "Clip before the step"))
 
 
 def _move_clip(window: Window, clip: Event, step: Event, description: str) -> Fix | None:
@@ -167,8 +167,8 @@ class ScalerEveryMicroBatch(Rule):
             for event in calls:
                 if window.placement(event) is _EVERY and window.inside(event):
                     yield Report.on(event, "the GradScaler call runs on every micro-batch but the window steps "
-                                             "once; call unscale_, step and update once, on the boundary",
-                                 _scaler_fix(window, event))
+                                           "once; call unscale_, step and update once, on the boundary",
+                                    _scaler_fix(window, event))
 
 
 def _scaler_fix(window: Window, event: Event) -> Fix | None:
@@ -214,13 +214,13 @@ class ClipBeforeUnscale(Rule):
                     continue
                 if all(b.framework is Framework.ACCELERATE for b in scaled):
                     yield Report.on(clip, "the Accelerator is built with mixed_precision=\"fp16\", so "
-                                            "accelerator.backward scales the loss and these gradients are clipped "
-                                            "while still multiplied by the loss scale; clip with "
-                                            "accelerator.clip_grad_norm_, which unscales first")
+                                          "accelerator.backward scales the loss and these gradients are clipped "
+                                          "while still multiplied by the loss scale; clip with "
+                                          "accelerator.clip_grad_norm_, which unscales first")
                 else:
                     yield Report.on(clip, "gradients are clipped while still multiplied by the GradScaler's scale, "
-                                            "so the threshold almost always triggers; call scaler.unscale_(optimizer) "
-                                            "before clipping")
+                                          "so the threshold almost always triggers; call scaler.unscale_(optimizer) "
+                                          "before clipping")
 
 
 class RemainderDropped(Rule):
@@ -327,8 +327,8 @@ def _sync_off_boundary(window: Window, boundary: Boundary) -> Iterator[Report]:
         elif not sync.positive and sync.offset == boundary.offset:
             # synced everywhere but on the boundary: the switch is read backwards
             yield Report.on(switch, "gradient syncing is turned off on the very micro-batch the optimizer steps "
-                                      "on (and on for the others), so every step applies gradients the ranks never "
-                                      "all-reduced; turn it off where the step's boundary test is false")
+                                    "on (and on for the others), so every step applies gradients the ranks never "
+                                    "all-reduced; turn it off where the step's boundary test is false")
 
 
 def _distance_message(shift: Shift | None, boundary: Boundary) -> str | None:

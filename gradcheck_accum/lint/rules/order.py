@@ -24,16 +24,16 @@ class ZeroGradEveryMicroBatch(Rule):
                     step = window.clears_last_micro_batch_first(zero)
                     if step is not None:
                         yield Report.on(zero, "inside accelerator.accumulate() the prepared optimizer clears "
-                                                "gradients only on the window's last micro-batch, and here before "
-                                                "its backward, so only that micro-batch reaches the step; clear "
-                                                "them after the step",
-                                     move_statement(window, zero, step, after=True,
-                                                    description="Clear gradients after the step"))
+                                              "gradients only on the window's last micro-batch, and here before "
+                                              "its backward, so only that micro-batch reaches the step; clear "
+                                              "them after the step",
+                                        move_statement(window, zero, step, after=True,
+                                                       description="Clear gradients after the step"))
                     if window.clears_accumulated_model(zero):
                         yield Report.on(zero, "inside accelerator.accumulate() the prepared optimizer clears "
-                                                "gradients only on the window's last micro-batch, but the model's "
-                                                "own zero_grad() runs on every micro-batch and wipes what the window "
-                                                "has summed; call optimizer.zero_grad() instead")
+                                              "gradients only on the window's last micro-batch, but the model's "
+                                              "own zero_grad() runs on every micro-batch and wipes what the window "
+                                              "has summed; call optimizer.zero_grad() instead")
             if window.shape not in (WindowShape.GUARDED, WindowShape.NESTED):
                 continue
             steps = window.boundary_steps
@@ -41,10 +41,10 @@ class ZeroGradEveryMicroBatch(Rule):
                 step = window.clears_boundary_micro_batch_first(zero)
                 if step is not None:
                     yield Report.on(zero, "gradients are cleared on the window's last micro-batch, before its "
-                                            "backward, so the earlier micro-batches' gradients are wiped and only "
-                                            "that one reaches the step; clear them after the step",
-                                 move_statement(window, zero, step, after=True,
-                                                description="Clear gradients after the step"))
+                                          "backward, so the earlier micro-batches' gradients are wiped and only "
+                                          "that one reaches the step; clear them after the step",
+                                    move_statement(window, zero, step, after=True,
+                                                   description="Clear gradients after the step"))
                 if window.placement(zero) is not Placement.EVERY or not window.inside(zero):
                     continue
                 if window.stepped_every_micro_batch(zero):
@@ -55,8 +55,8 @@ class ZeroGradEveryMicroBatch(Rule):
                 if same and window.clears_before_step(zero) is None and not window.clears_before_next_step(zero):
                     fix = move_statement(window, zero, same[0], after=True, description="Clear gradients after the step")
                     yield Report.on(zero, "gradients are cleared on every micro-batch but the optimizer steps once "
-                                            "per window, so only the last micro-batch reaches the step; clear them "
-                                            "right after the step, on the boundary", fix)
+                                          "per window, so only the last micro-batch reaches the step; clear them "
+                                          "right after the step, on the boundary", fix)
 
 
 class GradientsNeverCleared(Rule):
@@ -94,7 +94,7 @@ class GradientsNeverCleared(Rule):
             if any(e.kind is EventKind.MODEL_CALL and optimizers & e.argument_names for e in window.nest_events):
                 continue
             yield Report.on(steps[0], "the optimizer steps but gradients are never cleared, so every window adds "
-                                        "to the gradients of all earlier ones; call zero_grad() after each step")
+                                      "to the gradients of all earlier ones; call zero_grad() after each step")
 
 
 class ZeroGradBetweenBackwardAndStep(Rule):
@@ -112,12 +112,12 @@ class ZeroGradBetweenBackwardAndStep(Rule):
             for zero in window.of(EventKind.ZERO_GRAD, direct=True):
                 if window.clears_before_step(zero) is not None:
                     yield Report.on(zero, "gradients are cleared after the last backward and before the step, so "
-                                            "the optimizer steps on zero gradients; clear them after the step")
+                                          "the optimizer steps on zero gradients; clear them after the step")
         for _, zero, step in model.straight_line_clears():
             alias = f" (`{step.target}` is the same optimizer as `{zero.target}`)" \
                 if zero.target and step.target and zero.target != step.target else ""
             yield Report.on(zero, f"gradients are cleared after the backward and before the step{alias}, so the "
-                                    "optimizer steps on zero gradients; clear them after the step")
+                                  "optimizer steps on zero gradients; clear them after the step")
 
 
 class StepEveryMicroBatch(Rule):
@@ -132,35 +132,35 @@ class StepEveryMicroBatch(Rule):
             for step in window.inverted_steps:
                 if not step.via_helper:
                     yield Report.on(step, "the step runs when the boundary test is false, on N - 1 of every N "
-                                            "micro-batches, so parameters change inside the window; the test is "
-                                            "inverted: step when `(i + 1) % N == 0`")
+                                          "micro-batches, so parameters change inside the window; the test is "
+                                          "inverted: step when `(i + 1) % N == 0`")
             for step in window.steps_beside_boundary:
                 if not step.via_helper:
                     yield Report.on(step, "this step runs on every micro-batch where the boundary test is false, "
-                                            "and the boundary's own step on the others, so the optimizer steps on "
-                                            "every micro-batch and nothing accumulates; a step for the last, partial "
-                                            "window belongs after the loop")
+                                          "and the boundary's own step on the others, so the optimizer steps on "
+                                          "every micro-batch and nothing accumulates; a step for the last, partial "
+                                          "window belongs after the loop")
             for step in window.steps_besides_boundary_step:
                 yield Report.on(step, "this step runs on every micro-batch, and the boundary test's step of the "
-                                        "same optimizer once more on the window's last one, so parameters change "
-                                        "inside the window and nothing accumulates; remove it: the boundary's step "
-                                        "is the window's")
+                                      "same optimizer once more on the window's last one, so parameters change "
+                                      "inside the window and nothing accumulates; remove it: the boundary's step "
+                                      "is the window's")
             counter, steps = window.steps_on_outer_counter()
             for step in steps:
                 yield Report.on(step, f"the boundary test counts `{counter}`, the index of an enclosing loop, "
-                                        "which stays the same on every micro-batch of the loop inside: where it "
-                                        "holds the optimizer steps on every micro-batch, elsewhere gradients pile "
-                                        "up over whole passes; count the micro-batches instead")
+                                      "which stays the same on every micro-batch of the loop inside: where it "
+                                      "holds the optimizer steps on every micro-batch, elsewhere gradients pile "
+                                      "up over whole passes; count the micro-batches instead")
             entered = window.accumulate_entries_per_micro_batch()
             if window.framework is Framework.ACCELERATE and entered > 1:
                 step = next((s for s in window.steps if not s.via_helper), None)
                 if step is not None:
                     yield Report.on(step, f"accelerator.accumulate() is entered {entered} times for each "
-                                            "micro-batch, and each entry counts one in accelerate's step counter, "
-                                            f"so gradients sync every N/{entered} entries, not every N "
-                                            "micro-batches (an entry may never meet the boundary); enter it once "
-                                            "per micro-batch with all the models: "
-                                            "`accelerator.accumulate(model_a, model_b)`")
+                                          "micro-batch, and each entry counts one in accelerate's step counter, "
+                                          f"so gradients sync every N/{entered} entries, not every N "
+                                          "micro-batches (an entry may never meet the boundary); enter it once "
+                                          "per micro-batch with all the models: "
+                                          "`accelerator.accumulate(model_a, model_b)`")
             if window.shape is not WindowShape.UNGUARDED:
                 continue
             if any(model.micro_step_loss(window, b) for b in window.backwards):
@@ -169,20 +169,20 @@ class StepEveryMicroBatch(Rule):
             steps = [s for s in every if model.declares_accumulation(window, s)]
             if steps and _backward_only_with_step(window, steps[0]):
                 yield Report.on(steps[0], "the loop is prepared for accumulation, but the loss is backpropagated "
-                                            "only under the test the step runs under: the other micro-batches' "
-                                            "losses are computed and dropped, and each step sees one micro-batch; "
-                                            "backpropagate every micro-batch's loss and step when the window is "
-                                            "complete")
+                                          "only under the test the step runs under: the other micro-batches' "
+                                          "losses are computed and dropped, and each step sees one micro-batch; "
+                                          "backpropagate every micro-batch's loss and step when the window is "
+                                          "complete")
             elif steps:
                 yield Report.on(steps[0], "the loop is prepared for accumulation but the optimizer steps on every "
-                                            "micro-batch, so parameters change inside the window; step only when "
-                                            "the window is complete")
+                                          "micro-batch, so parameters change inside the window; step only when "
+                                          "the window is complete")
             elif every and any(model.accelerator_divides_outside_accumulate(b) for b in window.backwards):
                 yield Report.on(every[0], "the Accelerator is built to accumulate, so accelerator.backward divides "
-                                            "each loss by N, but outside `with accelerator.accumulate(model):` "
-                                            "gradients sync on every micro-batch and the prepared optimizer steps on "
-                                            "each: no window forms, and every step sees one micro-batch divided by "
-                                            "N; wrap the forward, backward and step in accelerator.accumulate(model)")
+                                          "each loss by N, but outside `with accelerator.accumulate(model):` "
+                                          "gradients sync on every micro-batch and the prepared optimizer steps on "
+                                          "each: no window forms, and every step sees one micro-batch divided by "
+                                          "N; wrap the forward, backward and step in accelerator.accumulate(model)")
 
 
 class BackwardAfterMicroStepLoop(Rule):
@@ -197,8 +197,8 @@ class BackwardAfterMicroStepLoop(Rule):
             for backward in window.backwards:
                 if not backward.via_helper and model.loss_of_last_micro_step(window, backward):
                     yield Report.on(backward, "the loss is computed on every micro-step of the loop above but "
-                                                "backpropagated once after it, so only the last micro-batch "
-                                                "reaches the gradient; call backward inside the loop")
+                                              "backpropagated once after it, so only the last micro-batch "
+                                              "reaches the gradient; call backward inside the loop")
 
 
 def _backward_only_with_step(window: Window, step: Event) -> bool:

@@ -117,9 +117,9 @@ class MeanOfMeansTokenLoss(Rule):
                 for scale in () if gradients_divided else model.gradient_divisions_by_n(window):
                     gradients_divided = True  # `p.grad.div_(N)` after the backwards: the same mean of means
                     yield Report.on(scale, "the summed gradients of per-micro-batch means over a varying number "
-                                             "of valid tokens are divided by N, which over-weights micro-batches "
-                                             "with few tokens; sum each loss and divide by the valid-token count "
-                                             "of the whole window")
+                                           "of valid tokens are divided by N, which over-weights micro-batches "
+                                           "with few tokens; sum each loss and divide by the valid-token count "
+                                           "of the whole window")
                 for node in model.divisions_by_n(facts, window.scope, window):
                     yield Report(node, "a per-micro-batch mean over a varying number of valid tokens divided by "
                                        "N over-weights micro-batches with few tokens; sum the loss and divide "
@@ -127,10 +127,10 @@ class MeanOfMeansTokenLoss(Rule):
                 if model.framework_divides_loss(window, backward) \
                         and not model.normalised(facts, window, backward, reweighs=True):
                     yield Report.on(backward, f"{backward.framework.display} divides this per-micro-batch mean "
-                                                f"over a varying number of valid tokens by N, which over-weights "
-                                                f"micro-batches with few tokens; sum the loss and divide it by the "
-                                                f"window's valid-token count over N, since the framework divides by N "
-                                                f"too")
+                                              f"over a varying number of valid tokens by N, which over-weights "
+                                              f"micro-batches with few tokens; sum the loss and divide it by the "
+                                              f"window's valid-token count over N, since the framework divides by N "
+                                              f"too")
         # a hook whose framework loop (walked in place, configured to accumulate) divides what it returns
         if model.driver_divides_token_mean():
             for scope, hook, facts, divided in model.hook_losses():
@@ -172,4 +172,4 @@ class LossGraphKeptAlive(Rule):
                 facts = model.loss_facts(total.expr, window.scope, total.order)
                 if facts.known and not facts.detached:
                     yield Report.on(total, "the loss still carries its autograd graph, so every micro-batch graph "
-                                             "stays in memory; accumulate loss.item() or loss.detach() instead")
+                                           "stays in memory; accumulate loss.item() or loss.detach() instead")
