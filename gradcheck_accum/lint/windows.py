@@ -359,7 +359,7 @@ class Window:
         inside = [d for d in defs if loop in d.ctx.loops and d is not target]
         if target is not None:
             start = _enumerate_start(loop, target.index, scope)
-            first_step = min((s.order for s in self.boundary_steps), default=None)
+            first_step = self._test_read_at(scope)
             # a rebinding after the test (`index += 1`, an evaluation loop's own `for step, b in ...`) changes
             # nothing the test sees: the loop binds the index anew first
             inside = [d for d in inside if first_step is None or d.order < first_step]
@@ -388,7 +388,7 @@ class Window:
         before = [d for d in before if d not in restored]
         if len(steps) != 1 or not before or not self.boundary_steps:
             return None
-        first_step = min(s.order for s in self.boundary_steps)
+        first_step = self._test_read_at(scope)
         # a reset to 0 that runs with the step (`count = 0` on the boundary) restarts the count
         if any(not (isinstance(d.value, cst.Integer) and d.value.value == "0" and self.placement_of_def(d))
                for d in resets):
@@ -402,6 +402,18 @@ class Window:
                 and by.value == "1" and passes_all):
             return None
         return int(init.value) + (1 if step.order < first_step else 0)
+
+    def _test_read_at(self, scope: Scope) -> int | None:
+        """The program point where the boundary test reads its counter: where the test is kept in a flag
+        (`update = (count + 1) % n == 0`, then `count += 1`, then `if update:`), else at the first step
+        it guards."""
+        first_step = min((s.order for s in self.boundary_steps), default=None)
+        comparison = self.boundary.comparison if self.boundary is not None else None
+        if comparison is None:
+            return first_step
+        kept = [d.order for defs in scope.defs.values() for d in defs
+                if d.value is not None and self.loop in d.ctx.loops and contains(d.value, comparison)]
+        return min(kept + ([first_step] if first_step is not None else []), default=None)
 
     def cleared_earlier_in_block(self) -> bool:
         """A nested window: gradients are cleared in its block before the micro-step loop, also inside
