@@ -697,12 +697,13 @@ class Inliner:
                              for attribute, attribute_roles in caller.env.items() if attribute.startswith(prefix)})
         return scope, seed
 
-    def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context) \
+    def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context, at: int | None = None) \
             -> tuple[cst.BaseExpression, Scope] | None:
         """A test that calls a project function, or reads a project property, whose body only returns
         an expression (`if self._is_update_step(step):`, `if self.clock.is_optimizer_step:`): that
         expression, and the scope of the function entered for this call, where it is read (its
-        parameters bound to the arguments: the caller's counter arrives by them)."""
+        parameters bound to the arguments: the caller's counter arrives by them, as it stands at program
+        point `at`: where the call is made, by default now)."""
         depth = walker.scope.frame.depth if walker.scope.frame is not None else 0
         if depth >= MAX_DEPTH or self._capturing is not None:
             return None
@@ -719,7 +720,8 @@ class Inliner:
         returned = _only_return(function)
         if returned is None or _on_stack(walker.scope, function):
             return None
-        caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, walker.counter[0], walker.root)
+        order = walker.counter[0] if at is None else at
+        caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, order, walker.root)
         scope, _ = self._enter(caller, call, ctx, ref, loaded, function, site=test)
         return returned, scope
 
@@ -1335,7 +1337,7 @@ class _ReturnsOnly:
     def delegates_step(self, walker: ScopeWalker, call: cst.Call) -> bool:
         return False  # nothing is walked in place
 
-    def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context) -> None:
+    def predicate(self, walker: ScopeWalker, test: cst.BaseExpression, ctx: Context, at: int | None = None) -> None:
         return None
 
     def iterated_argument(self, scope: Scope, call: cst.Call) -> cst.BaseExpression | None:

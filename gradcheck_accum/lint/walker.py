@@ -57,7 +57,7 @@ if TYPE_CHECKING:
         def runs_hooks(self, scope: Scope, loop: "Loop") -> bool:
             """Is the loop a callback system's pass over its objects, running a hook on each?"""
 
-        def predicate(self, walker: "ScopeWalker", test: cst.BaseExpression, ctx: Context) \
+        def predicate(self, walker: "ScopeWalker", test: cst.BaseExpression, ctx: Context, at: int | None = None) \
                 -> "tuple[cst.BaseExpression, Scope] | None":
             """The expression a project predicate (function or property) returns, and its scope."""
 
@@ -225,8 +225,7 @@ class ScopeWalker:
 
     def _predicate(self, test: cst.BaseExpression, ctx: Context) -> tuple[cst.BaseExpression, Scope] | None:
         """What a test that calls a project predicate stands for (Inliner.predicate); also a name bound
-        once, in this pass, to such a call (`update = self._need_update_step(n)` ... `if update:`) when
-        nothing it reads is bound again before the test."""
+        once, in this pass, to such a call (`update = self._need_update_step(n)` ... `if update:`)."""
         if self.inliner is None:
             return None
         if isinstance(test, cst.Name):
@@ -234,11 +233,8 @@ class ScopeWalker:
             bound = defs[0] if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].scope is None else None
             if bound is None or not isinstance(bound.value, cst.Call) or bound.ctx.loops != ctx.loops:
                 return None
-            now = self.counter[0]
-            if any(bound.order < d.order <= now for name in iter_names(bound.value)
-                   for d in self.scope.defs_of(name.split(".")[0]) + self.scope.defs_of(name)):
-                return None  # a counter it was handed has moved on since: windows read tests where they stand
-            return self.inliner.predicate(self, bound.value, bound.ctx)
+            # read where it was called: a counter it was handed may have moved on since (Window._test_read_at)
+            return self.inliner.predicate(self, bound.value, bound.ctx, at=bound.order)
         return self.inliner.predicate(self, test, ctx)
 
     def decided(self, test: cst.BaseExpression) -> bool | None:

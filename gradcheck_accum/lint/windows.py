@@ -405,14 +405,18 @@ class Window:
 
     def _test_read_at(self, scope: Scope) -> int | None:
         """The program point where the boundary test reads its counter: where the test is kept in a flag
-        (`update = (count + 1) % n == 0`, then `count += 1`, then `if update:`), else at the first step
-        it guards."""
+        (`update = (count + 1) % n == 0`, then `count += 1`, then `if update:`) or where the predicate that
+        holds it was called, else at the first step it guards."""
         first_step = min((s.order for s in self.boundary_steps), default=None)
         comparison = self.boundary.comparison if self.boundary is not None else None
         if comparison is None:
             return first_step
         kept = [d.order for defs in scope.defs.values() for d in defs
                 if d.value is not None and self.loop in d.ctx.loops and contains(d.value, comparison)]
+        predicate = self.boundary_scope
+        if predicate is not None and predicate is not scope and predicate.frame is not None:
+            # a project predicate's test, read with the arguments its call was handed where it was made
+            kept += [d.order for defs in predicate.defs.values() for d in defs if d.scope is not None]
         return min(kept + ([first_step] if first_step is not None else []), default=None)
 
     def cleared_earlier_in_block(self) -> bool:
