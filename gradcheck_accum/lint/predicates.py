@@ -232,7 +232,8 @@ def _modulo(modulo: cst.BinaryOperation, right: cst.BaseExpression, equal: bool,
         if offset:
             counter = counter.left  # type: ignore[union-attr]
     elif isinstance(right, cst.BinaryOperation) and isinstance(right.operator, cst.Subtract) \
-            and code(right.left) == code(n) and isinstance(right.right, cst.Integer) and right.right.value == "1":
+            and code(right.left) == code(n) and isinstance(right.right, cst.Integer) and right.right.value == "1" \
+            or _one_less(right, n):
         offset = 1 if plus_one(counter) == 0 else None
     else:
         return None
@@ -240,6 +241,12 @@ def _modulo(modulo: cst.BinaryOperation, right: cst.BaseExpression, equal: bool,
         return None  # `if x.size(0) % 2 != 0: continue`: a test of the data's shape, not of a count
     return Boundary(BoundaryKind.MODULO, resolve_n(n, scope), equal, n=n, counter=counter, offset=offset,
                     comparison=test)
+
+
+def _one_less(right: cst.BaseExpression, n: cst.BaseExpression) -> bool:
+    """`5` against a literal `6`: `i % 6 == 5`, the written-out form of `i % N == N - 1`."""
+    return isinstance(right, cst.Integer) and isinstance(n, cst.Integer) \
+        and right.evaluated_value == n.evaluated_value - 1 > 0
 
 
 def measures_a_tensor(node: cst.BaseExpression) -> bool:
