@@ -678,6 +678,8 @@ class LossTracer:
         over it (`for step, batch in enumerate(loader)`), `accelerator.prepare` of it, a name for it?"""
         if depth > 8:
             return False
+        if isinstance(node, cst.NamedExpr):
+            node = node.value  # `enumerate(bar := tqdm(loader))`: the loader, kept under a name too
         if isinstance(node, cst.Call):
             receiver, method = call_receiver(node)
             if method in cat.DATA_LOADERS:
@@ -694,7 +696,10 @@ class LossTracer:
             if returned:  # `loader = build_dataloader(...)`: what the project function returns
                 return any(self._collated_with_masking(value, where, depth + 1) for value, where, _ in returned)
             first = positional(node, 0) or keyword(node, "iterable")  # enumerate(loader), tqdm(loader), iter(loader)
-            return receiver is None and first is not None and self._collated_with_masking(first, scope, depth + 1)
+            # a function, not a method of an object: `tqdm(loader)`, or `tqdm.tqdm(loader)` of an imported module
+            function = receiver is None or isinstance(receiver, cst.Name) and receiver.value not in SELF_NAMES \
+                and not scope.defs_of(receiver.value)
+            return function and first is not None and self._collated_with_masking(first, scope, depth + 1)
         name = dotted(node)
         if name is None:
             return False

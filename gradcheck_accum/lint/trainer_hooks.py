@@ -108,6 +108,8 @@ def _runs_framework_model_on_labels(function: cst.FunctionDef, hook: cat.Hook) -
             read.add(node.attr.value)
         elif _reads_key(node, inputs, hook.labels_key):
             labels_read = True
+        else:  # `outputs["logits"]`, `outputs.get("logits")`: the model output is also a dict
+            read.update(key for key in hook.output_attributes for output in outputs if _reads_key(node, output, key))
     return bool(read) and (labels_read or "loss" in read)
 
 
