@@ -542,7 +542,7 @@ class Window:
         step of the same iteration, with no backward in between, whenever that step runs."""
         # Cheap tests first: most of a window's events, and most zero_grads a rule asks about, come
         # after its loop.
-        if self.placement(zero) is AFTER:
+        if self.placement(zero) is AFTER or _clears_some_parameters(zero, self.scope):
             return None
         own = [e.order for e in self.backwards]
         if not own or zero.order < min(own):
@@ -938,6 +938,15 @@ def _alias_root(name: str, scope: Scope, depth: int) -> str | None:
     text = dotted(value)
     deeper = _alias_root(text, scope, depth + 1) if text else None
     return deeper or code(value)
+
+
+def _clears_some_parameters(zero: Event, scope: Scope) -> bool:
+    """`for p in shared_params: p.grad = None`: a clear of parameters gathered some other way than
+    walking a model's `parameters()`, which may be a part of what the optimizer holds (a critic update
+    keeping the body it shares with the actor out of the step)."""
+    walks = [d for d in (zero.scope or scope).defs_of(zero.target or "") if d.op is DefOp.LOOP_TARGET]
+    return zero.model_wide and bool(walks) and not any(
+        isinstance(d.node, cst.For) and _parameters_call(d.node.iter) is not None for d in walks)
 
 
 def straight_line_clears(scope: Scope) -> list[tuple[Event, Event]]:
