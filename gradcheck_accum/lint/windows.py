@@ -900,8 +900,9 @@ def _walked_model(d: Def) -> str | None:
     if found is None:
         return None
     model, method = found
-    # the parameter itself is the whole target of `parameters()`, the second of a named_parameters() pair
-    return model if index == (1 if method == cat.NAMED_PARAMETERS_METHOD else None) else None
+    # the parameter itself is the whole target of `parameters()` (its first and only name), the second
+    # of a named_parameters() pair
+    return model if index in ((1,) if method == cat.NAMED_PARAMETERS_METHOD else (0, None)) else None
 
 
 def _separate_models(one: str, other: str | None, scope: Scope) -> bool:
