@@ -22,8 +22,8 @@ from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returne
                                          scaled_by_own_micro_batch, share_of_window, summed_loss_name,
                                          varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
-                                        is_one, iter_calls, keyword, last_part, paired_arguments, parameter_names,
-                                        positional, source, walk)
+                                        is_one, iter_calls, iter_names, keyword, last_part, paired_arguments,
+                                        parameter_names, positional, source, walk)
 from gradcheck_accum.lint.paths import decision, invariant
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
@@ -386,11 +386,31 @@ class FileModel:
                 name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
                 if name is None or (id(scope), name, before) in seen:
                     continue
+                if self._spliced_into_cache(window, scope, name, before):
+                    return True  # the chunk's fresh outputs written into the whole batch's cached ones
                 seen.add((id(scope), name, before))  # `cache = cache.split(n)` reads the binding before it
                 # the binding that reaches here (a parameter's is read in the caller, Def.scope: what the
                 # call passed); not every earlier one, which in a file of many loops is every loop's
                 pending += [(d.value, d.order, d.scope or scope)
                             for d in scope.defs_of(name, before)[-1:] if d.value is not None]
+        return False
+
+    def _spliced_into_cache(self, window: Window, scope: Scope, name: str, before: int) -> bool:
+        """GradCache written out: `feats = copy.deepcopy(cached)`, then `feats[rows] = model(chunk)` in
+        the micro-step loop, where `cached` holds the whole batch's outputs computed without grad before
+        the loop. The loss over `feats` is the whole batch's, differentiated through one chunk's rows:
+        the chunks' gradients add up to the whole batch's, with no division."""
+        defs = scope.defs_of(name, before)
+        spliced = [d for d in defs if d.op is DefOp.ITEM and window.loop in d.ctx.loops]
+        copies = [d for d in defs if d.op is DefOp.ASSIGN and d.value is not None]
+        if not spliced or not copies:
+            return False
+        for cached in iter_names(copies[-1].value):
+            bound = scope.defs_of(cached, copies[-1].order)
+            if bound and all(window.loop not in d.ctx.loops and d.order < copies[-1].order and any(
+                    call_receiver(call)[1] in cat.GRAD_OFF_CONTEXTS and not call.args for call in d.ctx.withs)
+                    for d in bound):
+                return True
         return False
 
     def is_accumulation_count(self, node: cst.BaseExpression, window: Window | None, scope: Scope) -> bool:
