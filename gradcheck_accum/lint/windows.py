@@ -411,7 +411,8 @@ class Window:
         comparison = self.boundary.comparison if self.boundary is not None else None
         if comparison is None:
             return first_step
-        kept = [d.order for defs in scope.defs.values() for d in defs
+        flags = {dotted(decision(guard).test) for step in self.boundary_steps for guard in step.ctx.guards}
+        kept = [d.order for flag in flags if flag for d in scope.defs_of(flag)
                 if d.value is not None and self.loop in d.ctx.loops and contains(d.value, comparison)]
         predicate = self.boundary_scope
         if predicate is not None and predicate is not scope and predicate.frame is not None:
@@ -705,9 +706,8 @@ class Window:
         """Are the gradients a backward makes read before the clear that follows it, in the window's
         loop (`grads[i] = w.grad.clone()`: MGDA's or PCGrad's per-task gradients, combined into the
         loss that is backpropagated and stepped after the clear)? Then they are used, not lost."""
-        reads = [d.value for name in self.scope.defs for d in self.scope.defs[name]
-                 if backward.order < d.order < clear.order and d.value is not None and self.loop in d.ctx.loops]
-        reads += [e.node for e in self.events if backward.order < e.order < clear.order and self.inside(e)]
+        # the calls in between (`w.grad.clone()`, `torch.cat([p.grad.flatten() ...])`) are the window's events
+        reads = [e.node for e in self.events if backward.order < e.order < clear.order and self.inside(e)]
         return any(isinstance(node, cst.Attribute) and node.attr.value == cat.GRADIENT_ATTRIBUTE
                    for read in reads for node in walk(read))
 
