@@ -547,6 +547,9 @@ HF_COMPUTE_LOSS = Hook(
     settings=("model_accepts_loss_kwargs", "loss_is_scaled_for_ga", "compute_loss_func"),
     takes_over=("training_step",), output_attributes=("logits", "loss"), labels_key="labels")
 HOOKS: tuple[Hook, ...] = (LIGHTNING_TRAINING_STEP, HF_COMPUTE_LOSS)
+# The keyword a Hugging Face model takes its labels by: `labels`, and before transformers 3 the
+# masked-LM heads' `masked_lm_labels` and the LM heads' `lm_labels` (the legacy example scripts).
+LABELS_KEYWORDS = ("labels", "masked_lm_labels", "lm_labels")
 # Attributes a framework updates on some batches and not others: a test reading one is no setting fixed
 # for the run (Lightning's `self.trainer.is_last_batch` and accelerate's
 # `gradient_state.end_of_dataloader` hold on the epoch's last batch only). A count such as Lightning's

@@ -632,13 +632,13 @@ class LossTracer:
         """`outputs = model(..., labels=y)` where `y[...] = -100` masks items out in this scope, or
         `model(**batch)` / `labels=batch["labels"]` with batches from a loader whose collator masks
         labels (catalogue.LABEL_MASKING_COLLATORS)."""
-        calls = [d.value for d in scope.defs_of(dotted(outputs) or "", before) if isinstance(d.value, cst.Call)]
+        calls = [call for d in scope.defs_of(dotted(outputs) or "", before) for call in _calls_made(d.value)]
         if isinstance(outputs, cst.Call):
             calls.append(outputs)
         for call in calls:
             if self._per_sequence_head(dotted(call.func), scope):
                 continue
-            labels = keyword(call, "labels")
+            labels = next((keyword(call, k) for k in cat.LABELS_KEYWORDS if keyword(call, k) is not None), None)
             name = dotted(labels)
             if name and self._labels_masked(name, scope, 0):
                 return True
@@ -661,10 +661,10 @@ class LossTracer:
         for d in scope.defs_of(name):
             if d.op is DefOp.ITEM and _is_ignored_label(d.value):
                 return True
-            if d.op not in (DefOp.ASSIGN, DefOp.UNPACK) or not isinstance(d.value, cst.Call) or depth > 2 \
-                    or self.returns is None:
+            if d.op not in (DefOp.ASSIGN, DefOp.UNPACK) or depth > 2 or self.returns is None:
                 continue
-            for value, where, _ in self.returns(d.value, d.scope or scope, d.order) or ():
+            for value, where, _ in (returned for call in _calls_made(d.value)
+                                    for returned in self.returns(call, d.scope or scope, d.order) or ()):
                 if d.op is DefOp.UNPACK:
                     value = value.elements[d.index].value if isinstance(value, cst.Tuple) and d.index is not None \
                         and d.index < len(value.elements) else None
@@ -1157,6 +1157,14 @@ def _values_kept(node: cst.BaseExpression, keeping: frozenset[str] = cat.LABEL_K
 
 def _is_slice(node: cst.Subscript) -> bool:
     return any(isinstance(element.slice, cst.Slice) for element in node.slice)
+
+
+def _calls_made(value: cst.BaseExpression | None) -> list[cst.Call]:
+    """The call a binding makes, or each branch's of a conditional one (`mask_tokens(batch) if args.mlm
+    else (batch, batch)`: the branch a configuration takes)."""
+    if isinstance(value, cst.IfExp):
+        return [branch for branch in (value.body, value.orelse) if isinstance(branch, cst.Call)]
+    return [value] if isinstance(value, cst.Call) else []
 
 
 def _cut(node: cst.Subscript) -> tuple[str, ...]:
