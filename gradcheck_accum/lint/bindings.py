@@ -14,7 +14,7 @@ from typing import Callable
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, iter_names, keyword, last_part,
-                                        parameter_names, positional, walk)
+                                        parameter, parameter_names, positional, walk)
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, DefOp, Role, Scope
 
 Lookup = Callable[["cst.BaseExpression | None"], frozenset[Role]]  # the roles of an argument expression
@@ -440,10 +440,9 @@ def fresh_run_literal(name: str, scope: Scope) -> cst.Integer | None:
         return None  # a parameter bound by the call walked: what the caller passes
     values = [d.value if d.op is DefOp.ASSIGN else None for d in defs]
     function = scope.node
-    if isinstance(function, cst.FunctionDef) and name in parameter_names(function):
-        params = function.params
-        values += [p.default for p in [*params.posonly_params, *params.params, *params.kwonly_params]
-                   if p.name.value == name]
+    param = parameter(function, name) if isinstance(function, cst.FunctionDef) else None
+    if param is not None:
+        values.append(param.default)
     elif not any(not d.ctx.guards and not d.ctx.loops for d in defs):
         return None  # bound only under a test: what it holds where the test fails is not known
     if not values or not all(isinstance(v, cst.Integer) for v in values) or len({v.value for v in values}) != 1:

@@ -23,8 +23,8 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import (loop_index, module_constants, module_literals, pass_from_zero,
                                            roles_from_name)
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, is_static,
-                                        iter_calls, keyword, paired_arguments, parameter_names, positional,
-                                        statement_blocks, walk)
+                                        iter_calls, keyword, paired_arguments, parameter, parameter_names,
+                                        positional, statement_blocks, walk)
 from gradcheck_accum.lint.diagnostics import RUN_FUNCTION, RUN_LINE
 from gradcheck_accum.lint.outline import blank_strings_and_comments
 from gradcheck_accum.lint.project import (CALLABLE_METHODS, ClassRef, FunctionRef, Project, SummaryStore, effect_names,
@@ -478,10 +478,10 @@ class Inliner:
         if found is None:
             return None
         ref, loaded, function = found
-        parameter = _yields_each_item_of(function)
-        if parameter is None:
+        iterated = _yields_each_item_of(function)
+        if iterated is None:
             return None
-        return dict(self._handed(scope, call, ref, loaded, function)).get(parameter)
+        return dict(self._handed(scope, call, ref, loaded, function)).get(iterated)
 
     def runs_project_function(self, walker: ScopeWalker, call: cst.Call) -> bool:
         return self.resolve(walker.scope, call) is not None
@@ -838,10 +838,10 @@ class Inliner:
         function = loaded.functions.get(init.qualname) if loaded is not None else None
         if function is None:
             return None
-        parameter = _bound_parameter(function, attribute)
-        if parameter is None:
+        bound = _bound_parameter(function, attribute)
+        if bound is None:
             return None
-        return self._constructed_with(owner, init)[1].get(parameter)
+        return self._constructed_with(owner, init)[1].get(bound)
 
     def attribute_constructions(self, scope: Scope, attribute: str) -> list[cst.Call]:
         """The calls the class of a method of another file, walked in place, binds `self.<attribute>` to
@@ -1690,12 +1690,10 @@ def _has_loop(function: cst.FunctionDef) -> bool:
     return False
 
 
-def _annotation(function: cst.FunctionDef, parameter: str) -> str | None:
+def _annotation(function: cst.FunctionDef, name: str) -> str | None:
     """The class a parameter is annotated with, as written (`LossFunction`, `losses.LossFn`)."""
-    for param in (*function.params.posonly_params, *function.params.params, *function.params.kwonly_params):
-        if param.name.value == parameter and param.annotation is not None:
-            return dotted(param.annotation.annotation)
-    return None
+    param = parameter(function, name)
+    return dotted(param.annotation.annotation) if param is not None and param.annotation is not None else None
 
 
 def _is_stub(function: cst.FunctionDef) -> bool:

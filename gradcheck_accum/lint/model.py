@@ -407,9 +407,8 @@ class FileModel:
             return False
         for cached in iter_names(copies[-1].value):
             bound = scope.defs_of(cached, copies[-1].order)
-            if bound and all(window.loop not in d.ctx.loops and d.order < copies[-1].order and any(
-                    call_receiver(call)[1] in cat.GRAD_OFF_CONTEXTS and not call.args for call in d.ctx.withs)
-                    for d in bound):
+            if bound and all(window.loop not in d.ctx.loops and d.order < copies[-1].order and _grad_off(d.ctx)
+                             for d in bound):
                 return True
         return False
 
@@ -590,7 +589,7 @@ class FileModel:
     def without_grad(event: Event) -> bool:
         """Called under `with torch.no_grad():` (or `inference_mode()`): a forward there builds no graph,
         so no backward reaches a DDP wrapper's hooks and it all-reduces nothing (a frozen generator)."""
-        return any(call_receiver(call)[1] in cat.GRAD_OFF_CONTEXTS and not call.args for call in event.ctx.withs)
+        return _grad_off(event.ctx)
 
     @staticmethod
     def accelerator_divides_outside_accumulate(backward: Event) -> bool:
@@ -1085,6 +1084,11 @@ def _rescales(d, name: str) -> bool:
     return d.op.scales or (d.op is DefOp.ASSIGN and isinstance(d.value, cst.BinaryOperation)
                            and isinstance(d.value.operator, (cst.Divide, cst.Multiply))
                            and dotted(d.value.left) == name)
+
+
+def _grad_off(ctx: Context) -> bool:
+    """Inside `with torch.no_grad():` (or `inference_mode()`): what runs there records no graph."""
+    return any(call_receiver(call)[1] in cat.GRAD_OFF_CONTEXTS and not call.args for call in ctx.withs)
 
 
 def _schedule_function_names(call: cst.CSTNode) -> list[cst.Name]:

@@ -119,6 +119,13 @@ def parameter_names(function: cst.FunctionDef, starred: bool = False) -> set[str
     return {p.name.value for p in every}
 
 
+def parameter(function: cst.FunctionDef, name: str) -> cst.Param | None:
+    """The function's parameter of that name (not `*args` or `**kwargs`)."""
+    params = function.params
+    return next((p for p in [*params.posonly_params, *params.params, *params.kwonly_params] if p.name.value == name),
+                None)
+
+
 def source(node: cst.CSTNode) -> str:
     """The node's source text as written."""
     return cst.Module(body=[]).code_for_node(node)

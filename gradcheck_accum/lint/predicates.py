@@ -7,7 +7,7 @@ from typing import Callable, NamedTuple
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import LITERAL_TRUTH, is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_calls, iter_names, last_part
+from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_calls, iter_names, last_part, parameter
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Guard, Scope, Tag
 
 
@@ -465,9 +465,7 @@ def parameter_value(name: str, scope: Scope) -> tuple[cst.BaseExpression, Scope]
     function = scope.node
     if not isinstance(function, cst.FunctionDef):
         return None
-    params = function.params
-    param = next((p for p in [*params.posonly_params, *params.params, *params.kwonly_params]
-                  if p.name.value == name), None)
+    param = parameter(function, name)
     if param is None:
         return None
     defs = scope.defs_of(name)
