@@ -17,6 +17,7 @@ from gradcheck_accum.lint.inlining import ProjectContext
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.model import FileModel
+from gradcheck_accum.lint.names import forget_children
 from gradcheck_accum.lint.nesting import too_deep
 from gradcheck_accum.lint.positions import node_positions
 from gradcheck_accum.lint.rule import Rule
@@ -155,7 +156,10 @@ def analyze(source: str, path: str, rules: Rules | None = None, enabled: set[str
     module = parse(parsed)
     context = ProjectContext(project, Path(path).absolute(), module, parsed, _parse_or_none) \
         if project is not None else ProjectContext.alone(module, parsed, source=source)
-    reported = _run_rules(rules, FileModel(module, context, text=parsed), module, parsed, path)
+    try:
+        reported = _run_rules(rules, FileModel(module, context, text=parsed), module, parsed, path)
+    finally:
+        forget_children()
     kept = suppressions.apply(source, path, reported, enabled, set(registry.codes()))
     findings = sorted(kept)
     fixes = {f: kept[f] for f in findings if kept[f] is not None}

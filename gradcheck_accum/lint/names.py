@@ -15,13 +15,18 @@ _SKIPPED_FIELDS = {"lpar", "rpar", "whitespace", "comma", "semicolon", "dot", "e
                    "lines_after_decorators", "whitespace_before_args", "whitespace_after_func"}
 
 
-def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+def children(node: cst.CSTNode) -> tuple[cst.CSTNode, ...]:
     """The syntactic children of a node, without whitespace and punctuation.
 
     libcst's own `children` property rebuilds every child through a visitor, which dominates the
     analysis time on large files; reading the dataclass fields directly is an order of magnitude faster.
-    Every walk of the analysis goes through here, so the type tests are dictionary lookups.
+    Every walk of the analysis goes through here, and the walks of one file meet each node several
+    times (the walker, the bindings, the inliner and the rules each look inside a statement), so the
+    answer is kept until `forget_children` (engine.analyze calls it after each file).
     """
+    known = _CHILDREN.get(id(node))
+    if known is not None and known[0] is node:
+        return known[1]
     fields = _CHILD_FIELDS.get(type(node))
     if fields is None:
         fields = _CHILD_FIELDS[type(node)] = tuple(
@@ -35,7 +40,17 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
             out.extend([item for item in value if _NODE_TYPES.get(type(item)) or _is_node(item)])
         elif _NODE_TYPES.get(kind) or _is_node(value):
             out.append(value)
-    return out
+    found = _CHILDREN[id(node)] = (node, tuple(out))  # the node is kept: its id is not reused meanwhile
+    return found[1]
+
+
+# id(node) -> (node, its children); see `children`
+_CHILDREN: dict[int, tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = {}
+
+
+def forget_children() -> None:
+    """Drop the children kept by `children`, and with them the nodes they hold."""
+    _CHILDREN.clear()
 
 
 _NODE_TYPES: dict[type, bool] = {}
