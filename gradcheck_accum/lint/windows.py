@@ -347,6 +347,10 @@ class Window:
         if node is None:
             return None
         node, scope = bound_argument(node, self.counting_scope)
+        # an argument the caller wrote out (`scaler(loss, opt, update_grad=step % n == 0)`, tested in the
+        # callee as its parameter) reads the caller's names, not the callee's
+        while scope is not self.scope and scope.frame is not None and not contains(scope.node, node):
+            scope = scope.frame.caller
         return node if scope is self.scope else None
 
     def _first_value(self, counter: cst.BaseExpression | None, depth: int, scope: Scope | None = None) -> int | None:
