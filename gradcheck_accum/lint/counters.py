@@ -97,7 +97,7 @@ def unstepped_tail(window: Window, repetition: Repetition, literals: Mapping[str
     off = (Placement.UNKNOWN, Placement.OFF_BOUNDARY)
     if any(window.inside(s) and s.target in stepped and window.placement(s) in off for s in window.steps):
         return None
-    kind = pass_kind(window, literals or {})
+    kind = pass_kind(window, literals or {}, repetition is Repetition.REPEATED)
     if kind not in (PassKind.DATA, PassKind.COUNT):
         return None
     # A loop over data is an epoch, usually run by a caller elsewhere; a count is the whole run
@@ -113,15 +113,18 @@ def unstepped_tail(window: Window, repetition: Repetition, literals: Mapping[str
     return None
 
 
-def pass_kind(window: Window, literals: Mapping[str, bool | int] | None = None) -> PassKind:
+def pass_kind(window: Window, literals: Mapping[str, bool | int] | None = None, repeated: bool = False) -> PassKind:
+    """What one pass of the window's loop runs through. `repeated`: a caller runs the loop's function
+    inside a loop of its own (FileModel.repetition)."""
     loop = window.loop
     if _stops_after_whole_windows(window):
         return PassKind.MULTIPLE_OF_N
     if isinstance(loop, cst.For):
         found = _source_kind(loop.iter, window, 0, literals or {})
-        # A loop that an enclosing loop runs again and again walks something finite each time: a
-        # `for` over an endless source inside an epoch loop would never let the epoch end.
-        return PassKind.DATA if found is PassKind.UNKNOWN and window.outer else found
+        # A loop that an enclosing loop (here or in a caller) runs again and again walks something
+        # finite each time: a `for` over an endless source inside an epoch loop would never let the
+        # epoch end.
+        return PassKind.DATA if found is PassKind.UNKNOWN and (window.outer or repeated) else found
     if isinstance(loop, cst.While):
         test = loop.test
         if (isinstance(test, cst.Name) and test.value == "True") or (isinstance(test, cst.Integer) and test.value != "0"):

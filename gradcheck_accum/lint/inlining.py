@@ -1133,6 +1133,14 @@ class Inliner:
                 found.extend(self._loops_calling(site.caller, levels - 1))
         return found
 
+    def called_in_loop(self, scope: Scope) -> bool:
+        """Is a function of another file, walked here because its loop runs this file's code, itself
+        called inside a loop of the project (a base trainer's `fit` runs `_fit_train` once per epoch)?"""
+        origin = self._origin.get(id(scope))
+        if origin is None or not scope.foreign or origin[1] == MODULE_CODE:
+            return False
+        return any(site.in_loop for site in self.project.callers(FunctionRef(origin[0].path, origin[1])))
+
     def _walk_root(self, ref: FunctionRef, self_class: ClassRef | None, keep: bool = True) -> Scope | None:
         loaded = self.context.load(ref.path)
         if loaded is None:

@@ -194,14 +194,14 @@ class FileModel:
 
     def repetition(self, window: Window) -> Repetition:
         """Is one pass over the window's loop followed by another: a loop around it here, or a caller
-        of its function inside a loop in this file?"""
+        of its function inside a loop in this file (or, for another file's function, in the project)?"""
         if window.outer:
             return Repetition.REPEATED
         if window.scope.node is self.module:
             return Repetition.ONCE
         callers = self.callers(window.scope)
-        if not callers:
-            return Repetition.UNKNOWN
+        if not callers:  # another file's function: its callers are there
+            return Repetition.REPEATED if self.inliner.called_in_loop(window.scope) else Repetition.UNKNOWN
         return Repetition.REPEATED if any(call.ctx.loops for call in callers) else Repetition.ONCE
 
     @staticmethod
