@@ -19,6 +19,7 @@ from gradcheck_accum.lint.lines import split_lines
 from gradcheck_accum.lint.model import FileModel
 from gradcheck_accum.lint.names import forget_children
 from gradcheck_accum.lint.nesting import too_deep
+from gradcheck_accum.lint.outline import one_newline, python_tree
 from gradcheck_accum.lint.positions import node_positions
 from gradcheck_accum.lint.rule import Rule
 
@@ -193,7 +194,7 @@ def _run_rules(rules: list[type[Rule]], model: FileModel, module: cst.Module, pa
         return {}
     # Positions (and source lines) only for files that have something to report.
     here = [place.node for *_, places in placed for place in places if place.module.module is module]
-    positions = node_positions(module, parsed, [report.node for _, report, *_ in placed] + here)
+    positions = node_positions(module, parsed, [report.node for _, report, *_ in placed] + here, _tree(parsed))
     lines = split_lines(parsed)
     reported: dict[Finding, Fix | None] = {}
     first: dict[tuple[int, int, str], Finding] = {}
@@ -225,10 +226,17 @@ def _related(place, module: cst.Module, path: str, positions, lines: list[str]) 
         span = positions[place.node]
         where, text = path, lines
     else:
-        span = node_positions(place.module.module, place.module.text, [place.node])[place.node]
+        other = place.module
+        span = node_positions(other.module, other.text, [place.node], _tree(other.text))[place.node]
         where, text = _display(place.module.path, path), split_lines(place.module.text)
     line = span.start.line
     return Related(where, line, span.start.column + 1, place.message, text[line - 1] if line <= len(text) else None)
+
+
+def _tree(text: str) -> ast.Module | None:
+    """CPython's tree of a parsed text, which places its statements for node_positions (the last few
+    are kept: the prefilter and the project summaries read the same texts)."""
+    return python_tree(one_newline(text))
 
 
 def _display(other: Path, path: str) -> str:

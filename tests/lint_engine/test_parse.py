@@ -8,6 +8,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from gradcheck_accum.lint import engine, positions
 from gradcheck_accum.lint.names import children
+from gradcheck_accum.lint.outline import one_newline, python_tree
 from gradcheck_accum.lint.engine import ParseFailure
 
 
@@ -70,17 +71,32 @@ def sources():
         yield path.name, path.read_text(encoding="utf-8")
 
 
+@pytest.mark.parametrize("placed_by", ["tree", "text"])
 @pytest.mark.parametrize("name,source", list(sources()), ids=lambda v: v if len(v) < 40 else "")
-def test_positions_equal_libcsts_own(name, source, monkeypatch):
+def test_positions_equal_libcsts_own(name, source, placed_by, monkeypatch):
+    # Statements are placed by CPython's tree of the source (as the engine does), or without one by
+    # their text; either way every node's range must be libcst's.
     module = engine.parse(source)
     nodes = all_nodes(module)[1:]  # not the module itself
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     whole, long_road = [], positions.whole_module
     monkeypatch.setattr(positions, "whole_module", lambda m: whole.append(m) or long_road(m))
-    fast = positions.node_positions(module, source, nodes)
+    tree = python_tree(one_newline(source)) if placed_by == "tree" else None
+    fast = positions.node_positions(module, source, nodes, tree)
     assert {n: fast[n] for n in nodes} == {n: expected[n] for n in nodes}
     if name.endswith(".py"):  # real scripts never need the long road (tricky cases may)
         assert not whole
+
+
+def test_the_tree_places_every_statement_of_the_fixtures(monkeypatch):
+    # The text lookup is only the fallback: on real scripts CPython's tree places every statement.
+    looked_up = []
+    monkeypatch.setattr(positions._Lines, "only_start", lambda self, text: looked_up.append(text))
+    for name, source in sources():
+        if name.endswith(".py") and "\r" not in source:
+            module = engine.parse(source)
+            positions.node_positions(module, source, all_nodes(module)[1:], python_tree(one_newline(source)))
+    assert looked_up == []
 
 
 def test_non_ascii_names_are_the_ones_python_defines():
