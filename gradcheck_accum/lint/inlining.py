@@ -366,6 +366,8 @@ class Inliner:
         self._captured: dict[str, frozenset[Role]] = {}
         self._captured_classes: dict[str, ClassRef] = {}
         self._captured_callables: dict[str, FunctionRef | None] = {}  # None: the calls pass different ones
+        self._passed: set[str] | None = set()  # parameter_roles: the parameters the calls read pass (None: any)
+        self._calls_read = 0  # parameter_roles: how many calls of the function a caller's walk read
         self._classes: dict[int, dict[str, ClassRef]] = {}  # id(scope) -> its parameters' project classes
         # id(function) -> the hook names it runs on loop targets, and the parameters it runs hooks by
         self._hooks_of: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
@@ -525,7 +527,12 @@ class Inliner:
         ref, loaded, function = found
         if self._capturing is not None:  # reading a caller for the roles it passes, nothing else
             if ref == self._capturing:
-                for name, argument in self._handed(walker.scope, call, ref, loaded, function):
+                handed = self._handed(walker.scope, call, ref, loaded, function)
+                self._calls_read += 1
+                if self._passed is not None:
+                    unpaired = any(a.star for a in self.made_call(walker.scope, call).args)  # `f(*args, **kw)`
+                    self._passed = None if unpaired else self._passed | {name for name, _ in handed}
+                for name, argument in handed:
                     roles = walker.roles(argument)
                     if is_accumulation_count(argument, None, walker.scope):
                         roles |= _COUNT  # kept where every caller passes N (parameter_roles)
@@ -935,15 +942,17 @@ class Inliner:
         callables: dict[str, FunctionRef | None] = {}
         # the parameters every caller binds to N, and to the index of its loop over passes from 0
         everywhere: dict[Role, set[str] | None] = {role: None for role in _EVERY_CALLER}
-        for site in self.project.callers(ref):
-            if site.caller == ref:
-                continue
+        # the parameters some call passes (None: unknown, a call was not read or passes `*args`)
+        passed: set[str] | None = set()
+        sites = [site for site in self.project.callers(ref) if site.caller != ref]
+        for site in sites:
             self._capturing, self._captured, self._captured_classes = ref, {}, {}
-            self._captured_callables = {}
+            self._captured_callables, self._passed, self._calls_read = {}, set(), 0
             try:
                 self._walk_root(site.caller, site.receiver, keep=False)
             finally:
                 self._capturing = None
+            passed = None if passed is None or self._passed is None or not self._calls_read else passed | self._passed
             for name, found in self._captured.items():
                 roles[name] = roles.get(name, NO_ROLES) | found
             for role, names in everywhere.items():
@@ -958,6 +967,10 @@ class Inliner:
                 roles[name] -= {role}  # from some callers only: what the parameter holds is not known
         if classes:
             self._classes[id(scope)] = classes
+        if sites and passed is not None:
+            params = function.params
+            scope.defaulted = frozenset(p.name.value for p in [*params.params, *params.kwonly_params]
+                                        if p.default is not None) - passed
         known = {name: target for name, target in callables.items() if target is not None}
         if known:
             self._callables[id(scope)] = known

@@ -23,7 +23,7 @@ from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returne
                                          varies_per_micro_batch)
 from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
                                         is_one, iter_calls, iter_names, keyword, last_part, paired_arguments,
-                                        parameter_names, positional, source, walk)
+                                        parameter, parameter_names, positional, source, walk)
 from gradcheck_accum.lint.paths import decision, invariant
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
@@ -157,6 +157,10 @@ class FileModel:
 
     def _n_is_one(self, window: Window) -> bool:
         name = dotted(window.n) if window.n is not None else None
+        if name in window.scope.defaulted and window.scope.frame is None and not window.scope.defs_of(name):
+            # `def fit(self, loader, accum_steps=1)` that no call in the project gives `accum_steps`
+            default = parameter(window.scope.node, name).default
+            return isinstance(default, cst.Integer) and default.value == "1"
         # a function's own binding of the name hides the module's (the module's own are the literal's)
         if name is None or window.scope.frame is not None or window.scope.node is not self.module \
                 and window.scope.defs_of(name):
