@@ -471,8 +471,11 @@ class ScopeWalker:
                 self.bind(name, unpacked[i] if unpacked else NO_ROLES, ctx)
             return
         if isinstance(target, cst.Subscript):
-            # `ckpt["model"] = m.state_dict()` fills the container `ckpt`
-            base = dotted(target.value)
+            # `ckpt["model"] = m.state_dict()` fills the container `ckpt`, as `rows[rank][a:b] = x` fills `rows`
+            container = target.value
+            while isinstance(container, cst.Subscript):
+                container = container.value
+            base = dotted(container)
             if base:
                 self.add_def(Def(base, value, self.tick(), ctx, op=DefOp.ITEM, node=node))
             item = item_name(target)
