@@ -28,7 +28,22 @@ def _codes(values: tuple[str, ...]) -> list[str]:
 
 
 class _Group(click.Group):
-    """Unexpected exceptions become one line and exit status 2, not a traceback."""
+    """Unexpected exceptions become one line and exit status 2, not a traceback. Commands of other
+    parts of the package (`verify`) are imported when they are asked for: `accumcheck lint` on one
+    file, run by pre-commit on every commit, does not pay for them."""
+
+    _elsewhere = {"verify": ("gradcheck_accum.verifier.command", "verify_command")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._elsewhere})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self._elsewhere and name not in self.commands:
+            import importlib
+
+            module, attribute = self._elsewhere[name]
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -454,10 +469,6 @@ def server(stdio: bool) -> None:
     serve()
 
 
-# The verifier's command imports torch only when it runs, so `accumcheck lint` stays torch-free.
-from gradcheck_accum.verifier.command import verify_command  # noqa: E402
-
-main.add_command(verify_command, "verify")
 
 
 # True when this process is the `accumcheck` command, which ends when its command does (console).

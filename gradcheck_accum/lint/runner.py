@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
-from gradcheck_accum.lint import deep, lazy, notebooks, registry
+from gradcheck_accum.lint import deep, lazy, registry
 from gradcheck_accum.lint.cache import project_state
 from gradcheck_accum.lint.config import Settings, expand
 from gradcheck_accum.lint.diagnostics import RUN_FUNCTION, RUN_LINE, Finding
@@ -291,9 +291,7 @@ def _analyze_file(item: Pending) -> FileResult:
         if result.target.is_notebook:
             return _lint_notebook(result, item.text, item.codec, item.rules, item.enabled, item.options)
         return _lint_python(item)
-    except notebooks.NotPython:
-        return result  # an R or Julia notebook in the tree: not ours to lint
-    except (ParseFailure, notebooks.NotebookError) as exc:
+    except ParseFailure as exc:
         result.error = str(exc)
     except RecursionError:
         result.error = "nesting too deep to analyse"
@@ -341,6 +339,19 @@ def _lint_python(item: Pending) -> FileResult:
 
 def _lint_notebook(result: FileResult, text: str, codec: str, rules: list[type[Rule]], enabled: set[str],
                    options: Options) -> FileResult:
+    from gradcheck_accum.lint import notebooks  # imported by runs that meet a notebook, not by every lint
+
+    try:
+        return _lint_loaded_notebook(notebooks, result, text, codec, rules, enabled, options)
+    except notebooks.NotPython:
+        return result  # an R or Julia notebook in the tree: not ours to lint
+    except notebooks.NotebookError as exc:
+        result.error = str(exc)
+        return result
+
+
+def _lint_loaded_notebook(notebooks, result: FileResult, text: str, codec: str, rules: list[type[Rule]],
+                          enabled: set[str], options: Options) -> FileResult:
     notebook = notebooks.load(text)
     display = result.target.display
     if options.fix or options.diff:
