@@ -318,15 +318,17 @@ def _iterated(loop: cst.For) -> cst.BaseExpression:
 def _exit_bounds(loop: Loop, exits: tuple[type, ...] | None = None,
                  own_test: bool = True) -> list[tuple[str, cst.BaseExpression]]:
     """(count, B) for each test that ends the loop when a count reaches a bound: the loop's own
-    `while count < B` (or `<=`, unless not `own_test`), or `if count >= B: break` (or `>`; another of
-    `exits`) directly in its body."""
+    `while count < B` (or `<=`, unless not `own_test`), or `if count >= B: break` (or `>`, `==`; another
+    of `exits`) directly in its body; the callers check that the count goes up by one."""
     found = []
     own = loop.test if own_test and isinstance(loop, cst.While) else None
     for test in ([own] if own is not None else []) + _breaking_tests(loop, exits):
         if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
             continue
         operator, bound = test.comparisons[0].operator, test.comparisons[0].comparator
-        runs_on = (cst.LessThan, cst.LessThanEqual) if test is own else (cst.GreaterThan, cst.GreaterThanEqual)
+        # a count that goes up by one meets its bound on the way: `if seen == B: return` ends where `>=` does
+        runs_on = (cst.LessThan, cst.LessThanEqual) if test is own else (cst.GreaterThan, cst.GreaterThanEqual,
+                                                                          cst.Equal)
         count = dotted(test.left)
         if count is not None and isinstance(operator, runs_on):
             found.append((count, bound))
