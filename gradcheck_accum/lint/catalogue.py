@@ -416,6 +416,8 @@ NOT_MODEL_ROLES = frozenset({Role.OPTIMIZER, Role.SCHEDULER, Role.SCALER, Role.C
                              Role.ACCELERATOR, Role.FABRIC})
 # `x.masked_select(mask)` / `torch.masked_select(x, mask)`: the items the mask sets, flattened.
 MASKED_SELECT = "masked_select"
+# `x.index_select(0, rows)`: the rows an index tensor names, as `x[rows]` (`rows = mask.nonzero().view(-1)`).
+INDEX_SELECT = "index_select"
 # Tensor methods that move, cast or reshape labels without changing which values they hold
 # (`y.view(-1).long().to(device)`): token ids stay token ids, never the ignored label.
 LABEL_KEEPING_METHODS = frozenset({"view", "reshape", "contiguous", "flatten", "squeeze", "unsqueeze", "long", "int",

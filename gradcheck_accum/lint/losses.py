@@ -1075,13 +1075,17 @@ def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> cst.Ba
 
 
 def _selecting_mask(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
-    """The mask of `x.masked_select(mask)`, `torch.masked_select(x, mask)` or `x[mask]` (a tensor
-    index, not a slice or a number): a selection of as many items as the mask sets."""
+    """The mask of `x.masked_select(mask)`, `torch.masked_select(x, mask)`, `x[mask]` or
+    `x.index_select(dim, rows)` (a tensor index, not a slice or a number): a selection of as many items
+    as the mask sets."""
     if isinstance(node, cst.Call):
         receiver, method = call_receiver(node)
         if method == cat.MASKED_SELECT:
             mask = positional(node, len(node.args) - 1)  # the last argument, as a method and as a function
             return mask if mask is not None and _names_tensor(_values_kept(mask, cat.MASK_KEEPING_METHODS)) else None
+        if method == cat.INDEX_SELECT and receiver is not None:  # `x.index_select(0, rows)`: as `x[rows]`
+            index = positional(node, 1) or keyword(node, "index")
+            return index if index is not None and _names_tensor(_values_kept(index, cat.MASK_KEEPING_METHODS)) else None
         return None
     if isinstance(node, cst.Subscript) and len(node.slice) == 1 and not _is_slice(node):
         index = node.slice[0].slice
