@@ -417,8 +417,10 @@ class FileModel:
         return False
 
     def is_accumulation_count(self, node: cst.BaseExpression, window: Window | None, scope: Scope) -> bool:
-        """Is this expression N (the window's count, or a name that says accumulation)?"""
-        return is_accumulation_count(node, window.n if window is not None else None, scope)
+        """Is this expression N (the window's count, or a name that says accumulation; for a nested
+        window, the length of what its micro-step loop walks)?"""
+        return is_accumulation_count(node, window.n if window is not None else None, scope) \
+            or window is not None and window.counts_micro_steps(node)
 
     def divisions_by_n(self, facts: LossFacts, scope: Scope, window: Window | None = None) -> list[cst.CSTNode]:
         """The divisions of a traced loss whose divisor is the accumulation count, read in `scope` or

@@ -771,6 +771,18 @@ class Window:
         """For a nested window: does the inner loop clearly walk the micro-batches of one window?"""
         return is_micro_batch_loop(self.loop, self.n, self.scope)
 
+    def counts_micro_steps(self, node: cst.BaseExpression) -> bool:
+        """`len(chunks)` for a nested window whose micro-step loop walks `chunks` (directly or through
+        `enumerate`): the number of its micro-batches, which is N however the list was made."""
+        if self.shape is not NESTED or not isinstance(self.loop, cst.For) or not isinstance(node, cst.Call) \
+                or call_receiver(node) != (None, cat.LENGTH_FUNCTION) or len(node.args) != 1:
+            return False
+        walked = self.loop.iter
+        while isinstance(walked, cst.Call) and call_receiver(walked)[1] in ("enumerate", "tqdm") and walked.args:
+            walked = walked.args[0].value
+        name = dotted(walked)
+        return name is not None and dotted(node.args[0].value) == name
+
 
 _SMALL_STARTS = ("0", "1")  # the values a count starts from that say where its first window ends
 _MICRO_WORDS = {"micro", "microbatch", "microbatches", "mb", "chunk", "chunks", "accum", "accumulation"}
