@@ -469,8 +469,6 @@ def server(stdio: bool) -> None:
     serve()
 
 
-
-
 # True when this process is the `accumcheck` command, which ends when its command does (console).
 _process_ends_with_command = False
 
