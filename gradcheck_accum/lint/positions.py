@@ -4,7 +4,7 @@ libcst knows positions only through code generation, and generating a large modu
 as parsing it. A node's range is fixed by its innermost enclosing statement: generate that
 statement alone (with the indentation of the blocks around it), and shift the ranges by the line it
 starts at. CPython's tree of the same text says that line: its statements are libcst's, block by
-block (`_ast_line`), and a few milliseconds of `ast.parse` replace a search of the source. A node in
+block (`_Placer._ast_line`), and a few milliseconds of `ast.parse` replace a search of the source. A node in
 a compound statement's header (a `with` item, a loop's iterable) needs only the header: the body is
 left out of what is generated. Where CPython's tree cannot be matched, the statement's text is
 looked up in the source: where it starts exactly one line (`_Lines`, by its lines, never by a
@@ -18,7 +18,7 @@ so they equal those of libcst's PositionProvider.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from gradcheck_accum.lint.lazy import cst
 
@@ -134,51 +134,6 @@ def _header_only(statement: cst.CSTNode) -> cst.CSTNode:
     return statement.with_changes(**changes)
 
 
-def _ast_line(path: tuple[cst.CSTNode, ...], index: int, tree: ast.Module,
-              offsets: Callable[[Sequence[cst.CSTNode]], dict[int, int]]) -> int | None:
-    """The line (1-based) at which CPython's tree has the statement path[index] start (its first
-    decorator, for a decorated definition), by descending both trees along the path: a block's
-    statements are CPython's, one for one, except that a line of `a; b` is several. None where the
-    trees do not match (a construct this does not follow, such as `match`). `offsets`: for a block of
-    libcst statements, id(statement) -> the index of its first CPython statement."""
-    statements: list[ast.stmt] = tree.body  # CPython's statements of the block being descended
-    block: Sequence[cst.CSTNode] = path[0].body  # libcst's
-    current: ast.stmt | None = None  # CPython's statement for the last libcst statement on the path
-    clause: str | int = "body"  # which block of `current` the next indented block is
-    for depth in range(1, index + 1):
-        node = path[depth]
-        if isinstance(node, cst.If) and isinstance(path[depth - 1], cst.If):  # an `elif`
-            if not (isinstance(current, ast.If) and len(current.orelse) == 1 and isinstance(current.orelse[0], ast.If)):
-                return None
-            current = current.orelse[0]
-        elif isinstance(node, cst.BaseStatement):
-            at = offsets(block).get(id(node))
-            if at is None or at >= len(statements):
-                return None
-            current, clause = statements[at], "body"
-        elif isinstance(node, cst.Else):
-            clause = "orelse"
-        elif isinstance(node, cst.Finally):
-            clause = "finalbody"
-        elif isinstance(node, cst.ExceptHandler) and isinstance(path[depth - 1], cst.Try):
-            clause = next((i for i, handler in enumerate(path[depth - 1].handlers) if handler is node), None)
-            if clause is None:
-                return None
-        elif isinstance(node, cst.IndentedBlock) and current is not None:
-            if isinstance(clause, int):
-                handlers = getattr(current, "handlers", [])
-                statements = handlers[clause].body if clause < len(handlers) else []
-            else:
-                statements = getattr(current, clause, None) or []
-            block = node.body
-        else:
-            return None
-    if current is None:
-        return None
-    decorators = getattr(current, "decorator_list", None)
-    return decorators[0].lineno if decorators else current.lineno
-
-
 class _Lines:
     """The source's physical lines, indexed by their text: where a text that starts a line occurs."""
 
@@ -239,7 +194,7 @@ class _Placer:
         generates with it (its own, and those of its first decorator)."""
         if self.tree is None:
             return None
-        first = _ast_line(path, index, self.tree, self._offsets)
+        first = self._ast_line(path, index, self.tree)
         if first is None:
             return None
         statement = path[index]
@@ -292,6 +247,49 @@ class _Placer:
     def _verified(self, line: int, text: str) -> int | None:
         starts = self.lines.starts
         return line if 0 <= line < len(starts) and self.lines.source.startswith(text, starts[line]) else None
+
+    def _ast_line(self, path: tuple[cst.CSTNode, ...], index: int, tree: ast.Module) -> int | None:
+        """The line (1-based) at which CPython's tree has the statement path[index] start (its first
+        decorator, for a decorated definition), by descending both trees along the path: a block's
+        statements are CPython's, one for one, except that a line of `a; b` is several. None where the
+        trees do not match (a construct this does not follow, such as `match`)."""
+        statements: list[ast.stmt] = tree.body  # CPython's statements of the block being descended
+        block: Sequence[cst.CSTNode] = path[0].body  # libcst's
+        current: ast.stmt | None = None  # CPython's statement for the last libcst statement on the path
+        clause: str | int = "body"  # which block of `current` the next indented block is
+        for depth in range(1, index + 1):
+            node = path[depth]
+            if isinstance(node, cst.If) and isinstance(path[depth - 1], cst.If):  # an `elif`
+                if not (isinstance(current, ast.If) and len(current.orelse) == 1
+                        and isinstance(current.orelse[0], ast.If)):
+                    return None
+                current = current.orelse[0]
+            elif isinstance(node, cst.BaseStatement):
+                at = self._offsets(block).get(id(node))
+                if at is None or at >= len(statements):
+                    return None
+                current, clause = statements[at], "body"
+            elif isinstance(node, cst.Else):
+                clause = "orelse"
+            elif isinstance(node, cst.Finally):
+                clause = "finalbody"
+            elif isinstance(node, cst.ExceptHandler) and isinstance(path[depth - 1], cst.Try):
+                clause = next((i for i, handler in enumerate(path[depth - 1].handlers) if handler is node), None)
+                if clause is None:
+                    return None
+            elif isinstance(node, cst.IndentedBlock) and current is not None:
+                if isinstance(clause, int):
+                    handlers = getattr(current, "handlers", [])
+                    statements = handlers[clause].body if clause < len(handlers) else []
+                else:
+                    statements = getattr(current, clause, None) or []
+                block = node.body
+            else:
+                return None
+        if current is None:
+            return None
+        decorators = getattr(current, "decorator_list", None)
+        return decorators[0].lineno if decorators else current.lineno
 
     def _offsets(self, block: Sequence[cst.CSTNode]) -> dict[int, int]:
         """id(statement) -> the index of its first statement in CPython's block (a line of `a; b` is
