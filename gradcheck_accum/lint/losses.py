@@ -557,7 +557,8 @@ class LossTracer:
         micro-batch. Nor a count of a mask whose number of set items is fixed (_fixed_count)."""
         count, at = _bound_value(_count_kept(divisor), scope, before)
         if not _is_count_of_items(count, scope):
-            return False
+            added = _added_up(count, scope, before)
+            return bool(added) and all(self._counts_items(value, scope, order) for value, order in added)
         counted = _counted(count, scope.imports or self.imports)
         labels = _compared_with_sentinel(counted)
         if labels is not None:
@@ -1134,6 +1135,21 @@ def _bound_value(node: cst.BaseExpression, scope: Scope, before: int) -> tuple[c
     if defs and defs[-1].op is DefOp.ASSIGN and not defs[-1].ctx.guards and defs[-1].value is not None:
         return defs[-1].value, defs[-1].order
     return node, before
+
+
+def _added_up(node: cst.BaseExpression, scope: Scope, before: int) -> list[tuple[cst.BaseExpression, int]]:
+    """The terms a name is summed from when it starts at a number and only grows by `+=` before
+    `before` (`count = 0`, then `count += keep.sum()` per chunk or time step), each with the point
+    it is read at; empty for any other history."""
+    name = dotted(node) if isinstance(node, cst.Name) else None
+    defs = scope.defs_of(name, before) if name else []
+    starts = [i for i, d in enumerate(defs) if d.op.rebinds]
+    if not starts or defs[starts[-1]].ctx.guards or not _is_number(defs[starts[-1]].bound or cst.Name("_")):
+        return []
+    added = defs[starts[-1] + 1:]
+    if not added or any(d.op is not DefOp.ADD or d.value is None for d in added):
+        return []
+    return [(d.value, d.order) for d in added]
 
 
 def _made_as(func: cst.BaseExpression, scope: Scope, before: int) -> cst.BaseExpression:
