@@ -26,7 +26,7 @@ from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 STAR = "*"  # the key prefix of a star import in ModuleSummary.imports
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
 # The summary's shape: caches written for another shape are not read (store.py keys them by it).
-FORMAT = 9
+FORMAT = 10
 # What a call of a module's registry makes, as written (`models.__dict__[args.model](...)` ->
 # "models.__dict__[]", `globals()[name](...)` -> "__dict__[]"): one of the module's factories,
 # chosen by name at run time (index.resolve_class reads it).
@@ -84,7 +84,7 @@ class ModuleSummary:
     # what a framework is configured with in another file (`Trainer(accumulate_grad_batches=4)`).
     constructions: list[tuple[str, dict[str, str]]] = field(default_factory=list)
     # The watched words (a framework setting such as `accumulate_grad_batches`) the file's code names,
-    # outside strings and comments: as a parameter, an attribute, a keyword.
+    # outside strings and comments: as a parameter, an attribute, a keyword; or as the key of a dict.
     names: frozenset[str] = frozenset()
     # The file's code uses the compile wrapper's state-dict key prefix as data (a loader strips it)
     compiled_prefix_keys: bool = False
@@ -139,6 +139,20 @@ def summarize(text: str, effect_names: frozenset[str], watched: frozenset[str] =
     return summary
 
 
+def _keyed_words(tree: ast.Module, words: frozenset[str]) -> frozenset[str]:
+    """The words given as a key of settings held in a dict (`{"accumulate_grad_batches": 4}`,
+    `kwargs["accumulate_grad_batches"] = n`): keywords in waiting, for a constructor that unpacks the
+    dict (`Trainer(**kwargs)`)."""
+    if not words:
+        return frozenset()
+    keys: set[str] = set()
+    for node in ast.walk(tree):
+        candidates = node.keys if isinstance(node, ast.Dict) else \
+            [node.slice] if isinstance(node, ast.Subscript) else []
+        keys.update(key.value for key in candidates if isinstance(key, ast.Constant) and key.value in words)
+    return frozenset(keys)
+
+
 def _uses_compiled_prefix(tree: ast.Module) -> bool:
     """A string that is the compile wrapper's key prefix handed to a call or bound to a name (or to an
     element of a bound list): `k.removeprefix("_orig_mod.")`, `prefix = "_orig_mod."`."""
@@ -182,7 +196,8 @@ class _Summarizer:
         self._annotated: dict[int, dict[str, str]] = {}  # id(function summary) -> parameter -> annotated class
         self._forwards: set[int] = set()  # id(function summary) of the forward methods of classes
         self.summary = ModuleSummary(names=frozenset(
-            word for word in words if word in code and re.search(rf"\b{re.escape(word)}\b", code)))
+            word for word in words if word in code and re.search(rf"\b{re.escape(word)}\b", code))
+            | _keyed_words(tree, frozenset(word for word in words if word in text)))
         module = FunctionSummary(1, (), end=text.count("\n") + 1)
         self.summary.functions[MODULE_CODE] = module
         self._block(tree.body, "", None, module, in_loop=False)
