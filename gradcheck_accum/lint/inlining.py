@@ -22,7 +22,7 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import (loop_index, module_constants, module_literals, pass_from_zero,
                                            roles_from_name)
-from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, is_static,
+from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, is_one, is_static,
                                         iter_calls, keyword, paired_arguments, parameter, parameter_names,
                                         positional, statement_blocks, walk)
 from gradcheck_accum.lint.diagnostics import RUN_FUNCTION, RUN_LINE
@@ -1582,12 +1582,24 @@ def _only_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
     if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) \
             and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
         body = body[1:]
+    while len(body) > 1 and _counts_own_call(body[0]):
+        body = body[1:]  # `self.calls += 1`, then the test of it: the walk of the call binds the count
     if len(body) > 1:
         return _boundary_when_accumulating(body) or _returned_truth(body)
     if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or len(body[0].body) != 1:
         return None
     statement = body[0].body[0]
     return statement.value if isinstance(statement, cst.Return) else None
+
+
+def _counts_own_call(statement: cst.BaseStatement) -> bool:
+    """`self.calls += 1`: a method counting its own calls on its object (a gate that says when to step)."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    line = statement.body[0]
+    return isinstance(line, cst.AugAssign) and isinstance(line.operator, cst.AddAssign) and is_one(line.value) \
+        and isinstance(line.target, cst.Attribute) and isinstance(line.target.value, cst.Name) \
+        and line.target.value.value in SELF_NAMES
 
 
 def _boundary_when_accumulating(body: list[cst.BaseStatement]) -> cst.BaseExpression | None:
