@@ -142,7 +142,10 @@ class LoadedModule:
                 scope = Scope(method, method.name.value, imports=self.imports)
                 if inliner is not None:
                     inliner.register(scope, self, self.qualnames[id(method)])
-                parameters = constructed_with if method.name.value == "__init__" and constructed_with else {}
+                if method.name.value == "__init__":
+                    parameters = constructed_with or {}
+                else:  # a setter (`attach(self, net): self.net = net`): what the project's calls of it hand over
+                    parameters = inliner.setter_roles(self, method) if inliner is not None else {}
                 walker = ScopeWalker(scope, self.imports, {**self.env, **env, **parameters}, set(), [0],
                                      inliner=_ReturnsOnly(inliner) if inliner is not None else None)
                 for statement, ctx in _attribute_bindings_in_context(method):
@@ -302,6 +305,13 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
         if any(project.effects(ref.method(m)) & _BACKWARDS for m in cls.methods):
             for site in project.constructors_of(ref):  # what its constructors are given (a DDP model)
                 take(site)
+            for method in cls.methods:  # ... and its setters (`learner.attach(DistributedDataParallel(net))`)
+                setter = project.function(ref.method(method))
+                if method != "__init__" and setter is not None and len(setter.params) > 1 and not setter.returns \
+                        and not project.effects(ref.method(method)):
+                    for site in project.callers(ref.method(method)):
+                        if site.caller.path != path:
+                            take(site.caller)
     for qualname, cls in summary.classes.items():  # a framework's loop calls this class's hooks
         for driver in cat.DRIVERS:
             if driver.hook in cls.methods and project.derives_from(ClassRef(path, qualname), driver.bases):
@@ -836,6 +846,39 @@ class Inliner:
                 callables[name] = target if callables.get(name, target) == target else None
         memo[key] = (roles, callables)
         return memo[key]
+
+    def setter_roles(self, module: LoadedModule, method: cst.FunctionDef) -> dict[str, frozenset[Role]]:
+        """Roles the project's calls of a method other than `__init__` that keeps a parameter on `self`
+        (`attach(self, net): self.net = net`, called as `learner.attach(DistributedDataParallel(net))`)
+        give its parameters: the union over the calls, as for a constructor. Only for classes whose
+        methods reach a backward."""
+        qualname = module.qualnames.get(id(method))
+        if qualname is None or self.context.alone or not _keeps_a_parameter(method):
+            return {}
+        ref = FunctionRef(module.path, qualname)
+        memo = self.project.summaries.memo
+        key = ("set with", ref)
+        if key in memo:
+            return memo[key]
+        memo[key] = {}
+        cls = self.project.class_of(ref)
+        summary = self.project.summary(cls.path).classes.get(cls.qualname) if cls is not None else None
+        if summary is None or not any(self.project.effects(cls.method(m)) & _BACKWARDS for m in summary.methods):
+            return memo[key]
+        roles: dict[str, frozenset[Role]] = {}
+        for site in self.project.callers(ref):
+            if site.caller == ref:
+                continue
+            self._capturing, self._captured, self._captured_classes = ref, {}, {}
+            self._captured_callables = {}
+            try:
+                self._walk_root(site.caller, site.receiver, keep=False)
+            finally:
+                self._capturing = None
+            for name, found in self._captured.items():
+                roles[name] = roles.get(name, NO_ROLES) | found
+        memo[key] = roles
+        return roles
 
     def _attribute_callable(self, owner: ClassRef, attribute: str) -> FunctionRef | None:
         """What calling `self.attribute` runs when `__init__` binds it to a parameter (`self.criterion =
@@ -1763,6 +1806,17 @@ def _bound_parameter(function: cst.FunctionDef, attribute: str) -> str | None:
     if len(found) == 1 and isinstance(found[0], cst.Name) and found[0].value in parameters:
         return found[0].value
     return None
+
+
+def _keeps_a_parameter(method: cst.FunctionDef) -> bool:
+    """Does the method bind an attribute of `self` to one of its parameters (`self.net = net`)?"""
+    parameters = set(parameter_names(method)) - set(SELF_NAMES)
+    for statement in _attribute_bindings(method):
+        for small in statement.body:
+            if isinstance(small, (cst.Assign, cst.AnnAssign)) and _binds_self(small) \
+                    and isinstance(small.value, cst.Name) and small.value.value in parameters:
+                return True
+    return False
 
 
 def _attribute_bindings(method: cst.FunctionDef) -> list[cst.SimpleStatementLine]:
