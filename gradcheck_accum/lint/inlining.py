@@ -1010,6 +1010,7 @@ class Inliner:
                 roles[name] -= {role}  # from some callers only: what the parameter holds is not known
         if classes:
             self._classes[id(scope)] = classes
+        scope.passed = passed if sites else frozenset()
         if sites and passed is not None:
             params = function.params
             scope.defaulted = frozenset(p.name.value for p in [*params.params, *params.kwonly_params]

@@ -21,9 +21,9 @@ from gradcheck_accum.lint.project import ClassRef
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returned_loss, row_width,
                                          scaled_by_own_micro_batch, share_of_window, summed_loss_name,
                                          varies_per_micro_batch)
-from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, code, contains, dotted, full_names,
-                                        is_one, iter_calls, iter_names, keyword, last_part, paired_arguments,
-                                        parameter, parameter_names, positional, source, walk)
+from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, contains, dotted,
+                                        full_names, is_one, iter_calls, iter_names, keyword, last_part,
+                                        paired_arguments, parameter, parameter_names, positional, source, walk)
 from gradcheck_accum.lint.paths import decision, invariant
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
@@ -476,6 +476,8 @@ class FileModel:
             return True
         if _fixed_scale(scaling.factor, scaling.scope, scaling.scope.imports or self.imports, 0, self.inliner.returns):
             return False  # a world size or a loss scale: the same in every run, whatever N is
+        if not scaling.divides and self._weight_setting(scaling.factor, scaling.scope, 0):
+            return False  # a weight between loss terms, set where it is defined (`self.vf_coef * loss`)
         if not scaling.divides and row_width(scaling.factor):
             return False  # `loss.mean() * targets.size(1)`: summed along each row, still a mean over the rows
         if scaled_by_own_micro_batch(scaling, loop):
@@ -489,6 +491,50 @@ class FileModel:
         shared = set(backward.ctx.guards) if backward is not None else set()  # what the backward runs under too
         return not any(guard not in shared and varies_per_micro_batch(guard.test, guard.scope or scaling.scope, loop)
                        for guard in scaling.guards)
+
+    def _weight_setting(self, node: cst.BaseExpression, scope: Scope, depth: int) -> bool:
+        """A factor fixed where it is defined, with no N in it: numbers, a parameter whose default is a
+        number and that the function does not rebind (`lm_coef=0.5`), an attribute that only `__init__`
+        binds, to one of those (`self.vf_coef = vf_coef`), and sums, products and powers of these
+        (`1 - self.ptx_coef`). Nothing computed and nothing read from elsewhere (`args.coef`, a
+        config), whose value could be anything."""
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(node, cst.UnaryOperation):
+            return self._weight_setting(node.expression, scope, depth)
+        if isinstance(node, cst.BinaryOperation):
+            return isinstance(node.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.Power)) \
+                and self._weight_setting(node.left, scope, depth) and self._weight_setting(node.right, scope, depth)
+        name = dotted(node)
+        if name is None or depth > 2 or is_accumulation_count(node, None, scope):
+            return False
+        defs = scope.defs_of(name)
+        if defs:  # bound here, or an argument the caller hands the function walked in its place
+            return all(d.op is DefOp.ASSIGN and d.value is not None
+                       and self._weight_setting(d.value, d.scope or scope, depth + 1) for d in defs)
+        if isinstance(node, cst.Name) and isinstance(scope.node, cst.FunctionDef):
+            # a parameter holds its default where no caller passes it (one may pass `1 / n`)
+            return scope.passed is not None and name not in scope.passed and _number_default(scope.node, name)
+        head, _, attribute = name.partition(".")
+        cls = scope.owner or self._class_holding(scope.node)
+        if head not in SELF_NAMES or "." in attribute or cls is None:
+            return False
+        bindings = [(method, statement) for method in cls.body.body if isinstance(method, cst.FunctionDef)
+                    for statement in walk(method) if isinstance(statement, (cst.Assign, cst.AnnAssign, cst.AugAssign))
+                    and name in _targets(statement)]
+        if len(bindings) != 1:
+            return False
+        method, statement = bindings[0]
+        value = statement.value
+        return method.name.value == "__init__" and statement in _top_level(method) and value is not None and (
+            isinstance(value, (cst.Integer, cst.Float)) or
+            isinstance(value, cst.Name) and _number_default(method, value.value))
+
+    def _class_holding(self, function: cst.CSTNode) -> cst.ClassDef | None:
+        """The class of this file a method belongs to."""
+        this = self.context.this
+        qualname = this.qualnames.get(id(function))
+        return this.classes.get(qualname.rpartition(".")[0]) if qualname and "." in qualname else None
 
     def _n_signs(self, node: cst.BaseExpression, window: Window | None, scope: Scope, depth: int) -> set[int]:
         """Where N is part of this factor: 1 where the factor grows with N (`n`, `micro_bs * n`, a name
@@ -1046,6 +1092,30 @@ def _entered_on(sync: Event) -> str | None:
 
 
 _ENTER_CONTEXT = "enter_context"  # contextlib.ExitStack: the context stays entered until the `with` ends
+
+
+def _number_default(function: cst.FunctionDef, name: str) -> bool:
+    """Is `name` a parameter of the function whose default is a number (`lm_coef=0.5`)?"""
+    param = parameter(function, name)
+    default = param.default if param is not None else None
+    if isinstance(default, cst.UnaryOperation):
+        default = default.expression
+    return isinstance(default, (cst.Integer, cst.Float))
+
+
+def _targets(statement: cst.Assign | cst.AnnAssign | cst.AugAssign) -> list[str]:
+    """The dotted names an assignment binds (the elements of a tuple target included)."""
+    targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+    names = []
+    for target in targets:
+        names.extend(e.value for e in target.elements) if isinstance(target, (cst.Tuple, cst.List)) else \
+            names.append(target)
+    return [dotted(name) or "" for name in names]
+
+
+def _top_level(function: cst.FunctionDef) -> list[cst.BaseSmallStatement]:
+    """The simple statements of a function's own block, outside any branch or loop."""
+    return [small for line in function.body.body if isinstance(line, cst.SimpleStatementLine) for small in line.body]
 
 
 def _fixed_scale(node: cst.BaseExpression, scope: Scope, imports: ImportMap, depth: int,

@@ -349,6 +349,7 @@ class Scope:
     given_passes: frozenset[str] = frozenset()  # parameters every caller binds to a pass index from 0
     given_indices: frozenset[str] = frozenset()  # parameters every caller binds to a loop index (any start)
     defaulted: frozenset[str] = frozenset()  # parameters no caller in the project passes: each holds its default
+    passed: frozenset[str] | None = None  # parameters some caller in the project passes (None: not known)
     # id(loop) -> the names bound inside it, indexed on first use once the walk is done (windows.assigned_in)
     assigned_by_loop: dict[int, frozenset[str]] | None = None
     event_orders: list[int] | None = None  # the order of each event, indexed once the walk is done (windows)
