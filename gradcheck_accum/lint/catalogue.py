@@ -578,13 +578,16 @@ class Driver(NamedTuple):
 
 _LIGHTNING_MODULES = ("lightning.pytorch.LightningModule", "pytorch_lightning.LightningModule",
                       "lightning.LightningModule", "pytorch_lightning.core.LightningModule")
+# The loader both loops iterate is the module's own `train_dataloader()` (what `trainer.fit(module)`
+# reads when it is given no loader; one given to fit is not known here either).
 # pytorch_lightning/loops/training_epoch_loop.py (2.x): `batch_idx` restarts at 0 every epoch; the
 # epoch loop repeats over a sized dataloader; with manual optimisation the loop only calls
 # training_step (between on_train_batch_start and on_train_batch_end, every batch), and
 # accumulate_grad_batches must stay 1 (the user steps).
 LIGHTNING_MANUAL = Driver(Framework.LIGHTNING, _LIGHTNING_MODULES, "training_step", True, "automatic_optimization",
                           None, """\
-def fit(self, train_dataloader, max_epochs):
+def fit(self, max_epochs):
+    train_dataloader = self.train_dataloader()
     for epoch in range(max_epochs):
         for batch_idx, batch in enumerate(train_dataloader):
             self.on_train_batch_start(batch, batch_idx)
@@ -601,7 +604,8 @@ def fit(self, train_dataloader, max_epochs):
 # (training_epoch_loop._update_learning_rates).
 LIGHTNING_AUTOMATIC = Driver(Framework.LIGHTNING, _LIGHTNING_MODULES, "training_step", False,
                              "automatic_optimization", "accumulate_grad_batches", """\
-def fit(self, train_dataloader, max_epochs, optimizer, scheduler, accumulate_grad_batches):
+def fit(self, max_epochs, optimizer, scheduler, accumulate_grad_batches):
+    train_dataloader = self.train_dataloader()
     for epoch in range(max_epochs):
         for batch_idx, batch in enumerate(train_dataloader):
             self.on_train_batch_start(batch, batch_idx)

@@ -28,7 +28,7 @@ from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, ch
 from gradcheck_accum.lint.diagnostics import RUN_FUNCTION, RUN_LINE
 from gradcheck_accum.lint.outline import blank_strings_and_comments
 from gradcheck_accum.lint.project import (CALLABLE_METHODS, ClassRef, FunctionRef, Project, SummaryStore, effect_names,
-                                          watched_words)
+                                          watched_names, watched_words)
 from gradcheck_accum.lint.project.summary import MODULE_CODE, UNSPELLED, FunctionSummary
 from gradcheck_accum.lint.predicates import Count, bound_argument, compares_n_with_one, is_accumulation_count
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Frame, Guard, Role, Scope
@@ -196,7 +196,8 @@ class ProjectContext:
         """A project of one file (a snippet, standard input): calls resolve inside it only. `source`:
         the whole file when `module` and `text` are its hollowed form (as a project's store holds it)."""
         file = Path(path).absolute()
-        store = SummaryStore(file.parent, effect_names(), texts={file: source or text}, words=watched_words())
+        store = SummaryStore(file.parent, effect_names(), watched_names(), texts={file: source or text},
+                             words=watched_words())
         context = cls(Project(file.parent, store, files=[file]), file, module, text)
         context.alone = True
         return context
@@ -1160,6 +1161,11 @@ class Inliner:
                     unspelled = unspelled or UNSPELLED in keywords
             memo[key] = named and unspelled
         return memo[key]
+
+    def driven_class(self, scope: Scope) -> ClassRef | None:
+        """The class whose hooks a framework's loop walked here calls (`self` in its code)."""
+        origin = self._origin.get(id(scope))
+        return origin[2] if origin is not None else None
 
     def _walk_driver(self, driver: cat.Driver, cls: ClassRef) -> Scope:
         label = f"<{driver.framework.value} {'manual' if driver.manual else 'automatic'} loop>"

@@ -701,17 +701,24 @@ class FileModel:
                 if any(last_part(base) == hook.base for base in scope.class_bases):
                     yield from ((scope, hook, facts, True) for facts in self._returned_losses(scope))
 
-    def driver_divides_token_mean(self) -> bool:
-        """Does a framework's loop walked around a hook of this file (Lightning's automatic
-        optimisation, configured to accumulate) divide a per-micro-batch mean over a varying number of
-        valid tokens by N?"""
+    def token_means_divided_by_driver(self) -> set[str]:
+        """The classes of this file whose hook a framework's loop walked around it (Lightning's automatic
+        optimisation, configured to accumulate) divides by N while it returns a per-micro-batch mean
+        over a varying number of valid tokens. Read in that walk, where the batches the hook is given
+        come from the loader the loop iterates (the module's own `train_dataloader()`)."""
         drivers = {id(scope) for scope in self.driver_scopes}
+        classes = set()
         for window in self.windows:
             for backward in window.backwards if id(window.scope) in drivers else ():
                 facts = self.backward_facts(window, backward)
-                if facts.token_level and self.divisions_by_n(facts, window.scope, window):
-                    return True
-        return False
+                driven = self.inliner.driven_class(window.scope)
+                if driven is not None and facts.token_level and self.divisions_by_n(facts, window.scope, window):
+                    classes.add(driven.qualname)
+        return classes
+
+    def class_name_of(self, scope: Scope) -> str | None:
+        """The qualified name of the class of this file a method's scope belongs to."""
+        return self.context.this.qualnames_of_classes.get(id(scope.owner)) if scope.owner is not None else None
 
     def _returned_losses(self, scope: Scope) -> Iterator[LossFacts]:
         for event in scope.events:

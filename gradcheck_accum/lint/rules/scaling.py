@@ -132,9 +132,10 @@ class MeanOfMeansTokenLoss(Rule):
                                               f"window's valid-token count over N, since the framework divides by N "
                                               f"too")
         # a hook whose framework loop (walked in place, configured to accumulate) divides what it returns
-        if model.driver_divides_token_mean():
-            for scope, hook, facts, divided in model.hook_losses():
-                if divided and facts.token_level and hook.framework is Framework.LIGHTNING:
+        token_means = model.token_means_divided_by_driver()
+        if token_means:
+            for scope, hook, _, divided in model.hook_losses():
+                if divided and hook.framework is Framework.LIGHTNING and model.class_name_of(scope) in token_means:
                     yield Report(scope.node.name, f"{hook.framework.display} divides the per-micro-batch mean over a "
                                                   f"varying number of valid tokens that `{hook.name}` returns by the "
                                                   f"accumulation steps, which over-weights micro-batches with few "
