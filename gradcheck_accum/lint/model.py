@@ -993,6 +993,10 @@ class FileModel:
                 return bool(on_its_way) and self._compiles(on_its_way[-1].value)
             return Role.COMPILED in load.roles
         local = [d for d in scope.defs_of(name, load.order) if d.op.rebinds]
+        if local and not any(exclusive(d, load) for d in local):
+            # bound on the load's way in this method: compiled there, or by the project function that made
+            # it (`self.net = build(cfg)`, which returns `torch.compile(net)` when configured to)
+            return self._compiles(local[-1].value) or Role.COMPILED in load.roles
         if local:
             return self._compiles(local[-1].value)
         methods = [s for s in self.scopes if s.owner is scope.owner]
