@@ -95,7 +95,8 @@ def unstepped_tail(window: Window, repetition: Repetition, literals: Mapping[str
     # `if last and (i + 1) % N != 0:`): most likely the flush; stay silent.
     stepped = {s.target for s in window.boundary_steps}
     off = (Placement.UNKNOWN, Placement.OFF_BOUNDARY)
-    if any(window.inside(s) and s.target in stepped and window.placement(s) in off for s in window.steps):
+    if any(window.inside(s) and s.target in stepped and window.placement(s) in off and not _retried(s, window)
+           for s in window.steps):
         return None
     kind = pass_kind(window, literals or {}, repetition is Repetition.REPEATED)
     if kind not in (PassKind.DATA, PassKind.COUNT):
@@ -111,6 +112,14 @@ def unstepped_tail(window: Window, repetition: Repetition, literals: Mapping[str
     if lifetime is Lifetime.PER_PASS:
         return Tail(TailFate.LEAKS, lifetime, kind)
     return None
+
+
+def _retried(step: Event, window: Window) -> bool:
+    """A step in an exception handler under the same tests as a boundary step of the same optimizer
+    (`try: optimizer.step()` / `except SomeError: optimizer.step(closure)`): the boundary step tried
+    again, on the boundary only; not a step for the end of the data."""
+    return step.ctx.in_handler and any(b.target == step.target and b.ctx.guards == step.ctx.guards
+                                       and b.ctx.loops == step.ctx.loops for b in window.boundary_steps)
 
 
 def pass_kind(window: Window, literals: Mapping[str, bool | int] | None = None, repeated: bool = False) -> PassKind:
