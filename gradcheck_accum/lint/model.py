@@ -999,17 +999,38 @@ class FileModel:
             return self._compiles(local[-1].value) or Role.COMPILED in load.roles
         if local:
             return self._compiles(local[-1].value)
-        methods = [s for s in self.scopes if s.owner is scope.owner]
-        binders = [s for s in methods if s is not scope and any(self._compiles(d.value) for d in s.defs_of(name))]
+        return self.compiled_in_method_run_first(scope, name, load.order)
+
+    def compiled_in_method_run_first(self, scope: Scope, name: str, order: int) -> bool:
+        """Is the attribute `name` (`self.x`), which this method does not bind, bound to a torch.compile
+        wrapper (or to what a project function that may compile returns) by another method of the class
+        that runs before point `order` of this one? `__init__` (and the methods it calls) runs before any
+        method it does not reach; a method that calls the binding method before that point runs it first.
+        Without such evidence the order is unknown."""
+        methods = [s for s in self.scopes if s.owner is scope.owner and s.owner is not None]
+        binders = [s for s in methods if s is not scope and any(self._may_compile(d.value, s) for d in s.defs_of(name))]
         if not binders:
             return False
         constructed = _reached(methods, {"__init__"})
         if scope.name not in constructed and any(b.name in constructed for b in binders):
             return True
         called_first = {e.target for e in scope.events
-                        if e.kind is EventKind.HELPER_CALL and e.order < load.order and e.target}
+                        if e.kind is EventKind.HELPER_CALL and e.order < order and e.target}
         runs_first = _reached(methods, called_first)
         return any(b.name in runs_first for b in binders)
+
+    def _may_compile(self, value: cst.BaseExpression | None, scope: Scope) -> bool:
+        """A torch.compile call, or a call of a project function some return of which is one
+        (`build(cfg)`, `self._make().to(device)`: moved to a device, still the wrapper), or a choice
+        of one (`torch.compile(model) if cfg.compile else model`)."""
+        if isinstance(value, cst.IfExp):
+            return self._may_compile(value.body, scope) or self._may_compile(value.orelse, scope)
+        while isinstance(value, cst.Call) and call_receiver(value)[1] in cat.MODULE_RETURNING_METHODS:
+            value = call_receiver(value)[0]
+        if self._compiles(value) or not isinstance(value, cst.Call):
+            return self._compiles(value)
+        returned = self.inliner.returns(value, scope, END_OF_SCOPE) or []
+        return any(self._compiles(made) for made, _, _ in returned)
 
     @staticmethod
     def _reloads_own_state(scope: Scope, load: Event) -> bool:

@@ -33,7 +33,10 @@ class CompiledStateDictSaved(Rule):
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for scope, state_dict in model.events(EventKind.STATE_DICT):
-            if Role.COMPILED not in state_dict.roles or not model.is_saved(scope, state_dict):
+            compiled = Role.COMPILED in state_dict.roles or state_dict.target is not None \
+                and state_dict.target.startswith("self.") and not scope.defs_of(state_dict.target, state_dict.order) \
+                and model.compiled_in_method_run_first(scope, state_dict.target, state_dict.order)
+            if not compiled or not model.is_saved(scope, state_dict):
                 continue
             if model.handles_compiled_prefix:  # its checkpoints are read (or written) without the prefix
                 return
