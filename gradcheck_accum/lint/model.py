@@ -17,7 +17,7 @@ from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift
                                           pass_kind, pass_length, step_count_bound, unstepped_tail)
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
-from gradcheck_accum.lint.project import ClassRef
+from gradcheck_accum.lint.project import ClassRef, FunctionRef
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returned_loss, row_width,
                                          scaled_by_own_micro_batch, share_of_window, summed_loss_name,
                                          varies_per_micro_batch)
@@ -1014,10 +1014,24 @@ class FileModel:
         constructed = _reached(methods, {"__init__"})
         if scope.name not in constructed and any(b.name in constructed for b in binders):
             return True
-        called_first = {e.target for e in scope.events
-                        if e.kind is EventKind.HELPER_CALL and e.order < order and e.target}
-        runs_first = _reached(methods, called_first)
-        return any(b.name in runs_first for b in binders)
+        if _runs_before(methods, scope, order, binders):
+            return True
+        # a method run only by the class's own methods, each of which runs a binder before calling it
+        # (`fit()`: `self._build()`, the loop, then `self.save_checkpoint()`)
+        callers = [(method, call) for method in methods for call in method.events
+                   if call.kind is EventKind.HELPER_CALL and call.target == scope.name]
+        return bool(callers) and all(_runs_before(methods, method, call.order, binders) for method, call in callers) \
+            and not self._called_from_elsewhere(scope)
+
+    def _called_from_elsewhere(self, scope: Scope) -> bool:
+        """Is the method called by code outside its class in the project (in an order unknown here)?"""
+        this = self.context.this
+        qualname = this.qualnames.get(id(scope.node))
+        if qualname is None or self.context.alone:
+            return False
+        owner = qualname.rpartition(".")[0] + "."
+        return any(not site.caller.qualname.startswith(owner) or site.caller.path != this.path
+                   for site in self.context.project.callers(FunctionRef(this.path, qualname)))
 
     def _may_compile(self, value: cst.BaseExpression | None, scope: Scope) -> bool:
         """A torch.compile call, or a call of a project function some return of which is one
@@ -1172,6 +1186,13 @@ def _fixed_scale(node: cst.BaseExpression, scope: Scope, imports: ImportMap, dep
     defs = scope.defs_of(name) if name is not None and depth < 3 else []
     return bool(defs) and all(d.op is DefOp.ASSIGN and d.value is not None
                               and _fixed_scale(d.value, d.scope or scope, imports, depth + 1, returns) for d in defs)
+
+
+def _runs_before(methods: list[Scope], scope: Scope, order: int, binders: list[Scope]) -> bool:
+    """Does `scope` run one of the `binders` (calling it, or a method that reaches it) before point `order`?"""
+    called_first = {e.target for e in scope.events if e.kind is EventKind.HELPER_CALL and e.order < order and e.target}
+    runs_first = _reached(methods, called_first)
+    return any(b.name in runs_first for b in binders)
 
 
 def _reached(methods: list[Scope], start: set[str]) -> set[str]:
