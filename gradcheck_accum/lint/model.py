@@ -81,6 +81,7 @@ class FileModel:
         self.scopes.append(module_scope)
         globals_env = dict(module_scope.env)
         class_env: dict[int, dict[str, frozenset[Role]]] = {}
+        starts: dict[int, dict[str, cst.Integer]] = {}  # id(class) -> its counters' starts (_counter_starts)
         # __init__ first so that `self.x` attributes are known in the other methods
         functions.sort(key=lambda item: item[0].name.value != "__init__")
         this = self.context.this
@@ -90,6 +91,8 @@ class FileModel:
                 class_env[id(cls)] = dict(self.inliner.inherited_env(this, this.qualnames_of_classes[id(cls)]))
             attrs = class_env.setdefault(id(cls), {}) if cls is not None else {}
             scope = Scope(fn, fn.name.value, _bases(cls), owner=cls, module=self.module)
+            if cls is not None:
+                scope.attribute_starts = starts.setdefault(id(cls), _counter_starts(cls))
             # `self` is an instance of the method's class: an inherited method it calls dispatches
             # `self.m()` to this class's override (Inliner._resolve)
             owner = this.qualnames_of_classes.get(id(cls)) if cls is not None else None
@@ -1138,6 +1141,35 @@ def _entered_on(sync: Event) -> str | None:
 
 
 _ENTER_CONTEXT = "enter_context"  # contextlib.ExitStack: the context stays entered until the `with` ends
+
+
+def _counter_starts(cls: cst.ClassDef) -> dict[str, cst.Integer]:
+    """The attributes `__init__` binds to an integer (`self.global_step = 0`, in its own block) that the
+    class's other methods only count up by one or restore under a condition from something that is not
+    a number (`if resume: self.global_step = ckpt["step"]`, a resumed run's): where a fresh run's count
+    starts."""
+    methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
+    init = next((m for m in methods if m.name.value == "__init__"), None)
+    if init is None:
+        return {}
+    starts = {}
+    for small in _top_level(init):
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.value, cst.Integer):
+            name = dotted(small.targets[0].target) or ""
+            if name.partition(".")[0] in SELF_NAMES and name.count(".") == 1:
+                starts[name] = small.value
+    for method in methods:
+        top = set(map(id, _top_level(method)))
+        for node in walk(method):
+            if not isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                continue
+            for name in set(_targets(node)) & set(starts):
+                counts_up = isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
+                    and is_one(node.value)
+                restored = id(node) not in top and not isinstance(node.value, cst.Integer)
+                if not (method is init and starts[name] is node.value) and not counts_up and not restored:
+                    del starts[name]
+    return starts
 
 
 def _number_default(function: cst.FunctionDef, name: str) -> bool:

@@ -390,14 +390,15 @@ class Window:
         # resumed run's; a fresh run starts from the unconditional value before it
         restored = [d for d in before if d.ctx.guards and not isinstance(d.value, cst.Integer)]
         before = [d for d in before if d not in restored]
-        if len(steps) != 1 or not before or not self.boundary_steps:
+        started = before[-1].bound if before else scope.attribute_starts.get(name)  # or where __init__ starts it
+        if len(steps) != 1 or started is None or not self.boundary_steps:
             return None
         first_step = self._test_read_at(scope)
         # a reset to 0 that runs with the step (`count = 0` on the boundary) restarts the count
         if any(not (isinstance(d.value, cst.Integer) and d.value.value == "0" and self.placement_of_def(d))
                for d in resets):
             return None
-        init, step = before[-1].bound, steps[0]
+        init, step = started, steps[0]
         by = increment(step, name)
         # past an exit that ends the loop (`if updates >= total: break`), the count runs on every pass
         passes_all = all(guard.exit is not None and guard.exit.ends_loop or skips_stretch(guard, self)
