@@ -832,21 +832,28 @@ class Inliner:
         if self.context.alone or summary is None or not any(
                 self.project.effects(cls.method(m)) & _BACKWARDS for m in summary.methods):
             return memo[key]
+        memo[key] = self._handed_by_calls(init, [(caller, None) for caller in self.project.constructors_of(cls)])
+        return memo[key]
+
+    def _handed_by_calls(self, target: FunctionRef, callers: list[tuple[FunctionRef, ClassRef | None]]) \
+            -> tuple[dict[str, frozenset[Role]], dict[str, FunctionRef | None]]:
+        """What the calls of `target` that these callers make (each walked with `self` an instance of
+        its class, when given) hand its parameters: their roles, the union over the calls, and what
+        calling each runs (the same callable in every call, else None)."""
         roles: dict[str, frozenset[Role]] = {}
         callables: dict[str, FunctionRef | None] = {}
-        for caller in self.project.constructors_of(cls):
-            self._capturing, self._captured, self._captured_classes = init, {}, {}
+        for caller, receiver in callers:
+            self._capturing, self._captured, self._captured_classes = target, {}, {}
             self._captured_callables = {}
             try:
-                self._walk_root(caller, None, keep=False)
+                self._walk_root(caller, receiver, keep=False)
             finally:
                 self._capturing = None
             for name, found in self._captured.items():
                 roles[name] = roles.get(name, NO_ROLES) | found
-            for name, target in self._captured_callables.items():
-                callables[name] = target if callables.get(name, target) == target else None
-        memo[key] = (roles, callables)
-        return memo[key]
+            for name, made in self._captured_callables.items():
+                callables[name] = made if callables.get(name, made) == made else None
+        return roles, callables
 
     def setter_roles(self, module: LoadedModule, method: cst.FunctionDef) -> dict[str, frozenset[Role]]:
         """Roles the project's calls of a method other than `__init__` that keeps a parameter on `self`
@@ -866,20 +873,9 @@ class Inliner:
         summary = self.project.summary(cls.path).classes.get(cls.qualname) if cls is not None else None
         if summary is None or not any(self.project.effects(cls.method(m)) & _BACKWARDS for m in summary.methods):
             return memo[key]
-        roles: dict[str, frozenset[Role]] = {}
-        for site in self.project.callers(ref):
-            if site.caller == ref:
-                continue
-            self._capturing, self._captured, self._captured_classes = ref, {}, {}
-            self._captured_callables = {}
-            try:
-                self._walk_root(site.caller, site.receiver, keep=False)
-            finally:
-                self._capturing = None
-            for name, found in self._captured.items():
-                roles[name] = roles.get(name, NO_ROLES) | found
-        memo[key] = roles
-        return roles
+        callers = [(site.caller, site.receiver) for site in self.project.callers(ref) if site.caller != ref]
+        memo[key] = self._handed_by_calls(ref, callers)[0]
+        return memo[key]
 
     def _attribute_callable(self, owner: ClassRef, attribute: str) -> FunctionRef | None:
         """What calling `self.attribute` runs when `__init__` binds it to a parameter (`self.criterion =

@@ -1004,6 +1004,15 @@ class FileModel:
             return self._compiles(local[-1].value)
         return self.compiled_in_method_run_first(scope, name, load.order)
 
+    def taken_from_compiled(self, scope: Scope, state_dict: Event) -> bool:
+        """Is this `x.state_dict()` taken from a torch.compile wrapper: `x` may be one where it is read,
+        or it is an attribute this method does not bind that another method of the class, run first,
+        binds to one?"""
+        name = state_dict.target
+        return Role.COMPILED in state_dict.roles or name is not None and name.startswith("self.") \
+            and not scope.defs_of(name, state_dict.order) \
+            and self.compiled_in_method_run_first(scope, name, state_dict.order)
+
     def compiled_in_method_run_first(self, scope: Scope, name: str, order: int) -> bool:
         """Is the attribute `name` (`self.x`), which this method does not bind, bound to a torch.compile
         wrapper (or to what a project function that may compile returns) by another method of the class
@@ -1044,8 +1053,10 @@ class FileModel:
             return self._may_compile(value.body, scope) or self._may_compile(value.orelse, scope)
         while isinstance(value, cst.Call) and call_receiver(value)[1] in cat.MODULE_RETURNING_METHODS:
             value = call_receiver(value)[0]
-        if self._compiles(value) or not isinstance(value, cst.Call):
-            return self._compiles(value)
+        if not isinstance(value, cst.Call):
+            return False
+        if self._compiles(value):
+            return True
         returned = self.inliner.returns(value, scope, END_OF_SCOPE) or []
         return any(self._compiles(made) for made, _, _ in returned)
 

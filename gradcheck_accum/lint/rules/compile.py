@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from gradcheck_accum.lint.fixes import hoist_statement, unwrap_compiled
-from gradcheck_accum.lint.model import EventKind, Fact, FileModel, Role
+from gradcheck_accum.lint.model import EventKind, Fact, FileModel
 from gradcheck_accum.lint.rule import Report, Rule
 
 
@@ -33,10 +33,7 @@ class CompiledStateDictSaved(Rule):
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for scope, state_dict in model.events(EventKind.STATE_DICT):
-            compiled = Role.COMPILED in state_dict.roles or state_dict.target is not None \
-                and state_dict.target.startswith("self.") and not scope.defs_of(state_dict.target, state_dict.order) \
-                and model.compiled_in_method_run_first(scope, state_dict.target, state_dict.order)
-            if not compiled or not model.is_saved(scope, state_dict):
+            if not model.taken_from_compiled(scope, state_dict) or not model.is_saved(scope, state_dict):
                 continue
             if model.handles_compiled_prefix:  # its checkpoints are read (or written) without the prefix
                 return
