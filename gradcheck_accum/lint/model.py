@@ -23,7 +23,8 @@ from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returne
                                          varies_per_micro_batch)
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, contains, dotted,
                                         full_names, is_one, iter_calls, iter_names, keyword, last_part,
-                                        paired_arguments, parameter, parameter_names, positional, source, walk)
+                                        paired_arguments, parameter, parameter_names, positional, source,
+                                        assigned_names, top_level_statements, walk)
 from gradcheck_accum.lint.paths import decision, invariant
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
@@ -81,7 +82,6 @@ class FileModel:
         self.scopes.append(module_scope)
         globals_env = dict(module_scope.env)
         class_env: dict[int, dict[str, frozenset[Role]]] = {}
-        starts: dict[int, dict[str, cst.Integer]] = {}  # id(class) -> its counters' starts (_counter_starts)
         # __init__ first so that `self.x` attributes are known in the other methods
         functions.sort(key=lambda item: item[0].name.value != "__init__")
         this = self.context.this
@@ -91,8 +91,6 @@ class FileModel:
                 class_env[id(cls)] = dict(self.inliner.inherited_env(this, this.qualnames_of_classes[id(cls)]))
             attrs = class_env.setdefault(id(cls), {}) if cls is not None else {}
             scope = Scope(fn, fn.name.value, _bases(cls), owner=cls, module=self.module)
-            if cls is not None:
-                scope.attribute_starts = starts.setdefault(id(cls), _counter_starts(cls))
             # `self` is an instance of the method's class: an inherited method it calls dispatches
             # `self.m()` to this class's override (Inliner._resolve)
             owner = this.qualnames_of_classes.get(id(cls)) if cls is not None else None
@@ -524,12 +522,12 @@ class FileModel:
             return False
         bindings = [(method, statement) for method in cls.body.body if isinstance(method, cst.FunctionDef)
                     for statement in walk(method) if isinstance(statement, (cst.Assign, cst.AnnAssign, cst.AugAssign))
-                    and name in _targets(statement)]
+                    and name in assigned_names(statement)]
         if len(bindings) != 1:
             return False
         method, statement = bindings[0]
         value = statement.value
-        return method.name.value == "__init__" and statement in _top_level(method) and value is not None and (
+        return method.name.value == "__init__" and statement in top_level_statements(method) and value is not None and (
             isinstance(value, (cst.Integer, cst.Float)) or
             isinstance(value, cst.Name) and _number_default(method, value.value))
 
@@ -1154,35 +1152,6 @@ def _entered_on(sync: Event) -> str | None:
 _ENTER_CONTEXT = "enter_context"  # contextlib.ExitStack: the context stays entered until the `with` ends
 
 
-def _counter_starts(cls: cst.ClassDef) -> dict[str, cst.Integer]:
-    """The attributes `__init__` binds to an integer (`self.global_step = 0`, in its own block) that the
-    class's other methods only count up by one or restore under a condition from something that is not
-    a number (`if resume: self.global_step = ckpt["step"]`, a resumed run's): where a fresh run's count
-    starts."""
-    methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
-    init = next((m for m in methods if m.name.value == "__init__"), None)
-    if init is None:
-        return {}
-    starts = {}
-    for small in _top_level(init):
-        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.value, cst.Integer):
-            name = dotted(small.targets[0].target) or ""
-            if name.partition(".")[0] in SELF_NAMES and name.count(".") == 1:
-                starts[name] = small.value
-    for method in methods:
-        top = set(map(id, _top_level(method)))
-        for node in walk(method):
-            if not isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-                continue
-            for name in set(_targets(node)) & set(starts):
-                counts_up = isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
-                    and is_one(node.value)
-                restored = id(node) not in top and not isinstance(node.value, cst.Integer)
-                if not (method is init and starts[name] is node.value) and not counts_up and not restored:
-                    del starts[name]
-    return starts
-
-
 def _number_default(function: cst.FunctionDef, name: str) -> bool:
     """Is `name` a parameter of the function whose default is a number (`lm_coef=0.5`)?"""
     param = parameter(function, name)
@@ -1190,21 +1159,6 @@ def _number_default(function: cst.FunctionDef, name: str) -> bool:
     if isinstance(default, cst.UnaryOperation):
         default = default.expression
     return isinstance(default, (cst.Integer, cst.Float))
-
-
-def _targets(statement: cst.Assign | cst.AnnAssign | cst.AugAssign) -> list[str]:
-    """The dotted names an assignment binds (the elements of a tuple target included)."""
-    targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
-    names = []
-    for target in targets:
-        names.extend(e.value for e in target.elements) if isinstance(target, (cst.Tuple, cst.List)) else \
-            names.append(target)
-    return [dotted(name) or "" for name in names]
-
-
-def _top_level(function: cst.FunctionDef) -> list[cst.BaseSmallStatement]:
-    """The simple statements of a function's own block, outside any branch or loop."""
-    return [small for line in function.body.body if isinstance(line, cst.SimpleStatementLine) for small in line.body]
 
 
 def _fixed_scale(node: cst.BaseExpression, scope: Scope, imports: ImportMap, depth: int,

@@ -305,3 +305,18 @@ def paired_arguments(call: cst.Call, function: cst.FunctionDef, receiver: cst.Ba
     keywords = {p.name.value for p in [*function.params.params, *function.params.kwonly_params]}
     pairs.extend((a.keyword.value, a.value) for a in call.args if a.keyword is not None and a.keyword.value in keywords)
     return pairs
+
+
+def assigned_names(statement: cst.Assign | cst.AnnAssign | cst.AugAssign) -> list[str]:
+    """The dotted names an assignment binds (the elements of a tuple target included)."""
+    targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+    names = []
+    for target in targets:
+        names.extend(e.value for e in target.elements) if isinstance(target, (cst.Tuple, cst.List)) else \
+            names.append(target)
+    return [dotted(name) or "" for name in names]
+
+
+def top_level_statements(function: cst.FunctionDef) -> list[cst.BaseSmallStatement]:
+    """The simple statements of a function's own block, outside any branch or loop."""
+    return [small for line in function.body.body if isinstance(line, cst.SimpleStatementLine) for small in line.body]

@@ -350,9 +350,6 @@ class Scope:
     given_indices: frozenset[str] = frozenset()  # parameters every caller binds to a loop index (any start)
     defaulted: frozenset[str] = frozenset()  # parameters no caller in the project passes: each holds its default
     passed: frozenset[str] | None = None  # parameters some caller in the project passes (None: not known)
-    # `self.x` attributes its class's __init__ starts at a number that the other methods only count up
-    # from (`+= 1`) or restore under a condition: a counter's start, for a method that does not set it
-    attribute_starts: dict[str, cst.Integer] = field(default_factory=dict)
     # id(loop) -> the names bound inside it, indexed on first use once the walk is done (windows.assigned_in)
     assigned_by_loop: dict[int, frozenset[str]] | None = None
     event_orders: list[int] | None = None  # the order of each event, indexed once the walk is done (windows)

@@ -21,8 +21,9 @@ from gradcheck_accum.lint.bindings import (accelerator_accumulation_steps, asser
                                            deepspeed_engine_count, first_index, is_accumulation_name,
                                            pass_from_zero)
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, iter_calls, iter_names, keyword,
-                                        last_part, positional, statement_blocks, walk)
+from gradcheck_accum.lint.names import (SELF_NAMES, assigned_names, call_receiver, children, code, contains, dotted,
+                                        is_one, iter_calls, iter_names, keyword, last_part, positional,
+                                        statement_blocks, top_level_statements, walk)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, conjuncts, ends_with_break,
                                              guard_boundary, is_accumulation_count, plus_one, reads_length)
@@ -390,7 +391,9 @@ class Window:
         # resumed run's; a fresh run starts from the unconditional value before it
         restored = [d for d in before if d.ctx.guards and not isinstance(d.value, cst.Integer)]
         before = [d for d in before if d not in restored]
-        started = before[-1].bound if before else scope.attribute_starts.get(name)  # or where __init__ starts it
+        # or where __init__ starts it, for a count kept on `self` (read only here: few counters need it)
+        started = before[-1].bound if before else \
+            _counter_starts(scope.owner).get(name) if scope.owner is not None and name.startswith("self.") else None
         if len(steps) != 1 or started is None or not self.boundary_steps:
             return None
         first_step = self._test_read_at(scope)
@@ -1779,3 +1782,32 @@ def _iterated(node: cst.BaseExpression, scope: Scope, depth: int) -> list[cst.Ba
         if len(defs) == 1 and defs[0].op is DefOp.ASSIGN:
             return _iterated(defs[0].value, scope, depth + 1)
     return [node]
+
+
+def _counter_starts(cls: cst.ClassDef) -> dict[str, cst.Integer]:
+    """The attributes `__init__` binds to an integer (`self.global_step = 0`, in its own block) that the
+    class's other methods only count up by one or restore under a condition from something that is not
+    a number (`if resume: self.global_step = ckpt["step"]`, a resumed run's): where a fresh run's count
+    starts."""
+    methods = [m for m in cls.body.body if isinstance(m, cst.FunctionDef)]
+    init = next((m for m in methods if m.name.value == "__init__"), None)
+    if init is None:
+        return {}
+    starts = {}
+    for small in top_level_statements(init):
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.value, cst.Integer):
+            name = dotted(small.targets[0].target) or ""
+            if name.partition(".")[0] in SELF_NAMES and name.count(".") == 1:
+                starts[name] = small.value
+    for method in methods:
+        top = set(map(id, top_level_statements(method)))
+        for node in walk(method):
+            if not isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+                continue
+            for name in set(assigned_names(node)) & set(starts):
+                counts_up = isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
+                    and is_one(node.value)
+                restored = id(node) not in top and not isinstance(node.value, cst.Integer)
+                if not (method is init and starts[name] is node.value) and not counts_up and not restored:
+                    del starts[name]
+    return starts
