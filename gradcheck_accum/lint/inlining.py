@@ -648,7 +648,7 @@ class Inliner:
         for hook in self.project.hook_overrides(name):
             loaded = self.context.load(hook.path)
             function = loaded.functions.get(hook.qualname) if loaded is not None else None
-            if function is not None:
+            if function is not None and _takes(function, call):
                 found.append((hook, loaded, function))
         return found
 
@@ -1636,6 +1636,24 @@ def _only_return(function: cst.FunctionDef) -> cst.BaseExpression | None:
         return None
     statement = body[0].body[0]
     return statement.value if isinstance(statement, cst.Return) else None
+
+
+def _takes(method: cst.FunctionDef, call: cst.Call) -> bool:
+    """Can this call, made on an object (`obj.name(...)`), bind the method's parameters: no more
+    positional arguments than it has places for, every parameter without a default given? A
+    staticmethod `train(engine, batch)` is not what `model.train()` runs (nn.Module's is)."""
+    if any(a.star for a in call.args):
+        return True  # `f(*args, **kwargs)`: any parameters may be filled
+    params = [*method.params.posonly_params, *method.params.params]
+    if params and not any(dotted(d.decorator) == "staticmethod" for d in method.decorators):
+        params = params[1:]  # `self` (or a classmethod's `cls`) is the receiver
+    positional = sum(1 for a in call.args if a.keyword is None)
+    keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+    if positional > len(params) and not isinstance(method.params.star_arg, cst.Param):
+        return False
+    required = [p.name.value for p in params[positional:] if p.default is None] + \
+        [p.name.value for p in method.params.kwonly_params if p.default is None]
+    return all(name in keywords for name in required)
 
 
 def _counts_own_call(statement: cst.BaseStatement) -> bool:
