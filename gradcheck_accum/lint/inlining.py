@@ -22,9 +22,9 @@ from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.bindings import (loop_index, module_constants, module_literals, pass_from_zero,
                                            roles_from_name)
-from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, is_one, is_static,
-                                        iter_calls, keyword, paired_arguments, parameter, parameter_names,
-                                        positional, statement_blocks, walk)
+from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, assigned_names, call_receiver, children, code, dotted,
+                                        is_one, is_static, iter_calls, keyword, paired_arguments, parameter,
+                                        parameter_names, positional, statement_blocks, walk)
 from gradcheck_accum.lint.diagnostics import RUN_FUNCTION, RUN_LINE
 from gradcheck_accum.lint.outline import blank_strings_and_comments
 from gradcheck_accum.lint.project import (CALLABLE_METHODS, ClassRef, FunctionRef, Project, SummaryStore, effect_names,
@@ -1890,12 +1890,7 @@ def _blocks_in_context(statement: cst.CSTNode, ctx: Context) -> list[tuple[list[
 
 
 def _binds_self(small: cst.Assign | cst.AnnAssign) -> bool:
-    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-    names = []
-    for target in targets:
-        names.extend(e.value for e in target.elements) if isinstance(target, (cst.Tuple, cst.List)) else \
-            names.append(target)
-    return any((dotted(name) or "").startswith("self.") for name in names)
+    return any(name.startswith("self.") for name in assigned_names(small))
 
 
 def _bases(cls: cst.ClassDef | None) -> tuple[str, ...]:
