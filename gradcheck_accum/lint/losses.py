@@ -860,20 +860,45 @@ class LossTracer:
             roles |= constructor_roles(constructor, self.imports, no_roles)
         return roles
 
-    def _constructors(self, name: str | None, scope: Scope) -> Iterator[tuple[cst.Call, Scope, int]]:
+    def _constructors(self, name: str | None, scope: Scope, depth: int = 0) -> Iterator[tuple[cst.Call, Scope, int]]:
         """The calls a name is bound to here, at module level, or (for `self.x`) in any method, each with
-        the scope and the point it is read at."""
+        the scope and the point it is read at; for a parameter, those its callers hand it (_handed)."""
         if not name:
             return
+        if depth < 3:
+            handed = self._handed(name, scope, depth)
+            if handed:
+                yield from handed
+                return
         for where in (scope, *(self.scopes if name.startswith("self.") else self.module_scopes)):
             for d in where.defs_of(name):
                 if isinstance(d.value, cst.Call):
                     yield d.value, d.scope or where, d.order
+                elif d.op is DefOp.ASSIGN and isinstance(d.value, (cst.Name, cst.Attribute)) and depth < 3 \
+                        and dotted(d.value) != name:
+                    # an alias of another binding (`loss_fn = LOSS_FN`, the criterion a module built)
+                    yield from self._constructors(dotted(d.value), d.scope or where, depth + 1)
         head, _, attribute = name.partition(".")
         if head in SELF_NAMES and attribute and self.attribute_constructions is not None:
             # a model's forward in another file calling `self.criterion`, bound in its `__init__`
             for constructor in self.attribute_constructions(scope, attribute):
                 yield constructor, scope, END_OF_SCOPE
+
+    def _handed(self, name: str, scope: Scope, depth: int) -> list[tuple[cst.Call, Scope, int]]:
+        """For a parameter the function never binds again (`def run_epoch(net, loss_fn, opt, loader)`), the
+        constructions every call of it in the file hands it (`loss_fn = nn.CrossEntropyLoss(...)` then
+        `run_epoch(net, loss_fn, opt, loader)`). Empty unless every argument is one: a call site passing
+        what cannot be read leaves the criterion unknown."""
+        if self.passed_to is None or scope.defs_of(name) or "." in name:
+            return []
+        made: list[tuple[cst.Call, Scope, int]] = []
+        for argument, caller, _ in self.passed_to(name, scope):
+            built = [(argument, caller, END_OF_SCOPE)] if isinstance(argument, cst.Call) else list(
+                self._constructors(dotted(argument), caller, depth + 1))
+            if not built:
+                return []
+            made += built
+        return made
 
     def _ignore_indices(self, call: cst.Call, callee: str | None, scope: Scope,
                         before: int) -> list[tuple[cst.BaseExpression | None, Scope, int]]:
