@@ -485,6 +485,11 @@ PER_SEQUENCE_LOSS_HEADS = ("ForCTC",)
 # the keywords that give a fill value: torch's, and numpy.pad's `constant_values`
 FILL_KEYWORDS = frozenset({"padding_value", "value", "fill_value", "pad_value", "constant_values"})
 FILL_METHODS = frozenset({"masked_fill", "masked_fill_", "fill_", "full", "full_like", "new_full", "where"})
+# Padding that writes 0 unasked: `pad_sequence(rows)` with no padding_value, and a zero tensor whose
+# rows are then written only up to each example's length (`ys = torch.zeros(b, longest)`,
+# `ys[i, :len(y)] = y`): a label 0 the criterion ignores (`ignore_index=0`) is in every padded batch.
+ZERO_PADDING_FUNCTIONS = frozenset({"pad_sequence"})
+ZERO_ALLOCATORS = frozenset({"zeros", "zeros_like", "new_zeros"})
 # Collators (transformers, trl) that write IGNORED_LABEL into the labels of what they pad or hide, so
 # the number of labels a model's loss averages over changes from batch to batch; with a keyword that
 # must not be switched off (DataCollatorForLanguageModeling masks tokens only for masked LM, mlm=True,

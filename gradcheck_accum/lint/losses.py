@@ -983,10 +983,14 @@ def _writes_label(node: cst.CSTNode, value: str, loosely: bool = False, expressi
     def matches(written: cst.BaseExpression) -> bool:
         return code(written) == value if expression else _is_literal(written, value)
 
+    zero = not expression and value == "0"
     stack = [node]
     while stack:
         node = stack.pop()
         if isinstance(node, cst.Call) and any(matches(a.value) and (loosely or _fills(node, a)) for a in node.args):
+            return True
+        if zero and (isinstance(node, cst.Call) and _pads_with_zero(node)
+                     or isinstance(node, cst.FunctionDef) and _zero_rows_filled_in_part(node)):
             return True
         if isinstance(node, cst.Assign) and matches(node.value) and (
                 loosely or any(isinstance(t.target, cst.Subscript) for t in node.targets)):
@@ -997,6 +1001,25 @@ def _writes_label(node: cst.CSTNode, value: str, loosely: bool = False, expressi
             return True
         stack.extend(children(node))
     return False
+
+
+def _pads_with_zero(call: cst.Call) -> bool:
+    """`pad_sequence(rows, batch_first=True)`: padding with its default value, 0."""
+    return last_part(dotted(call.func) or "") in cat.ZERO_PADDING_FUNCTIONS and len(call.args) < 3 \
+        and all(a.keyword is None or a.keyword.value not in cat.FILL_KEYWORDS for a in call.args)
+
+
+def _zero_rows_filled_in_part(function: cst.FunctionDef) -> bool:
+    """Does the function make a zero tensor (`ys = torch.zeros(len(items), longest)`) and write its rows
+    up to a length (`ys[row, :len(y)] = y`), leaving 0 after each shorter row?"""
+    zeroed = {code(t.target) for statement in walk(function) if isinstance(statement, cst.Assign)
+              and isinstance(statement.value, cst.Call)
+              and last_part(dotted(statement.value.func) or "") in cat.ZERO_ALLOCATORS for t in statement.targets}
+    return bool(zeroed) and any(
+        isinstance(target, cst.Subscript) and code(target.value) in zeroed
+        and any(isinstance(element.slice, cst.Slice) and element.slice.upper is not None for element in target.slice)
+        for statement in walk(function) if isinstance(statement, cst.Assign)
+        for target in (t.target for t in statement.targets))
 
 
 def _fills(call: cst.Call, arg: cst.Arg) -> bool:
