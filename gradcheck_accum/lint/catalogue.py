@@ -485,6 +485,12 @@ PER_SEQUENCE_LOSS_HEADS = ("ForCTC",)
 # the keywords that give a fill value: torch's, and numpy.pad's `constant_values`
 FILL_KEYWORDS = frozenset({"padding_value", "value", "fill_value", "pad_value", "constant_values"})
 FILL_METHODS = frozenset({"masked_fill", "masked_fill_", "fill_", "full", "full_like", "new_full", "where"})
+# Library helpers that average per-token values over the items a mask keeps, with the keyword (third
+# positional) that turns them into per-row means: without it, a mean over as many tokens as the
+# micro-batch's mask keeps (`masked_mean(per_token_loss, response_mask)`).
+LIBRARY_MASKED_MEANS: dict[str, str] = {
+    "trl.core.masked_mean": "axis", "trl.trainer.utils.masked_mean": "axis",
+    "openrlhf.models.utils.masked_mean": "dim"}
 # Padding that writes 0 unasked: `pad_sequence(rows)` with no padding_value, and a zero tensor whose
 # rows are then written only up to each example's length (`ys = torch.zeros(b, longest)`,
 # `ys[i, :len(y)] = y`): a label 0 the criterion ignores (`ignore_index=0`) is in every padded batch.

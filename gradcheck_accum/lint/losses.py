@@ -479,6 +479,12 @@ class LossTracer:
             return
         if returned and self._trace_returned(returned, facts, depth):
             return  # a function of the project: what it returns, read in its body
+        along = cat.LIBRARY_MASKED_MEANS.get((scope.imports or self.imports).qualify(node.func) or "")
+        if along is not None and node.args:
+            if keyword(node, along) is None and positional(node, 2) is None:
+                facts.token_level = True  # a mean over the micro-batch's masked-in tokens
+            self._trace(node.args[0].value, scope, before, facts, depth)
+            return
         callee = dotted(node.func)
         imports = scope.imports or self.imports
         roles = constructor_roles(node, imports, no_roles) | self._roles_of(callee, scope)
