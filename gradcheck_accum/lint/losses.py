@@ -635,15 +635,21 @@ class LossTracer:
         returned = self.returns(call, scope, before) if self.returns is not None else None
         return bool(returned) and all(self._fixed_count(value, where, at, depth + 1) for value, where, at in returned)
 
-    def _masked_labels(self, outputs: cst.BaseExpression, scope: Scope, before: int) -> bool:
+    def _masked_labels(self, outputs: cst.BaseExpression, scope: Scope, before: int, depth: int = 0) -> bool:
         """`outputs = model(..., labels=y)` where `y[...] = -100` masks items out in this scope, or
         `model(**batch)` / `labels=batch["labels"]` with batches from a loader whose collator masks
-        labels (catalogue.LABEL_MASKING_COLLATORS)."""
+        labels (catalogue.LABEL_MASKING_COLLATORS), or a project module's forward that returns such a
+        call (`return self.lm(input_ids=tokens, labels=targets)` after masking `targets` there)."""
         calls = [call for d in scope.defs_of(dotted(outputs) or "", before) for call in _calls_made(d.value)]
         if isinstance(outputs, cst.Call):
             calls.append(outputs)
         for call in calls:
             if self._per_sequence_head(dotted(call.func), scope):
+                continue
+            returned = self.returns(call, scope, before) if self.returns is not None and depth < 2 else None
+            if returned and all(isinstance(value, cst.Call) for value, _, _ in returned):
+                if any(self._masked_labels(value, where, at, depth + 1) for value, where, at in returned):
+                    return True
                 continue
             labels = next((keyword(call, k) for k in cat.LABELS_KEYWORDS if keyword(call, k) is not None), None)
             name = dotted(labels)
