@@ -562,6 +562,7 @@ class LossTracer:
         stream the inputs are cut from: none is the sentinel, so the count is the same in every
         micro-batch. Nor a count of a mask whose number of set items is fixed (_fixed_count)."""
         count, at = _bound_value(_count_kept(divisor), scope, before)
+        count = _count_kept(count)  # `denom = keep.sum().clamp_min(1.0)` then `/ denom`
         if not _is_count_of_items(count, scope):
             added = _added_up(count, scope, before)
             return bool(added) and all(self._counts_items(value, scope, order) for value, order in added)
@@ -1188,11 +1189,14 @@ def _reciprocal_of(factor: cst.BaseExpression, scope: Scope, before: int) -> cst
 
 
 def _bound_value(node: cst.BaseExpression, scope: Scope, before: int) -> tuple[cst.BaseExpression, int]:
-    """What a plain name was last bound to, unconditionally, before `before`, and the point that
-    value is read at (else the node itself and `before`)."""
+    """What a plain name was last bound to, unconditionally or by its only binding (a read of it holds
+    that value wherever the name is bound at all: `denom = keep.sum()` after an early return; not so
+    for a parameter, which `if n is None: n = ...` binds only when no caller gives it), before
+    `before`, and the point that value is read at (else the node itself and `before`)."""
     name = dotted(node) if isinstance(node, cst.Name) else None
     defs = scope.defs_of(name, before) if name else []
-    if defs and defs[-1].op is DefOp.ASSIGN and not defs[-1].ctx.guards and defs[-1].value is not None:
+    if defs and defs[-1].op is DefOp.ASSIGN and defs[-1].value is not None and (
+            not defs[-1].ctx.guards or len(defs) == 1 and name not in _parameters(scope)):
         return defs[-1].value, defs[-1].order
     return node, before
 

@@ -101,7 +101,8 @@ class MeanOfMeansTokenLoss(Rule):
     summary = "A per-micro-batch mean over a variable number of valid tokens is divided by the accumulation steps."
     # by hand (the loss, or the summed gradients after the backwards), or by a framework
     requires = (Fact.TRAINING_LOOP, (Fact.LOSS_DIVIDED, EventKind.GRAD_SCALE, Fact.FRAMEWORK_DIVIDES_LOSS))
-    reads_outside_windows = ()
+    # the callers of a loop's function: the criterion or model they hand it decides the loss's mean
+    reads_outside_windows = (Fact.CALLERS,)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
