@@ -909,6 +909,13 @@ class FileModel:
         clause = window.dead_flush
         return source(clause) if clause is not None else None
 
+    @staticmethod
+    def run_bound_flush_text(window: Window) -> str | None:
+        """The window's end-of-data clause as written, when it tests the run's length, not the epoch's
+        (Window.run_bound_flush)."""
+        clause = window.run_bound_flush
+        return source(clause) if clause is not None else None
+
     # -- compile and checkpoints --------------------------------------------------------------------
     @staticmethod
     def receiver_text(event: Event) -> str | None:

@@ -735,7 +735,7 @@ class Window:
                for s in self.steps):
             return True  # a step right after the loop (not one in a later loop of the same body)
         boundary = self.boundary
-        if boundary is None or not boundary.flush or self.dead_flush is not None:
+        if boundary is None or not boundary.flush or self.dead_flush is not None or self.run_bound_flush is not None:
             return False
         condition = boundary.flush_condition
         return condition is None or not invariant(condition, assigned_in(self.scope, self.loop))
@@ -768,6 +768,24 @@ class Window:
         for counted, length in ((left, right), (right, left)):
             if dotted(counted) == index[0] and isinstance(length, cst.Call) \
                     and call_receiver(length) == (None, cat.LENGTH_FUNCTION):
+                return clause
+        return None
+
+    @property
+    def run_bound_flush(self) -> cst.Comparison | None:
+        """The end-of-data clause when it compares the loop's index with what bounds a loop around it
+        (`or k == max_micro_steps` inside `while seen < max_micro_steps`): the length of the run, which
+        an index that restarts every epoch does not reach at each epoch's end."""
+        clause = self.boundary.flush_clause if self.boundary is not None else None
+        index = self.index_counter()
+        if not isinstance(clause, cst.Comparison) or len(clause.comparisons) != 1 or index is None \
+                or not isinstance(clause.comparisons[0].operator, cst.Equal):
+            return None
+        bounds = {name for loop in self.outer for name in iter_names(
+            loop.test if isinstance(loop, cst.While) else loop.iter)} - {index[0]}
+        left, right = clause.left, clause.comparisons[0].comparator
+        for counted, bound in ((left, right), (right, left)):
+            if index[0] in set(iter_names(counted)) and dotted(bound) in bounds:
                 return clause
         return None
 

@@ -236,14 +236,17 @@ class RemainderDropped(Rule):
             tail = model.unstepped_tail(window)
             if tail is None:
                 continue
-            dead = model.dead_flush_text(window)
+            dead, run_bound = model.dead_flush_text(window), model.run_bound_flush_text(window)
+            lost = (f"backpropagated and thrown away by `{tail.clear_text}` between epochs"
+                    if tail.fate is TailFate.DISCARDED else "never stepped: they leak into the next epoch's first window")
             if dead is not None:
-                lost = (f"backpropagated and thrown away by `{tail.clear_text}` between epochs"
-                        if tail.fate is TailFate.DISCARDED else "never stepped: they leak into the next epoch's "
-                                                                "first window")
                 message = (f"`{dead}` never holds, since the 0-based index ends at len - 1: the end-of-data step "
                            f"never runs, and the micro-batches after the last full window of each epoch are {lost}; "
                            f"test the index plus one")
+            elif run_bound is not None:
+                message = (f"`{run_bound}` compares the epoch's index with the length of the whole run, so it does "
+                           f"not hold at the end of each epoch: the micro-batches after the last full window of each "
+                           f"epoch are {lost}; test the index against the epoch's length")
             elif tail.fate is TailFate.DISCARDED:
                 message = (f"the micro-batches after the last full window of each epoch are backpropagated but never "
                            f"stepped, and `{tail.clear_text}` between epochs throws them away; also "
