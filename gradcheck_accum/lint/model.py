@@ -1129,6 +1129,34 @@ class FileModel:
         return cls is not None and not self.context.project.derives_from(cls, cat.WRAPPERS.names)
 
     @staticmethod
+    def loss_handed_in(backward: Event) -> bool:
+        """Is the loss a backward runs on one its function was handed (`def update(self, loss, step)`,
+        then `loss = loss / self.n; loss.backward()`): a parameter, through arithmetic with settings and
+        numbers only, so its forward ran in the caller before the call?"""
+        scope = backward.scope
+        if scope is None or not isinstance(scope.node, cst.FunctionDef) or backward.expr is None:
+            return False
+        parameters = parameter_names(scope.node) - set(SELF_NAMES)
+        pending, reached = [(backward.expr, backward.order)], False
+        for _ in range(16):
+            if not pending:
+                return reached
+            expression, before = pending.pop()
+            for node in walk(expression):
+                if isinstance(node, cst.Call):
+                    return False  # computed here, by whatever the call runs
+                if not isinstance(node, cst.Name):
+                    continue
+                defs = scope.defs_of(node.value, before)
+                if not defs and node.value in parameters:
+                    reached = True
+                elif len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].value is not None:
+                    pending.append((defs[0].value, defs[0].order))
+                elif defs:
+                    return False
+        return False
+
+    @staticmethod
     def same_iteration(scope: Scope, event: Event) -> list[Event]:
         """The events of one iteration of the innermost loop around `event` (those inside that loop,
         deeper loops included), in program order; empty outside loops."""
