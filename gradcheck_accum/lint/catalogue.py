@@ -637,14 +637,17 @@ DRIVERS: tuple[Driver, ...] = (LIGHTNING_MANUAL, LIGHTNING_AUTOMATIC)
 # Engines built around a function rather than a class: ignite's `Engine(process_function)` whose
 # `run(data, max_epochs)` calls `process_function(engine, batch)` once per batch of every epoch
 # (ignite/engine/engine.py, `_run_once_on_dataset`). `engine.state.iteration` counts the batches of the
-# whole run from 1, so a `% N == 0` boundary on it neither restarts nor starts early.
+# whole run from 1, so a `% N == 0` boundary on it neither restarts nor starts early. `self` is the
+# engine: an instance of the project's subclass when the function was handed to one.
 PROCESS_FUNCTION_ENGINES = frozenset({"ignite.engine.Engine", "ignite.engine.engine.Engine"})
 PROCESS_FUNCTION = "process_function"  # the engine's own name for it, also its keyword
 PROCESS_FUNCTION_LOOP = f"""\
-def run(engine, data, max_epochs):
+def run(self, data, max_epochs):
+    self.state.iteration = 0
     for epoch in range(max_epochs):
         for batch in data:
-            {PROCESS_FUNCTION}(engine, batch)
+            self.state.iteration += 1
+            {PROCESS_FUNCTION}(self, batch)
 """
 
 # What the schedule length is given as (ACC402): keywords of scheduler constructors, or the third

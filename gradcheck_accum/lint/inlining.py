@@ -1066,32 +1066,51 @@ class Inliner:
                 if driver.configured_by is not None and not self._configured(driver.configured_by):
                     continue
                 walked.append(self._walk_driver(driver, cls))
-        walked += [self._walk_process_function(ref, engine) for ref, engine in self._process_functions().items()]
+        walked += [self._walk_process_function(ref, *engine) for ref, engine in self._process_functions().items()]
         self.roots.extend(walked)
         return walked
 
-    def _process_functions(self) -> dict[FunctionRef, str]:
+    def _process_functions(self) -> dict[FunctionRef, tuple[str, ClassRef | None]]:
         """The functions of this file handed to an engine that runs them once per batch
         (catalogue.PROCESS_FUNCTION_ENGINES: `trainer = Engine(update)` in `train()`), with the engine."""
         this = self.context.this
-        found: dict[FunctionRef, str] = {}
+        found: dict[FunctionRef, tuple[str, ClassRef | None]] = {}
         if not any(engine.rsplit(".", 1)[-1] in this.text for engine in cat.PROCESS_FUNCTION_ENGINES):
             return found  # most files: no walk of their calls
+        # the engine subclasses of this file whose `__init__` hands a parameter to the engine's (`class
+        # Trainer(Engine): def __init__(self, func, ...): super().__init__(func)`), by the parameter's position
+        handing: dict[str, tuple[str, int]] = {}
+        for qualname in this.classes:
+            engine = next((e for e in cat.PROCESS_FUNCTION_ENGINES
+                           if self.project.derives_from(ClassRef(this.path, qualname), (e,), by_last_name=False)), None)
+            init = this.functions.get(f"{qualname}.__init__")
+            for call in iter_calls(init.body) if engine is not None and init is not None else ():
+                handed = dotted(positional(call, 0) or keyword(call, cat.PROCESS_FUNCTION))
+                if _is_super_init(call) and handed in (names := [p.name.value for p in init.params.params]):
+                    handing[qualname] = (engine, names.index(handed) - 1)
         for qualname, function in this.functions.items():
             for call in iter_calls(function.body):
                 engine = this.imports.qualify(call.func)
+                given = positional(call, 0) or keyword(call, cat.PROCESS_FUNCTION)
+                subclass = handing.get(dotted(call.func) or "")
+                if subclass is not None:  # `SupervisedEngine(SupervisedEngine.update, net, ...)`
+                    engine, given = subclass[0], positional(call, subclass[1])
+                    made: ClassRef | None = ClassRef(this.path, dotted(call.func) or "")
+                else:
+                    made = None
                 if engine not in cat.PROCESS_FUNCTION_ENGINES:
                     continue
-                name = dotted(positional(call, 0) or keyword(call, cat.PROCESS_FUNCTION))
+                name = dotted(given)
                 ref = self.project.resolve_call(FunctionRef(this.path, qualname), name) if name else None
-                if ref is not None and ref.path == this.path:
-                    found.setdefault(ref, engine)
+                if ref is not None and ref.path == this.path and _takes_no_self(this.functions.get(ref.qualname)):
+                    found.setdefault(ref, (engine, made))
         return found
 
-    def _walk_process_function(self, process: FunctionRef, engine: str) -> Scope:
-        """The engine's loop around a process function, walked with the function in place of its call."""
+    def _walk_process_function(self, process: FunctionRef, engine: str, made: ClassRef | None) -> Scope:
+        """The engine's loop around a process function, walked with the function in place of its call
+        and the engine an instance of the subclass it was handed to, if any."""
         loaded = _synthetic_module(cat.PROCESS_FUNCTION_LOOP, "<engine loop>")
-        scope = self._walk_synthetic(loaded, None, {cat.PROCESS_FUNCTION: process})
+        scope = self._walk_synthetic(loaded, made, {cat.PROCESS_FUNCTION: process})
         self._engine_loops[id(scope)] = engine
         return scope
 
@@ -1936,3 +1955,16 @@ def _self_or_super(receiver: cst.BaseExpression | None) -> bool:
     if isinstance(receiver, cst.Call):
         return dotted(receiver.func) == "super"
     return receiver is None or dotted(receiver) in SELF_NAMES
+
+
+def _is_super_init(call: cst.Call) -> bool:
+    """`super().__init__(...)`."""
+    receiver, method = call_receiver(call)
+    return method == "__init__" and isinstance(receiver, cst.Call) and dotted(receiver.func) == "super"
+
+
+def _takes_no_self(function: cst.FunctionDef | None) -> bool:
+    """A function called with the engine as its first argument: a module function or a staticmethod,
+    not a method bound to an instance (whose first parameter the call does not fill)."""
+    params = function.params.params if function is not None else ()
+    return bool(params) and params[0].name.value not in SELF_NAMES

@@ -39,6 +39,7 @@ class Outline:
         self._calls = [(m.start(), m.group(1)) for m in _CALL.finditer(code)]
         self._offsets = [offset for offset, _ in self._calls]
         self.calls_of: dict[str, set[str]] = {}  # function name -> names it calls (same-named functions merged)
+        self._engine_built = _engine_built(code)
         self.tops = [self._summarize(node) for node in tree.body]
 
     @classmethod
@@ -84,7 +85,8 @@ class Outline:
     def _summarize(self, node: ast.stmt) -> TopLevel:
         top = TopLevel(node)
         # `trainer = Engine(update)`: the engine's `run` calls `update` once per batch, a loop's call
-        top.loop_calls.update(match.group(1) for match in _ENGINE_BUILT.finditer(self.code, *self.span(node)))
+        top.loop_calls.update(match.group(1).rsplit(".", 1)[-1]
+                              for match in self._engine_built.finditer(self.code, *self.span(node)))
         stack: list[ast.AST] = [node]
         while stack:
             current = stack.pop()
@@ -110,8 +112,22 @@ class Outline:
 
 _CALL_METHOD = "__call__"  # what calling an instance runs
 _ENGINES, _PROCESS_KEYWORD = process_function_engines()
-_ENGINE_BUILT = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, _ENGINES))) + r")\s*\(\s*(?:"
-                           + _PROCESS_KEYWORD + r"\s*=\s*)?(\w+)")
+_ENGINE_SUBCLASS = re.compile(r"\bclass\s+(\w+)\s*\([^)]*\b(?:" + "|".join(sorted(map(re.escape, _ENGINES))) + r")\b")
+
+
+@lru_cache(maxsize=64)
+def _engine_pattern(engines: frozenset[str]) -> re.Pattern[str]:
+    """`Engine(update`, `Engine(process_function=update`, `Engine(Trainer.update` (the function's name last)."""
+    return re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, engines))) + r")\s*\(\s*(?:"
+                      + _PROCESS_KEYWORD + r"\s*=\s*)?((?:\w+\.)*\w+)")
+
+
+def _engine_built(code: str) -> re.Pattern[str]:
+    """The engines a process function may be handed to in this file: the library's, and this file's
+    subclasses of them (`class Trainer(Engine)`, built as `Trainer(Trainer.update, ...)`, which
+    over-approximates an `__init__` that hands its first argument on)."""
+    subclasses = frozenset(_ENGINE_SUBCLASS.findall(code)) if any(e in code for e in _ENGINES) else frozenset()
+    return _engine_pattern(frozenset(_ENGINES) | subclasses)
 # Compound statements keep their statements in these fields (handlers and match cases hold bodies too).
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 # A name followed by "(", allowing what may sit between them in real code: spaces, line breaks,

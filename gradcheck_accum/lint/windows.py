@@ -1440,6 +1440,11 @@ def assigned_in(scope: Scope, loop: Loop) -> set[str]:
             caller = variant.get(id(argument.scope)) if argument is not None else None
             if caller is None or argument.value is None or not invariant(argument.value, caller):
                 names.add(name)
+                continue
+            # an object the caller passes whose attributes it changes: `engine.state.iteration` in
+            # `update(engine, batch)` called as `update(self, batch)` after `self.state.iteration += 1`
+            base = dotted(argument.value)
+            names.update(name + changed[len(base):] for changed in caller if base and changed.startswith(base + "."))
         variant[id(frame)] = _settled(names, frame)
     return set().union(*variant.values())
 

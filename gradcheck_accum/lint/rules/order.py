@@ -45,6 +45,16 @@ class ZeroGradEveryMicroBatch(Rule):
                                           "that one reaches the step; clear them after the step",
                                     move_statement(window, zero, step, after=True,
                                                    description="Clear gradients after the step"))
+                if window.placement(zero) is Placement.OFF_BOUNDARY and window.inside(zero) \
+                        and any(same_target(zero, step, window.scope) for step in steps) \
+                        and not any(s.order < zero.order and s.ctx.branches <= zero.ctx.branches
+                                    for s in window.steps if window.placement(s) is Placement.OFF_BOUNDARY):
+                    # the test read backwards (`if it % N != 0: zero_grad()`): every clear but the boundary's
+                    # (not a flush's clear after its own step, `if last and (i + 1) % N != 0: step(); zero_grad()`)
+                    yield Report.on(zero, "gradients are cleared on every micro-batch but the boundary one, so each "
+                                          "clear wipes what the window has summed and only its last micro-batches "
+                                          "reach the step; clear them right after the step, on the boundary")
+                    continue
                 if window.placement(zero) is not Placement.EVERY or not window.inside(zero):
                     continue
                 if window.stepped_every_micro_batch(zero):
