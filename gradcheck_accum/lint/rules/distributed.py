@@ -110,10 +110,11 @@ class NoSyncMissesForward(Rule):
             if any(_calls_model(e, sync.target) for e in inside):
                 continue
             # the forward ran earlier in the same iteration (also in a loop over heads or chunks before it),
-            # or in the caller of a function handed the loss it backpropagates
+            # or in the caller of the function that enters the context, handed the loss it backpropagates
             if any(e.order < sync.order and _calls_model(e, sync.target) and not model.without_grad(e)
                    for e in model.same_iteration(scope, sync)) \
-                    or any(e.kind is EventKind.BACKWARD and model.loss_handed_in(e) for e in inside):
+                    or any(e.kind is EventKind.BACKWARD and e.scope is sync.scope and model.loss_handed_in(e)
+                           for e in inside):
                 entered = "accelerator.accumulate() enters no_sync() around" if sync.api is not DDP_NO_SYNC \
                     else "no_sync() wraps"
                 yield Report.on(sync, f"{entered} the backward but not the forward, and DDP decides to "
