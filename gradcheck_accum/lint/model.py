@@ -18,6 +18,7 @@ from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.inlining import Inliner, ProjectContext
 from gradcheck_accum.lint.project import ClassRef, FunctionRef
+from gradcheck_accum.lint.project.summary import MODULE_CODE
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returned_loss, row_width,
                                          scaled_by_own_micro_batch, share_of_window, summed_loss_name,
                                          varies_per_micro_batch)
@@ -1037,8 +1038,60 @@ class FileModel:
         # (`fit()`: `self._build()`, the loop, then `self.save_checkpoint()`)
         callers = [(method, call) for method in methods for call in method.events
                    if call.kind is EventKind.HELPER_CALL and call.target == scope.name]
-        return bool(callers) and all(_runs_before(methods, method, call.order, binders) for method, call in callers) \
-            and not self._called_from_elsewhere(scope)
+        if callers and all(_runs_before(methods, method, call.order, binders) for method, call in callers) \
+                and not self._called_from_elsewhere(scope):
+            return True
+        return self._set_up_first_by_callers(scope, methods, binders, constructed)
+
+    def _set_up_first_by_callers(self, scope: Scope, methods: list[Scope], binders: list[Scope],
+                                 constructed: set[str]) -> bool:
+        """Is every way into the method from outside the class a call on an object that the same caller
+        set up first (`trainer.initialize(); trainer.train_and_validate()` in a script, where
+        `initialize` binds the compiled model and `train_and_validate` reaches the method)? The ways in
+        are the methods reaching it that no method of the class calls; each needs a call from outside,
+        and every such call must follow a call of a binder (or a method reaching one) on its receiver."""
+        if self.context.alone or scope.name in constructed:
+            return False
+        this = self.context.this
+        binder_names = {b.name for b in binders}
+        setting_up = {m.name for m in methods if _reached(methods, {m.name}) & binder_names}
+        called_inside = {e.target for m in methods for e in m.events if e.kind is EventKind.HELPER_CALL}
+        entries = [m for m in methods if scope.name in _reached(methods, {m.name}) and m.name not in called_inside]
+        if not entries:
+            return False
+        for entry in entries:
+            qualname = this.qualnames.get(id(entry.node))
+            if qualname is None or entry.name in setting_up:
+                return False
+            ref = FunctionRef(this.path, qualname)
+            # and the calls of that name on objects of unknown class (`def resume(trainer): trainer.train()`)
+            sites = self.context.project.callers(ref) + self.context.project.unresolved_calls_named(ref)
+            if not sites or not all(self._caller_sets_up_first(site.caller, entry.name, setting_up) for site in sites):
+                return False
+        return True
+
+    def _caller_sets_up_first(self, caller: FunctionRef, method: str, setting_up: set[str]) -> bool:
+        """Does every call `x.method()` in the caller follow a call `x.s()` on the same receiver, `s` one of
+        `setting_up`, written before it in the caller?"""
+        loaded = self.context.load(caller.path)
+        code = loaded.module if loaded is not None and caller.qualname == MODULE_CODE else (
+            loaded.functions.get(caller.qualname) if loaded is not None else None)
+        if code is None:
+            return False
+        set_up: set[str] = set()
+        found = False
+        for call in iter_calls(code.body if isinstance(code, cst.FunctionDef) else code):  # in written order
+            receiver, name = call_receiver(call)
+            held = dotted(receiver) if receiver is not None else None
+            if held is None or held in SELF_NAMES:
+                continue
+            if name in setting_up:
+                set_up.add(held)
+            elif name == method:
+                if held not in set_up:
+                    return False
+                found = True
+        return found
 
     def _called_from_elsewhere(self, scope: Scope) -> bool:
         """Is the method called by code outside its class in the project (in an order unknown here)?"""

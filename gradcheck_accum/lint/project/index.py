@@ -679,6 +679,13 @@ class Project:
                         found[i] = CallSite(site.caller, site.callee, site.in_loop, receiver=owner)
         return [found[i] for i in sorted(found)]
 
+    def unresolved_calls_named(self, target: FunctionRef) -> list[CallSite]:
+        """The calls in the project with the last name of `target` that resolve to nothing known
+        (`trainer.fit()` on a parameter): any of them may run it."""
+        name = target.qualname.rsplit(".", 1)[-1]
+        calls = self._calls_named(name, self.reaching(target.path))
+        return [calls.sites[i] for i in calls.by_target.get(None, ())]
+
     def _calls_named(self, name: str, files: list[Path]) -> "_CallsNamed":
         """The calls whose last name is `name` (`f(`, `self.f(`, `a.b.f(`) in the files given, by
         what they run. Found and resolved once per name: functions of one name (`forward`,

@@ -30,7 +30,8 @@ class CompiledStateDictSaved(Rule):
     name = "compiled-state-dict-saved"
     summary = "The state_dict of a torch.compile wrapper is saved, so its keys carry the _orig_mod. prefix."
     requires = (EventKind.COMPILE, EventKind.STATE_DICT)
-    reads_outside_windows = (EventKind.STATE_DICT,)  # every state_dict in the file, and its key rewrites
+    # every state_dict in the file, and its key rewrites; the calls that set an object up before using it
+    reads_outside_windows = (EventKind.STATE_DICT, Fact.CALLERS)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for scope, state_dict in model.events(EventKind.STATE_DICT):
