@@ -648,10 +648,9 @@ class LossTracer:
             if self._per_sequence_head(dotted(call.func), scope):
                 continue
             returned = self.returns(call, scope, before) if self.returns is not None and depth < 2 else None
-            if returned and all(isinstance(value, cst.Call) for value, _, _ in returned):
-                if any(self._masked_labels(value, where, at, depth + 1) for value, where, at in returned):
-                    return True
-                continue
+            if returned and all(isinstance(value, cst.Call) for value, _, _ in returned) \
+                    and any(self._masked_labels(value, where, at, depth + 1) for value, where, at in returned):
+                return True
             labels = next((keyword(call, k) for k in cat.LABELS_KEYWORDS if keyword(call, k) is not None), None)
             name = dotted(labels)
             if name and self._labels_masked(name, scope, 0):
