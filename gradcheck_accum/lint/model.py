@@ -1195,13 +1195,13 @@ class FileModel:
             if not pending:
                 return reached
             expression, before = pending.pop()
-            for node in walk(expression):
-                if isinstance(node, cst.Call):
-                    return False  # computed here, by whatever the call runs
-                if not isinstance(node, cst.Name):
-                    continue
-                defs = scope.defs_of(node.value, before)
-                if not defs and node.value in parameters:
+            if any(isinstance(node, cst.Call) for node in walk(expression)):
+                return False  # computed here, by whatever the call runs
+            for name in iter_names(expression):
+                if "." in name:
+                    continue  # a setting read off an object (`self.accum_grad`)
+                defs = scope.defs_of(name, before)
+                if not defs and name in parameters:
                     reached = True
                 elif len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].value is not None:
                     pending.append((defs[0].value, defs[0].order))
