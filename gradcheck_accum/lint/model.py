@@ -1103,20 +1103,21 @@ class FileModel:
         return any(not site.caller.qualname.startswith(owner) or site.caller.path != this.path
                    for site in self.context.project.callers(FunctionRef(this.path, qualname)))
 
-    def _may_compile(self, value: cst.BaseExpression | None, scope: Scope) -> bool:
-        """A torch.compile call, or a call of a project function some return of which is one
-        (`build(cfg)`, `self._make().to(device)`: moved to a device, still the wrapper), or a choice
-        of one (`torch.compile(model) if cfg.compile else model`)."""
+    def _may_compile(self, value: cst.BaseExpression | None, scope: Scope, depth: int = 0) -> bool:
+        """A torch.compile call, or a call of a project function some return of which is one, through a
+        few such functions (`self._get_model().to(device)` where `_get_model` returns the model zoo's
+        `get_model(cfg)`, which compiles when configured: moved to a device, still the wrapper), or a
+        choice of one (`torch.compile(model) if cfg.compile else model`)."""
         if isinstance(value, cst.IfExp):
-            return self._may_compile(value.body, scope) or self._may_compile(value.orelse, scope)
+            return self._may_compile(value.body, scope, depth) or self._may_compile(value.orelse, scope, depth)
         while isinstance(value, cst.Call) and call_receiver(value)[1] in cat.MODULE_RETURNING_METHODS:
             value = call_receiver(value)[0]
         if not isinstance(value, cst.Call):
             return False
         if self._compiles(value):
             return True
-        returned = self.inliner.returns(value, scope, END_OF_SCOPE) or []
-        return any(self._compiles(made) for made, _, _ in returned)
+        returned = self.inliner.returns(value, scope, END_OF_SCOPE) or [] if depth < 3 else []
+        return any(self._may_compile(made, where, depth + 1) for made, where, _ in returned)
 
     @staticmethod
     def _reloads_own_state(scope: Scope, load: Event) -> bool:
