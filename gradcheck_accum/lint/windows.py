@@ -823,8 +823,27 @@ def is_micro_batch_loop(loop: Loop, n: cst.BaseExpression | None, scope: Scope |
         return True
     if scope is not None and _walks_row_groups(loop.iter, scope):
         return True
+    if _draws_a_batch_per_count(loop):
+        return True
     names = list(iter_names(loop.iter)) + list(iter_names(loop.target))
     return any(_MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in names)
+
+
+def _draws_a_batch_per_count(loop: cst.For) -> bool:
+    """`for _ in range(k): x, y = next(batches)`: a count of iterations, each drawing the next batch of
+    an iterator in its own body (not in a loop nested in it): k micro-batches of fresh data."""
+    if not (isinstance(loop.iter, cst.Call) and call_receiver(loop.iter) == (None, "range")):
+        return False
+    stack: list[cst.CSTNode] = [loop.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) \
+                and call_receiver(node.value) == (None, cat.NEXT_BATCH_FUNCTION):
+            return True
+        stack.extend(children(node))
+    return False
 
 
 def _runs_until_counted(loop: cst.While) -> bool:
