@@ -289,6 +289,8 @@ class FileModel:
                 return True
             if window.shape is WindowShape.GUARDED and window.loop in d.ctx.loops and d.ctx.branches & boundary:
                 return True
+            if _made_afresh_each_step(window, total, d, container):
+                return True
         # bound anew every k micro-batches, before or after the total in the loop body (`if i % 10 == 0:
         # total = 0`, a logging period): it holds k micro-batches at most
         where = total.scope or window.scope
@@ -1218,6 +1220,21 @@ class FileModel:
             return []
         loops = event.ctx.loops
         return [e for e in loop_events(scope, loops[-1]) if e.ctx.loops[:len(loops)] == loops]
+
+
+def _made_afresh_each_step(window: Window, total: Event, d: Def, container: str) -> bool:
+    """Is the total bound anew, to a value that does not read it, at least once per optimizer step: in
+    the loop the step runs in or one nested in it, on the total's way (`total = 0.0` at the top of a
+    micro-step loop's body, then the losses of that micro-batch's segments added)?"""
+    # the steps of the window, or, for a loop that only backpropagates (a micro-batch's segments), those
+    # of the loops around it
+    steps = [step.ctx.loops for step in window.steps or
+             [e for e in window.nest_events if e.kind is EventKind.STEP] if step.ctx.loops]
+    if not steps or d.value is None or container in set(iter_names(d.value)) \
+            or not d.ctx.branches <= total.ctx.branches:
+        return False
+    loops, held = d.ctx.loops, total.ctx.loops
+    return held[:len(loops)] == loops and any(len(loops) >= len(step) and loops[:len(step)] == step for step in steps)
 
 
 def _appended_container(total: Event) -> str | None:
