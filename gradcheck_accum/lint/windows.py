@@ -823,7 +823,7 @@ def is_micro_batch_loop(loop: Loop, n: cst.BaseExpression | None, scope: Scope |
         return True
     if scope is not None and _walks_row_groups(loop.iter, scope):
         return True
-    if _draws_a_batch_per_count(loop):
+    if _draws_a_batch_per_count(loop) or _walks_strided_slices(loop):
         return True
     names = list(iter_names(loop.iter)) + list(iter_names(loop.target))
     return any(_MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in names)
@@ -844,6 +844,23 @@ def _draws_a_batch_per_count(loop: cst.For) -> bool:
             return True
         stack.extend(children(node))
     return False
+
+
+def _walks_strided_slices(loop: cst.For) -> bool:
+    """`for lo in range(0, n, m): ... x[lo:lo + m]` (or `hi = lo + m` first): the rows of one batch cut
+    into consecutive slices of a stride, one micro-batch each, whatever the stride is called."""
+    iterated = loop.iter
+    if not (isinstance(iterated, cst.Call) and call_receiver(iterated) == (None, "range") and len(iterated.args) == 3
+            and isinstance(loop.target, cst.Name)):
+        return False
+    start, stride = loop.target.value, code(iterated.args[2].value).replace(" ", "")
+    ends = {f"{start}+{stride}", f"{stride}+{start}"}
+    for node in walk(loop.body):  # `hi = lo + m`: a name for the slice's end
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) \
+                and code(node.value).replace(" ", "") in ends:
+            ends.add(node.targets[0].target.value)
+    return any(isinstance(node, cst.Slice) and node.lower is not None and node.upper is not None
+               and code(node.lower) == start and code(node.upper).replace(" ", "") in ends for node in walk(loop.body))
 
 
 def _runs_until_counted(loop: cst.While) -> bool:
