@@ -83,6 +83,8 @@ Called = Callable[["Scope", "cst.BaseExpression"], "cst.FunctionDef | None"]
 # For a parameter of a function of this file, the arguments the file's calls of it bind to it, with their
 # scopes and the calls.
 PassedTo = Callable[[str, "Scope"], "list[tuple[cst.BaseExpression, Scope, cst.Call]]"]
+# The constructions a name is bound to, each with the scope and point it is read at (LossTracer._constructors).
+Constructions = Callable[[str | None, "Scope"], Iterator[tuple[cst.Call, "Scope", int]]]
 # For a method of another file's class walked in place, the calls its class binds `self.<attribute>` to.
 AttributeConstructions = Callable[["Scope", str], "list[cst.Call]"]
 
@@ -464,7 +466,8 @@ class LossTracer:
             facts.detached = True
             return
         if operation is LossOp.KEEPS and receiver is not None:
-            mask = _masked_items(receiver, scope, before) if method == cat.MEAN_METHOD and not node.args else None
+            mask = _masked_items(receiver, scope, before, self._constructors) \
+                if method == cat.MEAN_METHOD and not node.args else None
             if mask is not None and not self._fixed_count(mask, scope, before, 0):
                 # `per_item[mask].mean()`: a mean over the items the mask keeps, a count each micro-batch sets
                 facts.token_level = True
@@ -887,8 +890,9 @@ class LossTracer:
                 if isinstance(d.value, cst.Call):
                     yield d.value, d.scope or where, d.order
                 elif d.op is DefOp.ASSIGN and isinstance(d.value, (cst.Name, cst.Attribute)) and depth < 3 \
-                        and dotted(d.value) != name:
-                    # an alias of another binding (`loss_fn = LOSS_FN`, the criterion a module built)
+                        and (dotted(d.value) != name or (d.scope or where) is not where):
+                    # an alias of another binding (`loss_fn = LOSS_FN`, the criterion a module built), or
+                    # the argument a call walked in place binds to its parameter, read in the caller
                     yield from self._constructors(dotted(d.value), d.scope or where, depth + 1)
         head, _, attribute = name.partition(".")
         if head in SELF_NAMES and attribute and self.attribute_constructions is not None:
@@ -1107,7 +1111,8 @@ def _next_tokens(labels: cst.BaseExpression, scope: Scope, before: int, depth: i
         d.bound, d.scope or scope, END_OF_SCOPE if d.scope is not None else d.order, depth + 1) for d in defs)
 
 
-def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> cst.BaseExpression | None:
+def _masked_items(node: cst.BaseExpression, scope: Scope, before: int,
+                  constructions: Constructions | None = None) -> cst.BaseExpression | None:
     """The mask of `losses[mask]` or `losses.masked_select(mask)` (or of what a name is bound to)
     where `losses` holds per-item losses (a criterion's `reduction="none"` output, or element-wise
     arithmetic such as `(pred - target).pow(2).mean(-1)`) and the mask is a tensor, not a slice or a
@@ -1117,22 +1122,51 @@ def _masked_items(node: cst.BaseExpression, scope: Scope, before: int) -> cst.Ba
     if mask is None:
         return None
     selected = node.value if isinstance(node, cst.Subscript) else call_receiver(node)[0] or positional(node, 0)
-    produced, _ = _bound_value(selected, scope, before)
+    values = _branch_values(selected, scope, before) or [_bound_value(selected, scope, before)]
+    return mask if all(_per_item(produced, scope, at, constructions) for produced, at in values) else None
+
+
+def _branch_values(node: cst.BaseExpression, scope: Scope, before: int) -> list[tuple[cst.BaseExpression, int]]:
+    """For a name bound on each side of an `if`/`else` and nowhere else before `before` (`if custom:
+    per_tok = crit(...)` `else: per_tok = F.cross_entropy(..., reduction="none")`), the value of each
+    binding with the point it is read at; else empty."""
+    name = node.value if isinstance(node, cst.Name) else None
+    defs = scope.defs_of(name, before) if name else []
+    if len(defs) < 2 or any(d.op is not DefOp.ASSIGN or d.value is None or not d.ctx.guards for d in defs):
+        return []
+    owners = {id(g.owner) for g in defs[0].ctx.guards[-1:]}
+    sides = {g.positive for d in defs for g in d.ctx.guards[-1:] if id(g.owner) in owners}
+    if len(defs) != 2 or sides != {True, False} or {id(g.owner) for g in defs[1].ctx.guards[-1:]} != owners:
+        return []
+    return [(d.value, d.order) for d in defs]
+
+
+def _per_item(produced: cst.BaseExpression, scope: Scope, before: int,
+              constructions: Constructions | None = None) -> bool:
+    """A value per item: a criterion's `reduction="none"` output (or one made so, here or, through
+    `constructions`, where its callers made what they hand it), or element-wise arithmetic such as
+    `(pred - target).pow(2).mean(-1)`."""
     while isinstance(produced, cst.Call) and call_receiver(produced)[0] is not None and (
             cat.LOSS_OPERATIONS.get(call_receiver(produced)[1] or "") is LossOp.KEEPS
             or call_receiver(produced)[1] in cat.ELEMENTWISE_METHODS):
         produced = call_receiver(produced)[0]  # `F.mse_loss(..., reduction="none").mean(-1)`: per frame still
     if isinstance(produced, cst.BinaryOperation):
-        return mask  # `(pred - target) ** 2`: a value per element
+        return True  # `(pred - target) ** 2`: a value per element
     if not isinstance(produced, cst.Call):
-        return None
+        return False
     reduction = keyword(produced, cat.REDUCTION_KEYWORD)
     if reduction is None and isinstance(produced.func, (cst.Name, cst.Call)):
         # `ce = CrossEntropyLoss(reduction="none")` ... `ce(logits, targets)`: set where it was made
         made = produced.func if isinstance(produced.func, cst.Call) else _made_as(produced.func, scope, before)
+        if not isinstance(made, cst.Call) and constructions is not None:  # a criterion a caller handed over
+            handed = [c for c, _, _ in constructions(dotted(produced.func), scope)]
+            return bool(handed) and all(_reduces_nothing(keyword(c, cat.REDUCTION_KEYWORD)) for c in handed)
         reduction = keyword(made, cat.REDUCTION_KEYWORD) if isinstance(made, cst.Call) else None
-    per_item = isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "none"
-    return mask if per_item else None
+    return _reduces_nothing(reduction)
+
+
+def _reduces_nothing(reduction: cst.BaseExpression | None) -> bool:
+    return isinstance(reduction, cst.SimpleString) and reduction.evaluated_value == "none"
 
 
 def _selecting_mask(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
@@ -1157,7 +1191,9 @@ def _selecting_mask(node: cst.BaseExpression | None) -> cst.BaseExpression | Non
 
 def _names_tensor(node: cst.BaseExpression) -> bool:
     """A name (`mask`, `self.mask`) or a batch's entry by key (`batch["loss_mask"]`): what a mask is
-    read from; not a number, a slice or an expression."""
+    read from, also shifted by slices (`loss_mask[:, 1:]`); not a number, a slice or an expression."""
+    if isinstance(node, cst.Subscript) and all(isinstance(element.slice, cst.Slice) for element in node.slice):
+        return _names_tensor(node.value)
     if isinstance(node, cst.Subscript) and len(node.slice) == 1:
         key = node.slice[0].slice
         return isinstance(key, cst.Index) and isinstance(key.value, cst.SimpleString) and dotted(node.value) is not None
