@@ -1260,8 +1260,13 @@ def _made_as(func: cst.BaseExpression, scope: Scope, before: int) -> cst.BaseExp
     if made is not func or name is None or scope.defs_of(name, before):
         return made
     outer = scope.frame.caller.holding(scope.node) if scope.frame is not None else None
-    defs = outer.defs_of(name) if outer is not None else []
+    # its bindings there, but a `None` placeholder (`crit = None`, then made in a `match` case)
+    defs = [d for d in (outer.defs_of(name) if outer is not None else []) if not _is_none(d.value)]
     return defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].value is not None else func
+
+
+def _is_none(value: cst.BaseExpression | None) -> bool:
+    return isinstance(value, cst.Name) and value.value == "None"
 
 
 def _values_kept(node: cst.BaseExpression, keeping: frozenset[str] = cat.LABEL_KEEPING_METHODS) -> cst.BaseExpression:
