@@ -656,12 +656,26 @@ class Project:
         if summary is None or ref in visiting:
             return frozenset()
         found = set(summary.effects)
-        for _, _, target in self.calls(ref):
+        for callee, _, target in self.calls(ref):
             found |= self._effects(target, visiting | {ref})
+            if callee.startswith("self.") and callee.count(".") == 1 and self._is_hook_stub(target):
+                # a template method's hook (`self.handle(x)`, whose base body only raises): what the
+                # subclasses' overrides do is what the call may do
+                owner = self.class_of(target)
+                name = callee[len("self."):]
+                for sub in self.subclasses(owner) if owner is not None else ():
+                    override = self.lookup_method(sub, name)
+                    if override is not None and override != target:
+                        found |= self._effects(override, visiting | {ref})
         result = frozenset(found)
         if not visiting:
             self.summaries.memo[("effects", ref)] = result
         return result
+
+    def _is_hook_stub(self, ref: FunctionRef) -> bool:
+        """A method that does nothing but maybe raise (`raise NotImplementedError`, `pass`, `...`)."""
+        summary = self.function(ref)
+        return summary is not None and summary.stub
 
     def callers(self, target: FunctionRef, candidates: Iterable[Path] | None = None) -> list[CallSite]:
         """Every call in the project (or in the files given) that may run `target`, including

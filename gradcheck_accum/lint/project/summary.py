@@ -26,7 +26,7 @@ from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 STAR = "*"  # the key prefix of a star import in ModuleSummary.imports
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
 # The summary's shape: caches written for another shape are not read (store.py keys them by it).
-FORMAT = 10
+FORMAT = 11
 # What a call of a module's registry makes, as written (`models.__dict__[args.model](...)` ->
 # "models.__dict__[]", `globals()[name](...)` -> "__dict__[]"): one of the module's factories,
 # chosen by name at run time (index.resolve_class reads it).
@@ -56,6 +56,7 @@ class FunctionSummary:
     # bound to one, `model.to(device)`), "f[0]" (element 0 of what project function f returns), a
     # list of such for a tuple ("" where unknown); None when unknown or when its returns disagree.
     produces: str | list[str] | None = None
+    stub: bool = False  # its body only raises or does nothing (`raise NotImplementedError`): a hook to override
 
 
 @dataclass
@@ -102,7 +103,7 @@ class ModuleSummary:
         return {
             "imports": {k: [v.module, v.name, v.level] for k, v in self.imports.items()},
             "functions": {k: [f.line, list(f.params), f.calls, sorted(f.effects), f.returns, list(f.decorators),
-                              f.locals, f.end, f.passes_through, f.produces] for k, f in self.functions.items()},
+                              f.locals, f.end, f.passes_through, f.produces, f.stub] for k, f in self.functions.items()},
             "classes": {k: [c.line, list(c.bases), list(c.methods), c.attributes, c.literals]
                         for k, c in self.classes.items()},
             "bindings": self.bindings,
@@ -115,7 +116,8 @@ class ModuleSummary:
     def from_json(cls, data: dict) -> "ModuleSummary":
         return cls(
             {k: Import(*v) for k, v in data["imports"].items()},
-            {k: FunctionSummary(v[0], tuple(v[1]), v[2], frozenset(v[3]), v[4], tuple(v[5]), v[6], v[7], v[8], v[9])
+            {k: FunctionSummary(v[0], tuple(v[1]), v[2], frozenset(v[3]), v[4], tuple(v[5]), v[6], v[7], v[8], v[9],
+                                v[10])
              for k, v in data["functions"].items()},
             {k: ClassSummary(v[0], tuple(v[1]), tuple(v[2]), v[3], v[4]) for k, v in data["classes"].items()},
             data["bindings"],
@@ -279,7 +281,8 @@ class _Summarizer:
         params = tuple(a.arg for a in [*arguments.posonlyargs, *arguments.args])
         decorators = tuple(filter(None, (_dotted(d.func if isinstance(d, ast.Call) else d)
                                          for d in node.decorator_list)))
-        summary = FunctionSummary(node.lineno, params, decorators=decorators, end=node.end_lineno or node.lineno)
+        summary = FunctionSummary(node.lineno, params, decorators=decorators, end=node.end_lineno or node.lineno,
+                                  stub=_does_nothing(node.body))
         # `model: MyModel`: what an attribute bound to the parameter is (`self.model = model`). Calls
         # of the parameter itself are left to the inliner, which reads the annotated class's subclasses
         # too (the annotation may name a Protocol or an abstract base)
@@ -526,3 +529,9 @@ def _keywords(call: ast.Call) -> dict[str, str]:
         else:
             out[keyword.arg] = "?"
     return out
+
+
+def _does_nothing(body: list[ast.stmt]) -> bool:
+    """A body of a docstring, `pass`, `...` and `raise` only: a hook its subclasses fill in."""
+    return all(isinstance(statement, (ast.Pass, ast.Raise)) or isinstance(statement, ast.Expr)
+               and isinstance(statement.value, ast.Constant) for statement in body)
