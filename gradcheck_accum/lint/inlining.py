@@ -297,6 +297,8 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
                         if isinstance(cls, ClassRef):
                             for method in getattr(project.class_summary(cls), "methods", ()):
                                 take(cls.method(method))
+                                # a loss scaler built here and called in this file's loop: the loop backpropagates
+                                reached = reached or bool(project.effects(cls.method(method)) & _BACKWARDS)
         if qualname != MODULE_CODE and _takes_state_dict(function, lines):
             for site in project.callers(caller):  # what they hand it to save (a compiled model)
                 if site.caller.path != path:
