@@ -429,6 +429,10 @@ class Inliner:
         if ref is None and head in SELF_NAMES and len(rest) == 1:  # `self.criterion = criterion` in __init__
             owner = self_class or self.project.class_of(FunctionRef(module.path, qualname))
             ref = self._attribute_callable(owner, rest[0]) if owner is not None else None
+        if ref is None and head in SELF_NAMES and len(rest) == 2:  # `self.hook.after_iter(self)`, the hook given
+            owner = self_class or self.project.class_of(FunctionRef(module.path, qualname))
+            given = self._attribute_class_given(owner, rest[0]) if owner is not None else None
+            ref = self.project.member_call(given, rest[1:]) if given is not None else None
         if ref is None:
             return None
         loaded = self.context.load(ref.path)
@@ -822,14 +826,14 @@ class Inliner:
         return self._constructed_with(cls, init)[0]
 
     def _constructed_with(self, cls: ClassRef, init: FunctionRef) \
-            -> tuple[dict[str, frozenset[Role]], dict[str, FunctionRef | None]]:
-        """What the calls constructing `cls` give the parameters of its `__init__`: their roles, and
-        what calling each runs (the same callable in every call, else None)."""
+            -> tuple[dict[str, frozenset[Role]], dict[str, FunctionRef | None], dict[str, ClassRef | None]]:
+        """What the calls constructing `cls` give the parameters of its `__init__`: their roles, what
+        calling each runs, and the project class of each (the same in every call, else None)."""
         memo = self.project.summaries.memo
         key = ("constructed with", cls)
         if key in memo:
             return memo[key]
-        memo[key] = ({}, {})
+        memo[key] = ({}, {}, {})
         summary = self.project.summary(cls.path).classes.get(cls.qualname)
         if self.context.alone or summary is None or not any(
                 self.project.effects(cls.method(m)) & _BACKWARDS for m in summary.methods):
@@ -838,12 +842,13 @@ class Inliner:
         return memo[key]
 
     def _handed_by_calls(self, target: FunctionRef, callers: list[tuple[FunctionRef, ClassRef | None]]) \
-            -> tuple[dict[str, frozenset[Role]], dict[str, FunctionRef | None]]:
+            -> tuple[dict[str, frozenset[Role]], dict[str, FunctionRef | None], dict[str, ClassRef | None]]:
         """What the calls of `target` that these callers make (each walked with `self` an instance of
-        its class, when given) hand its parameters: their roles, the union over the calls, and what
-        calling each runs (the same callable in every call, else None)."""
+        its class, when given) hand its parameters: their roles, the union over the calls, what calling
+        each runs and the project class of each (the same in every call, else None)."""
         roles: dict[str, frozenset[Role]] = {}
         callables: dict[str, FunctionRef | None] = {}
+        classes: dict[str, ClassRef | None] = {}
         for caller, receiver in callers:
             self._capturing, self._captured, self._captured_classes = target, {}, {}
             self._captured_callables = {}
@@ -855,7 +860,9 @@ class Inliner:
                 roles[name] = roles.get(name, NO_ROLES) | found
             for name, made in self._captured_callables.items():
                 callables[name] = made if callables.get(name, made) == made else None
-        return roles, callables
+            for name, cls in self._captured_classes.items():
+                classes[name] = cls if classes.get(name, cls) == cls else None
+        return roles, callables, classes
 
     def setter_roles(self, module: LoadedModule, method: cst.FunctionDef) -> dict[str, frozenset[Role]]:
         """Roles the project's calls of a method other than `__init__` that keeps a parameter on `self`
@@ -891,6 +898,24 @@ class Inliner:
         if bound is None:
             return None
         return self._constructed_with(owner, init)[1].get(bound)
+
+    def _attribute_class_given(self, owner: ClassRef, attribute: str) -> ClassRef | None:
+        """The project class of `self.attribute` when `__init__` binds it to a parameter (`self.hook =
+        hook`) that every construction of the class passes an instance of that class for
+        (`Runner(model, optimizer, AccumHook(4))`)."""
+        init = self.project.lookup_method(owner, "__init__")
+        loaded = self.context.load(init.path) if init is not None and not self.context.alone else None
+        function = loaded.functions.get(init.qualname) if loaded is not None else None
+        bound = _bound_parameter(function, attribute) if function is not None else None
+        if bound is None:
+            return None
+        memo = self.project.summaries.memo
+        key = ("classes given", owner)
+        if key not in memo:
+            memo[key] = {}  # a construction inside the class's own methods: unknown while it is read
+            callers = [(caller, None) for caller in self.project.constructors_of(owner)]
+            memo[key] = self._handed_by_calls(init, callers)[2]
+        return memo[key].get(bound)
 
     def attribute_constructions(self, scope: Scope, attribute: str) -> list[cst.Call]:
         """The calls the class of a method of another file, walked in place, binds `self.<attribute>` to
@@ -939,7 +964,11 @@ class Inliner:
 
     def class_of_expression(self, scope: Scope, node: cst.BaseExpression) -> ClassRef | None:
         """The project class of the object an expression names: a parameter bound to one, a name or
-        `self.x` bound to a constructor call of one."""
+        `self.x` bound to a constructor call of one, or such a call itself (`Runner(AccumHook(4))`)."""
+        origin = self._origin.get(id(scope))
+        if isinstance(node, cst.Call) and origin is not None and dotted(node.func):
+            made = self.project.resolve_class(origin[0].path, dotted(node.func))
+            return made if isinstance(made, ClassRef) else None
         return self.class_of_name(scope, dotted(node))
 
     def class_of_name(self, scope: Scope, name: str | None) -> ClassRef | None:
