@@ -455,6 +455,7 @@ MODULE_RETURNING_METHODS = frozenset({"to", "cuda", "cpu", "half", "float", "dou
                                       "requires_grad_", "to_empty"})
 DEEP_COPY_FUNCTION = "deepcopy"  # `copy.deepcopy(model)`: a module of its own, with parameters of its own
 DETACHING_FUNCTIONS = frozenset({"float"})  # float(loss): a Python number
+DETACHING_METHODS = frozenset({"detach", "detach_"})  # `teacher(x).detach()`: no gradient flows back
 MEAN_METHOD = "mean"  # `x.mean()`: over every element of x, however many the micro-batch has
 ITEM_COUNTS = frozenset({"sum", "count_nonzero"})  # `mask.sum()`: a per-micro-batch count of valid items
 DIM_KEYWORD = "dim"  # `mask.sum(dim=1)`: a reduction along that dimension only

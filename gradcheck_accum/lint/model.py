@@ -648,6 +648,25 @@ class FileModel:
         return _grad_off(event.ctx)
 
     @staticmethod
+    def output_detached(event: Event) -> bool:
+        """Is what this forward returns cut from the graph before anything reads it (`teacher(x).detach()`,
+        or `t = teacher(x)` then `t = t.detach()` rebinding it)? No backward then reaches the model's
+        hooks (a frozen teacher wrapped in DDP)."""
+        scope = event.scope
+        if scope is None or not isinstance(event.node, cst.Call):
+            return False
+        for name, defs in scope.defs.items():
+            for index, d in enumerate(defs):
+                if d.value is None or not contains(d.value, event.node):
+                    continue
+                if _detaches(d.value, event.node):
+                    return True
+                later = defs[index + 1] if index + 1 < len(defs) else None
+                return later is not None and later.op is DefOp.ASSIGN and isinstance(later.value, cst.Call) \
+                    and _detaches(later.value, None, name) and later.ctx.loops == d.ctx.loops
+        return False
+
+    @staticmethod
     def accelerator_divides_outside_accumulate(backward: Event) -> bool:
         """`accelerator.backward(loss)` of an Accelerator built with gradient_accumulation_steps=N > 1,
         in a window accelerate does not own (no `accumulate()` around it): it divides by N all the same.
@@ -1220,6 +1239,16 @@ class FileModel:
             return []
         loops = event.ctx.loops
         return [e for e in loop_events(scope, loops[-1]) if e.ctx.loops[:len(loops)] == loops]
+
+
+def _detaches(value: cst.BaseExpression, call: cst.Call | None, name: str | None = None) -> bool:
+    """`<call>.detach()` (or `.detach_()`), or `name.detach()`: the value cut from its graph."""
+    if not isinstance(value, cst.Call):
+        return False
+    receiver, method = call_receiver(value)
+    if method not in cat.DETACHING_METHODS or receiver is None:
+        return False
+    return receiver is call if call is not None else dotted(receiver) == name
 
 
 def _made_afresh_each_step(window: Window, total: Event, d: Def, container: str) -> bool:

@@ -50,7 +50,8 @@ class DdpSyncEveryMicroBatch(Rule):
             # a DDP wrapper: built here, or handed back by accelerator.prepare (DDP under a multi-process
             # launch), called or handed whole to what calls it (`self.imagen(x, unet=self.unet)`)
             forwards = [e for e in in_nest if e.kind in _CALLS and window.inside(e) and window.path.allows(e)
-                        and not model.without_grad(e) and (_is_ddp_model(e.roles) or not e.roles and _is_ddp_model(e.argument_roles))]
+                        and not model.without_grad(e) and not model.output_detached(e)
+                        and (_is_ddp_model(e.roles) or not e.roles and _is_ddp_model(e.argument_roles))]
             if not forwards or any(e.kind is EventKind.SYNC_CONTROL and window.path.allows(e) for e in in_nest):
                 continue
             backwards = [e for e in window.backwards if not e.via_helper]
