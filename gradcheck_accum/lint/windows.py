@@ -403,9 +403,10 @@ class Window:
             return None
         init, step = started, steps[0]
         by = increment(step, name)
-        # past an exit that ends the loop (`if updates >= total: break`), the count runs on every pass
+        # past an exit that ends the loop (`if updates >= total: break`), the count runs on every pass; a
+        # test around the whole loop (`if args.do_train:`) decides nothing from one pass to the next
         passes_all = all(guard.exit is not None and guard.exit.ends_loop or skips_stretch(guard, self)
-                         for guard in step.ctx.guards)
+                         for guard in step.ctx.guards if guard.depth > len(self.outer))
         if not (isinstance(init, cst.Integer) and init.value in _SMALL_STARTS and isinstance(by, cst.Integer)
                 and by.value == "1" and passes_all):
             return None
