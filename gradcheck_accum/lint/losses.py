@@ -376,9 +376,13 @@ class LossTracer:
                        depth: int) -> None:
         """`loss, extra = f(...)`: element `index` of what a project function returns."""
         returned = self.returns(call, scope, before) if self.returns is not None else None
-        if returned and all(isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements)
-                            for value, _, _ in returned):
-            elements = [(value.elements[index].value, where, at) for value, where, at in returned]
+        # the returns a caller unpacking values can have received: the tuples, where the others are
+        # calls (a forward's `return self.generate(x)` when no targets are given, a mode this call,
+        # unpacking a loss, is not in)
+        tuples = [(value, where, at) for value, where, at in returned or ()
+                  if isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements)]
+        if tuples and all(isinstance(value, (cst.Tuple, cst.List, cst.Call)) for value, _, _ in returned):
+            elements = [(value.elements[index].value, where, at) for value, where, at in tuples]
             if self._trace_returned(elements, facts, depth, index):
                 return
         self._trace(call, scope, before, facts, depth)
