@@ -1019,8 +1019,17 @@ def _writes_label(node: cst.CSTNode, value: str, loosely: bool = False, expressi
                 isinstance(side, cst.List) and any(matches(e.value) for e in side.elements)
                 for side in (node.left, node.right)):
             return True
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply) and any(
+                matches(value) and _fills_ones(other)
+                for value, other in ((node.left, node.right), (node.right, node.left))):
+            return True  # `torch.ones(n, length, dtype=torch.long) * -1`: a tensor of the value
         stack.extend(children(node))
     return False
+
+
+def _fills_ones(node: cst.BaseExpression) -> bool:
+    """`torch.ones(...)`, `x.new_ones(...)`, `torch.ones_like(x)`: a tensor of ones."""
+    return isinstance(node, cst.Call) and call_receiver(node)[1] in cat.ONES_FILLS
 
 
 def _pads_with_zero(call: cst.Call) -> bool:
