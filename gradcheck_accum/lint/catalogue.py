@@ -167,6 +167,8 @@ APIS: tuple[Api, ...] = (
     Api("step", None),  # env.step(action), sampler.step(): not an update
     Api("update", _E.SCALER_UPDATE, receiver=Role.SCALER),
     Api("unscale_", _E.UNSCALE, has_receiver=None, target=_FIRST, scaler=Operand.RECEIVER),
+    # the primitive GradScaler.unscale_ runs, called by hand-written fp16 optimizers on their gradients
+    Api("_amp_foreach_non_finite_check_and_unscale_", _E.UNSCALE, has_receiver=None, target=_NOTHING),
     Api("unscale_gradients", _E.UNSCALE, _ACCELERATE, receiver=Role.ACCELERATOR, has_receiver=None,
         scaler=Operand.RECEIVER),
     # clipping

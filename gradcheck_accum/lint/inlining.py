@@ -45,6 +45,7 @@ _INDEX = frozenset({Role.PASS_INDEX})
 _EVERY_CALLER = _COUNT | _PASS | _INDEX  # roles a parameter keeps only when every caller's argument has them
 _BACKWARDS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 _STEPS = frozenset(api.name for api in cat.APIS if api.event is EventKind.STEP)
+_UNSCALES = frozenset(api.name for api in cat.APIS if api.event is EventKind.UNSCALE)
 _PROPERTIES = frozenset({cat.PROPERTY, "cached_property", "functools.cached_property"})  # read as attributes
 _MAX_PROGRAM_FILES = 40  # ProjectContext.program: the file and the project modules it imports, at most
 _STATE_DICT_TOKENS = frozenset(api.token for api in cat.APIS if api.event is EventKind.STATE_DICT)
@@ -579,11 +580,11 @@ class Inliner:
             # window of its own to merge and is walked at every call.
             return False
         if not ctx.loops and not (effects & _BACKWARDS and not effects & _STEPS) and not (
-                effects & _STEPS and not effects & _BACKWARDS and _micro_step_loop_open(walker, ctx)):
+                effects & (_STEPS | _UNSCALES) and not effects & _BACKWARDS and _micro_step_loop_open(walker, ctx)):
             # Outside a loop a call matters only when it leaves its window open: it backpropagates
             # (a micro-step loop, say) and the caller steps, or it closes such a window (an `update()`
-            # that clips and steps after the micro-step loop). A complete training function is
-            # analysed where it is defined.
+            # that clips and steps after the micro-step loop, or the unscale an fp16 optimizer's step
+            # runs first). A complete training function is analysed where it is defined.
             return False
         caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, walker.tick(), walker.root)
         self._inlined[id(call)] = self._walk(caller, call, ctx, ref, loaded, function)
