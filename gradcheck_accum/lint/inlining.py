@@ -887,29 +887,28 @@ class Inliner:
         memo[key] = self._handed_by_calls(ref, callers)[0]
         return memo[key]
 
-    def _attribute_callable(self, owner: ClassRef, attribute: str) -> FunctionRef | None:
-        """What calling `self.attribute` runs when `__init__` binds it to a parameter (`self.criterion =
-        criterion`) that every construction of the class passes the same callable for."""
+    def _init_parameter(self, owner: ClassRef, attribute: str) -> tuple[FunctionRef, str] | None:
+        """The class's `__init__` and the parameter it binds `self.attribute` to (`self.hook = hook`)."""
         init = self.project.lookup_method(owner, "__init__")
         loaded = self.context.load(init.path) if init is not None else None
         function = loaded.functions.get(init.qualname) if loaded is not None else None
-        if function is None:
-            return None
-        bound = _bound_parameter(function, attribute)
-        if bound is None:
-            return None
-        return self._constructed_with(owner, init)[1].get(bound)
+        bound = _bound_parameter(function, attribute) if function is not None else None
+        return (init, bound) if init is not None and bound is not None else None
+
+    def _attribute_callable(self, owner: ClassRef, attribute: str) -> FunctionRef | None:
+        """What calling `self.attribute` runs when `__init__` binds it to a parameter (`self.criterion =
+        criterion`) that every construction of the class passes the same callable for."""
+        found = self._init_parameter(owner, attribute)
+        return self._constructed_with(owner, found[0])[1].get(found[1]) if found is not None else None
 
     def _attribute_class_given(self, owner: ClassRef, attribute: str) -> ClassRef | None:
         """The project class of `self.attribute` when `__init__` binds it to a parameter (`self.hook =
         hook`) that every construction of the class passes an instance of that class for
         (`Runner(model, optimizer, AccumHook(4))`)."""
-        init = self.project.lookup_method(owner, "__init__")
-        loaded = self.context.load(init.path) if init is not None and not self.context.alone else None
-        function = loaded.functions.get(init.qualname) if loaded is not None else None
-        bound = _bound_parameter(function, attribute) if function is not None else None
-        if bound is None:
+        found = self._init_parameter(owner, attribute) if not self.context.alone else None
+        if found is None:
             return None
+        init, bound = found
         memo = self.project.summaries.memo
         key = ("classes given", owner)
         if key not in memo:

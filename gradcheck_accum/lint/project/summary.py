@@ -103,7 +103,8 @@ class ModuleSummary:
         return {
             "imports": {k: [v.module, v.name, v.level] for k, v in self.imports.items()},
             "functions": {k: [f.line, list(f.params), f.calls, sorted(f.effects), f.returns, list(f.decorators),
-                              f.locals, f.end, f.passes_through, f.produces, f.stub] for k, f in self.functions.items()},
+                              f.locals, f.end, f.passes_through, f.produces, f.stub]
+                          for k, f in self.functions.items()},
             "classes": {k: [c.line, list(c.bases), list(c.methods), c.attributes, c.literals]
                         for k, c in self.classes.items()},
             "bindings": self.bindings,

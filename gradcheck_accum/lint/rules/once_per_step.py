@@ -238,7 +238,8 @@ class RemainderDropped(Rule):
                 continue
             dead, run_bound = model.dead_flush_text(window), model.run_bound_flush_text(window)
             lost = (f"backpropagated and thrown away by `{tail.clear_text}` between epochs"
-                    if tail.fate is TailFate.DISCARDED else "never stepped: they leak into the next epoch's first window")
+                    if tail.fate is TailFate.DISCARDED
+                    else "never stepped: they leak into the next epoch's first window")
             if dead is not None:
                 message = (f"`{dead}` never holds, since the 0-based index ends at len - 1: the end-of-data step "
                            f"never runs, and the micro-batches after the last full window of each epoch are {lost}; "
