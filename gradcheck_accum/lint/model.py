@@ -655,6 +655,7 @@ class FileModel:
         scope = event.scope
         if scope is None or not isinstance(event.node, cst.Call):
             return False
+        bound = False  # every name bound to what it returns (`reps, atts, _ = teacher(x)`) is detached next
         for name, defs in scope.defs.items():
             for index, d in enumerate(defs):
                 if d.value is None or not contains(d.value, event.node):
@@ -662,9 +663,11 @@ class FileModel:
                 if _detaches(d.value, event.node):
                     return True
                 later = defs[index + 1] if index + 1 < len(defs) else None
-                return later is not None and later.op is DefOp.ASSIGN and isinstance(later.value, cst.Call) \
-                    and _detaches(later.value, None, name) and later.ctx.loops == d.ctx.loops
-        return False
+                if name != "_" and not (later is not None and later.op is DefOp.ASSIGN and later.value is not None
+                                        and _detaches(later.value, None, name) and later.ctx.loops == d.ctx.loops):
+                    return False
+                bound = True
+        return bound
 
     @staticmethod
     def accelerator_divides_outside_accumulate(backward: Event) -> bool:
@@ -1242,7 +1245,12 @@ class FileModel:
 
 
 def _detaches(value: cst.BaseExpression, call: cst.Call | None, name: str | None = None) -> bool:
-    """`<call>.detach()` (or `.detach_()`), or `name.detach()`: the value cut from its graph."""
+    """`<call>.detach()` (or `.detach_()`), or `name.detach()`, or each item of `name` detached
+    (`[r.detach() for r in name]`): the value cut from its graph."""
+    if isinstance(value, (cst.ListComp, cst.GeneratorExp)) and name is not None \
+            and value.for_in.inner_for_in is None and dotted(value.for_in.iter) == name \
+            and isinstance(value.for_in.target, cst.Name):
+        return _detaches(value.elt, None, value.for_in.target.value)
     if not isinstance(value, cst.Call):
         return False
     receiver, method = call_receiver(value)
