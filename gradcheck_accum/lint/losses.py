@@ -84,7 +84,7 @@ Called = Callable[["Scope", "cst.BaseExpression"], "cst.FunctionDef | None"]
 # scopes and the calls.
 PassedTo = Callable[[str, "Scope"], "list[tuple[cst.BaseExpression, Scope, cst.Call]]"]
 # The constructions a name is bound to, each with the scope and point it is read at (LossTracer._constructors).
-Constructions = Callable[[str | None, "Scope"], Iterator[tuple[cst.Call, "Scope", int]]]
+Constructions = Callable[[str | None, "Scope"], "Iterator[tuple[cst.Call, Scope, int]]"]
 # For a method of another file's class walked in place, the calls its class binds `self.<attribute>` to.
 AttributeConstructions = Callable[["Scope", str], "list[cst.Call]"]
 
