@@ -942,16 +942,12 @@ class Inliner:
         if origin is None:
             return None
         module, qualname, _ = origin
-        if isinstance(node, cst.Call):
-            written = dotted(node.func)
-            cls = self.project.resolve_class(module.path, written) if written else None
-            return self.project.member_call(cls, []) if isinstance(cls, ClassRef) else None
+        cls = self.class_of_expression(scope, node)  # a constructor call, or a name bound to an instance
+        if cls is not None:
+            return self.project.member_call(cls, [])
         name = dotted(node)
         if name is None:
             return None
-        cls = self.class_of_expression(scope, node)
-        if cls is not None:
-            return self.project.member_call(cls, [])
         if "." not in name and name in self._callables.get(id(scope), {}):
             return self._callables[id(scope)][name]
         return self.project.resolve_call(FunctionRef(module.path, qualname), name)
@@ -1991,7 +1987,7 @@ def _self_or_super(receiver: cst.BaseExpression | None) -> bool:
 def _is_super_init(call: cst.Call) -> bool:
     """`super().__init__(...)`."""
     receiver, method = call_receiver(call)
-    return method == "__init__" and isinstance(receiver, cst.Call) and dotted(receiver.func) == "super"
+    return method == "__init__" and isinstance(receiver, cst.Call) and _self_or_super(receiver)
 
 
 def _takes_no_self(function: cst.FunctionDef | None) -> bool:

@@ -756,14 +756,21 @@ class Window:
                     return True
         return False
 
+    def _flush_equality(self) -> tuple[cst.Comparison | None, tuple[str, int, Scope] | None]:
+        """The end-of-data clause when it is one `==` comparison (`or i + 1 == len(loader)`), and the
+        loop's index as index_counter names it."""
+        clause = self.boundary.flush_clause if self.boundary is not None else None
+        if not isinstance(clause, cst.Comparison) or len(clause.comparisons) != 1 \
+                or not isinstance(clause.comparisons[0].operator, cst.Equal):
+            return None, None
+        return clause, self.index_counter()
+
     @property
     def dead_flush(self) -> cst.Comparison | None:
         """The end-of-data clause when it can never hold: the loop's 0-based index compared with the
         data's length (`or i == len(loader)`), which its last value, len - 1, never reaches."""
-        clause = self.boundary.flush_clause if self.boundary is not None else None
-        index = self.index_counter()
-        if not isinstance(clause, cst.Comparison) or len(clause.comparisons) != 1 or index is None or index[1] != 0 \
-                or not isinstance(clause.comparisons[0].operator, cst.Equal):
+        clause, index = self._flush_equality()
+        if clause is None or index is None or index[1] != 0:
             return None
         left, right = clause.left, clause.comparisons[0].comparator
         for counted, length in ((left, right), (right, left)):
@@ -777,10 +784,8 @@ class Window:
         """The end-of-data clause when it compares the loop's index with what bounds a loop around it
         (`or k == max_micro_steps` inside `while seen < max_micro_steps`): the length of the run, which
         an index that restarts every epoch does not reach at each epoch's end."""
-        clause = self.boundary.flush_clause if self.boundary is not None else None
-        index = self.index_counter()
-        if not isinstance(clause, cst.Comparison) or len(clause.comparisons) != 1 or index is None \
-                or not isinstance(clause.comparisons[0].operator, cst.Equal):
+        clause, index = self._flush_equality()
+        if clause is None or index is None:
             return None
         bounds = {name for loop in self.outer for name in iter_names(
             loop.test if isinstance(loop, cst.While) else loop.iter)} - {index[0]}
