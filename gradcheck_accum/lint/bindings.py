@@ -49,6 +49,15 @@ def is_micro_batch_size_name(node: cst.CSTNode | None) -> bool:
     return bool(name and MICRO_BATCH_SIZE_NAME.search(last_part(name)))
 
 
+def function_reference_roles(node: cst.BaseExpression, imports: ImportMap) -> frozenset[Role]:
+    """Roles of a torch loss function named without being called (`F.cross_entropy` handed to a
+    trainer that calls it later): those of calling it with its defaults, a mean."""
+    qual = imports.qualify(node) or ""
+    if qual.startswith(cat.TORCH_MODULE_PREFIX) and last_part(qual) in cat.LOSSES.names:
+        return _ONE[Role.CRITERION]
+    return NO_ROLES
+
+
 def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> frozenset[Role]:
     """Roles of the value a call returns."""
     receiver, method = call_receiver(call)

@@ -934,6 +934,17 @@ class Inliner:
                 if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call)
                 and any(dotted(target.target) in bound for target in small.targets)]
 
+    def attribute_roles(self, scope: Scope, attribute: str) -> frozenset[Role]:
+        """The roles the constructions of a method's class hand the `__init__` parameter it keeps as
+        `self.<attribute>` (the union: some construction passes it)."""
+        origin = self._origin.get(id(scope))
+        if origin is None or self.context.alone:
+            return NO_ROLES
+        module, qualname, self_class = origin
+        owner = self_class or self.project.class_of(FunctionRef(module.path, qualname))
+        found = self._init_parameter(owner, attribute) if owner is not None else None
+        return self._constructed_with(owner, found[0])[0].get(found[1], NO_ROLES) if found is not None else NO_ROLES
+
     def callable_of_expression(self, scope: Scope, node: cst.BaseExpression) -> FunctionRef | None:
         """What calling the value of an expression runs: a project function passed by name
         (`loss_fn=masked_nll`, `self.compute_loss`), a loss module built in place or bound to a

@@ -87,15 +87,19 @@ PassedTo = Callable[[str, "Scope"], "list[tuple[cst.BaseExpression, Scope, cst.C
 Constructions = Callable[[str | None, "Scope"], "Iterator[tuple[cst.Call, Scope, int]]"]
 # For a method of another file's class walked in place, the calls its class binds `self.<attribute>` to.
 AttributeConstructions = Callable[["Scope", str], "list[cst.Call]"]
+# The roles the constructions of a method's class hand the `__init__` parameter kept as `self.<attribute>`.
+AttributeRoles = Callable[["Scope", str], frozenset[Role]]
 
 
 class LossTracer:
     def __init__(self, module: cst.Module, imports: ImportMap, scopes: list[Scope],
                  returns: Returns | None = None, program: Program | None = None,
                  called: Called | None = None, passed_to: PassedTo | None = None,
-                 attribute_constructions: AttributeConstructions | None = None) -> None:
+                 attribute_constructions: AttributeConstructions | None = None,
+                 attribute_roles: AttributeRoles | None = None) -> None:
         self.module, self.imports, self.scopes = module, imports, scopes
         self.attribute_constructions = attribute_constructions
+        self.attribute_roles = attribute_roles
         self.module_scopes = [s for s in scopes if s.node is module]
         self.returns = returns
         self.called = called
@@ -494,7 +498,8 @@ class LossTracer:
             return
         callee = dotted(node.func)
         imports = scope.imports or self.imports
-        roles = constructor_roles(node, imports, no_roles) | self._roles_of(callee, scope)
+        roles = constructor_roles(node, imports, no_roles) | self._roles_of(callee, scope) \
+            | self._handed_to_init(callee, scope)
         if isinstance(node.func, cst.Call):  # `nn.CrossEntropyLoss(ignore_index=-100)(logits, labels)`
             roles |= constructor_roles(node.func, imports, no_roles)
         reduction = keyword(node, cat.REDUCTION_KEYWORD)
@@ -879,6 +884,14 @@ class LossTracer:
             roles |= constructor_roles(constructor, self.imports, no_roles)
         return roles
 
+    def _handed_to_init(self, name: str | None, scope: Scope) -> frozenset[Role]:
+        """The loss roles of what the constructions of the class hand the `__init__` parameter kept as
+        `self.<attribute>` (`self.loss_f = loss_f`, constructed as `Fitter(net, F.cross_entropy)`)."""
+        head, _, attribute = (name or "").partition(".")
+        if head not in SELF_NAMES or not attribute or "." in attribute or self.attribute_roles is None:
+            return NO_ROLES
+        return self.attribute_roles(scope, attribute) & _LOSS_ROLES
+
     def _constructors(self, name: str | None, scope: Scope, depth: int = 0) -> Iterator[tuple[cst.Call, Scope, int]]:
         """The calls a name is bound to here, at module level, or (for `self.x`) in any method, each with
         the scope and the point it is read at; for a parameter, those its callers hand it (_handed)."""
@@ -934,6 +947,7 @@ class LossTracer:
 
 
 _CALL_METHOD = "__call__"  # what a collator instance runs on each batch
+_LOSS_ROLES = frozenset({Role.CRITERION, Role.SUM_LOSS, Role.TOKEN_LOSS})
 
 
 def summed_loss_name(expr: cst.BaseExpression | None) -> str | None:

@@ -68,7 +68,8 @@ class FileModel:
         self._calls_by_callee: dict[str, list[tuple[cst.Call, Scope]]] | None = None  # this file's calls, by callee
         self._build()
         self._losses = LossTracer(module, self.imports, self.scopes, self.inliner.returns, self.context.program,
-                                  self.inliner.called_function, self.passed_to, self.inliner.attribute_constructions)
+                                  self.inliner.called_function, self.passed_to, self.inliner.attribute_constructions,
+                                  self.inliner.attribute_roles)
 
     # -- construction -----------------------------------------------------------------------------
     def _build(self) -> None:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import (LITERAL_TRUTH, constructor_roles, deepspeed_config,
-                                           deepspeed_config_accumulates, prepared_roles, roles_from_name,
-                                           unpacked_roles)
+                                           deepspeed_config_accumulates, function_reference_roles, prepared_roles,
+                                           roles_from_name, unpacked_roles)
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, full_names, item_name,
@@ -147,6 +147,10 @@ class ScopeWalker:
             if Role.WRAPS_COMPILED in self.roles(node.value):
                 return frozenset({Role.COMPILED})
         name = dotted(node)
+        if name is not None and name not in self.env:
+            referenced = function_reference_roles(node, self.imports)
+            if referenced:
+                return referenced  # `Fitter(net, F.cross_entropy)`: the loss function itself, called later
         return self.name_roles(name) if name is not None else NO_ROLES
 
     def name_roles(self, name: str) -> frozenset[Role]:

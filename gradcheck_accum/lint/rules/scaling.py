@@ -26,7 +26,9 @@ class UnscaledAccumulatedLoss(Rule):
     summary = "An accumulated loss is backpropagated without being divided by the accumulation steps."
     # a training loop that steps, or a framework hook whose loss the framework's loop backpropagates
     requires = ((Fact.TRAINING_LOOP, Fact.HOOKS), (EventKind.STEP, Fact.HOOKS))
-    reads_outside_windows = (Fact.HOOKS,)  # transformers: the compute_loss of any Trainer subclass
+    # transformers: the compute_loss of any Trainer subclass; the callers of a loop's function or
+    # constructors of its class: the criterion they hand it decides whether the loss is a mean
+    reads_outside_windows = (Fact.HOOKS, Fact.CALLERS)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         # one report per backward: a helper walked into several windows (its own caller's, and the
