@@ -271,6 +271,8 @@ LOSSES = Constructor(
     _names("cross_entropy nll_loss mse_loss l1_loss smooth_l1_loss huber_loss binary_cross_entropy "
            "binary_cross_entropy_with_logits kl_div ctc_loss"),
     suffix="Loss")
+# What wraps the iterable a `for` loop walks and yields its items (with an index, or a progress bar)
+ITERATION_WRAPPERS = frozenset({"enumerate", "tqdm"})
 # A loss function handed over by name counts only when it is torch's (`torch.nn.functional.cross_entropy`)
 TORCH_MODULE_PREFIX = "torch."
 CONSTRUCTORS: tuple[Constructor, ...] = (COMPILE, WRAPPERS, SCALERS, SCHEDULERS, OPTIMIZERS, ACCELERATOR, FABRIC, BOOSTER,

@@ -31,7 +31,8 @@ from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import (BoundaryKind, bound_argument, conjuncts, guard_boundary,
                                              is_accumulation_count, plus_one, reads_length)
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Guard, Scope, Tag
-from gradcheck_accum.lint.windows import Placement, Window, assigned_in, increment, loop_guards, same_target
+from gradcheck_accum.lint.windows import (Placement, Window, assigned_in, increment, iterated, loop_guards,
+                                          same_target)
 
 if TYPE_CHECKING:
     from gradcheck_accum.lint.vocabulary import Loop
@@ -297,7 +298,7 @@ def pass_length(window: Window) -> cst.BaseExpression | None:
     outside it, `if count >= B: return` in it). None for a bound the code does not state."""
     loop, nest = window.loop, window.loop_nest
     if isinstance(loop, cst.For):
-        source_ = _iterated(loop)
+        source_ = iterated(loop)
         starts_at_zero = isinstance(source_, cst.Call) and (len(source_.args) == 1 or (
             len(source_.args) == 2 and isinstance(source_.args[0].value, cst.Integer)
             and source_.args[0].value.value == "0"))
@@ -314,14 +315,6 @@ def pass_length(window: Window) -> cst.BaseExpression | None:
         if _counted_every_micro_batch(count, window):
             return bound
     return None
-
-
-def _iterated(loop: cst.For) -> cst.BaseExpression:
-    """What a `for` loop walks, past `enumerate(...)` and `tqdm(...)`."""
-    source_ = loop.iter
-    while isinstance(source_, cst.Call) and call_receiver(source_)[1] in ("tqdm", "enumerate") and source_.args:
-        source_ = source_.args[0].value
-    return source_
 
 
 def _exit_bounds(loop: Loop, exits: tuple[type, ...] | None = None,
@@ -412,9 +405,9 @@ def _source_kind(node: cst.BaseExpression | None, window: Window, depth: int,
         return PassKind.UNKNOWN
     literals = literals or {}
     scope = scope or _loop_scope(window)
-    iterated = window.scope.iterated  # kept by the walk's root, for the functions walked in place too
-    if isinstance(node, cst.Call) and id(node) in iterated:  # a generator passing its argument's items on
-        return _source_kind(iterated[id(node)], window, depth + 1, literals, scope)
+    passed_on = window.scope.iterated  # kept by the walk's root, for the functions walked in place too
+    if isinstance(node, cst.Call) and id(node) in passed_on:  # a generator passing its argument's items on
+        return _source_kind(passed_on[id(node)], window, depth + 1, literals, scope)
     if isinstance(node, cst.Call):
         callee = call_receiver(node)[1] or ""
         if callee in ("enumerate", "tqdm", "iter"):  # `iter(loader)` is as finite as the loader
@@ -659,6 +652,10 @@ def _lifetime(node: cst.BaseExpression, window: Window, depth: int) -> Lifetime 
         outer = window.outer
         if not outer or init.ctx.loops[: len(outer)] == outer:
             return Lifetime.PER_PASS  # set again before each pass (or at the top of the function)
+        if window.pass_outer != outer and init.ctx.loops == window.pass_outer:
+            # set in the epoch loop, above a loop over data sources (`for loader in shards:`) whose items the
+            # micro-batch loop walks: windows span the sources and the count restarts with the epoch
+            return Lifetime.PER_PASS
         return Lifetime.ACROSS_PASSES  # set once, before the loops that repeat the pass
     derived = [d for d in inside if d.op is DefOp.ASSIGN and d.value is not None]
     if len(inside) == 1 and derived:  # `ni = i + nb * epoch`, `step = i + 1`
@@ -686,7 +683,7 @@ def _plus_epoch_offset(value: cst.BaseExpression, window: Window) -> bool:
 def _walked_sources(loop: Loop) -> set[str]:
     """What a `for` loop walks, as written, past `enumerate`/`tqdm`: `self.train_loader`, and for a
     call that hands it on (`metric_logger.log_every(self.train_loader, 10)`), its first argument."""
-    source_ = _iterated(loop) if isinstance(loop, cst.For) else None
+    source_ = iterated(loop) if isinstance(loop, cst.For) else None
     if isinstance(source_, cst.Call):
         source_ = positional(source_, 0)
     name = dotted(source_) if source_ is not None else None

@@ -132,6 +132,16 @@ class Window:
                 and (s.target, id(s.scope)) in stepped]
 
     @property
+    def pass_outer(self) -> tuple[Loop, ...]:
+        """The loops around the micro-batch loop that repeat the pass over the data: `outer` less a loop
+        over data sources whose item the micro-batch loop walks (`for loader in shards:` around
+        `for x, y in loader:`), which is part of one pass."""
+        if not self.outer or not isinstance(self.loop, cst.For) or not isinstance(self.outer[-1], cst.For):
+            return self.outer
+        walked = dotted(iterated(self.loop))
+        return self.outer[:-1] if walked in set(iter_names(self.outer[-1].target)) else self.outer
+
+    @property
     def loop_nest(self) -> tuple[Loop, ...]:
         """The micro-batch loop and the loops around it."""
         return self.outer + (self.loop,)
@@ -733,13 +743,22 @@ class Window:
         loop. A flush under a configuration test (`or (not dynamic and last)`) leaves the other
         configuration without one."""
         if any(self.placement(s) is AFTER and s.ctx.loops == self.outer and not self._only_if_never_stepped(s)
-               for s in self.steps):
+               for s in self.steps) or self._steps_after_sources():
             return True  # a step right after the loop (not one in a later loop of the same body)
         boundary = self.boundary
         if boundary is None or not boundary.flush or self.dead_flush is not None or self.run_bound_flush is not None:
             return False
         condition = boundary.flush_condition
         return condition is None or not invariant(condition, assigned_in(self.scope, self.loop))
+
+    def _steps_after_sources(self) -> bool:
+        """Does a step follow the loop over data sources the micro-batch loop walks (pass_outer), in the
+        body of the loop that repeats the pass? It steps the pass's last, partial window."""
+        if self.pass_outer == self.outer:
+            return False
+        after = self.scope.loop_end.get(id(self.outer[-1]), 0) + 1
+        last = self.scope.loop_end.get(id(self.pass_outer[-1])) if self.pass_outer else None
+        return any(e.kind is EventKind.STEP and e.ctx.loops == self.pass_outer for e in _span(self.scope, after, last))
 
     def _only_if_never_stepped(self, step: Event) -> bool:
         """Is a step after the loop guarded by a name the loop sets only on the boundary (`stepped = True`
@@ -805,11 +824,16 @@ class Window:
         if self.shape is not NESTED or not isinstance(self.loop, cst.For) or not isinstance(node, cst.Call) \
                 or call_receiver(node) != (None, cat.LENGTH_FUNCTION) or len(node.args) != 1:
             return False
-        walked = self.loop.iter
-        while isinstance(walked, cst.Call) and call_receiver(walked)[1] in ("enumerate", "tqdm") and walked.args:
-            walked = walked.args[0].value
-        name = dotted(walked)
+        name = dotted(iterated(self.loop))
         return name is not None and dotted(node.args[0].value) == name
+
+
+def iterated(loop: cst.For) -> cst.BaseExpression:
+    """What a `for` loop walks, past `enumerate(...)` and `tqdm(...)`."""
+    walked = loop.iter
+    while isinstance(walked, cst.Call) and call_receiver(walked)[1] in cat.ITERATION_WRAPPERS and walked.args:
+        walked = walked.args[0].value
+    return walked
 
 
 _SMALL_STARTS = ("0", "1")  # the values a count starts from that say where its first window ends
