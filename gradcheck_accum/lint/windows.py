@@ -1106,6 +1106,13 @@ def build_windows(scope: Scope) -> list[Window]:
     for key in [key for key, loop in backward_loops.items()
                 if _tail_of_nested_window(scope, loop, backwards_in[key], stacks, stepping)]:
         del backward_loops[key], stacks[key]
+    per_batch: set[int] = set()  # loops whose backwards are part of the enclosing loop's micro-batch
+    for key, loop in list(backward_loops.items()):
+        enclosing = _batch_loop_around(scope, loop, stacks[key], stepping)
+        if enclosing is not None:
+            per_batch.add(key)
+            del backward_loops[key]
+            backward_loops[id(enclosing)], stacks[id(enclosing)] = enclosing, stacks.pop(key)[:-1]
     # The loops of each block that hold a micro-batch loop (the block's training loops), by start.
     training: dict[tuple[int, ...], dict[int, Loop]] = {}
     for key, loop in backward_loops.items():
@@ -1114,7 +1121,8 @@ def build_windows(scope: Scope) -> list[Window]:
             training.setdefault(tuple(id(x) for x in chain[:depth]), {})[id(chain[depth])] = chain[depth]
     neighbours = {block: _Neighbours(scope, loops.values()) for block, loops in training.items()}
     return [window for key, loop in backward_loops.items()
-            for window in _loop_windows(scope, loop, stacks[key], neighbours[tuple(id(x) for x in stacks[key])])]
+            for window in _loop_windows(scope, loop, stacks[key], neighbours[tuple(id(x) for x in stacks[key])],
+                                        per_batch)]
 
 
 def _tail_of_nested_window(scope: Scope, loop: Loop, backwards: list[Event],
@@ -1126,6 +1134,20 @@ def _tail_of_nested_window(scope: Scope, loop: Loop, backwards: list[Event],
     inner_ends = [scope.loop_end.get(key, 0) for key, stack in stacks.items()
                   if stack and stack[-1] is loop and key not in stepping]  # not an update loop of its own
     return bool(inner_ends) and all(any(end < event.order for end in inner_ends) for event in backwards)
+
+
+def _batch_loop_around(scope: Scope, loop: Loop, stack: tuple[Loop, ...], stepping: set[int]) -> Loop | None:
+    """The loop around `loop` when `loop` backpropagates several losses of that loop's batch and never
+    steps (`for width in widths:` or `for _ in range(samples):` inside the loop over the data), and every
+    step after it in the enclosing body waits for an accumulation boundary of the enclosing loop
+    (`if (step + 1) % accum == 0:`): the window is the enclosing loop's, each of its micro-batches
+    several backwards."""
+    if not stack or id(loop) in stepping:
+        return None
+    enclosing, end = stack[-1], scope.loop_end.get(id(loop), 0)
+    later = [e for e in _span(scope, end + 1, scope.loop_end.get(id(enclosing)))
+             if e.kind is EventKind.STEP and e.ctx.loops == stack]
+    return enclosing if later and all(_step_boundary(step, enclosing, scope) is not None for step in later) else None
 
 
 def _breaks_after_each(loop: Loop, backwards: list[Event]) -> bool:
@@ -1169,7 +1191,8 @@ class _Neighbours:
         return self.starts[i] if i < len(self.starts) else None
 
 
-def _loop_windows(scope: Scope, loop: Loop, outer: tuple[Loop, ...], neighbours: _Neighbours) -> list[Window]:
+def _loop_windows(scope: Scope, loop: Loop, outer: tuple[Loop, ...], neighbours: _Neighbours,
+                  per_batch: set[int]) -> list[Window]:
     # The block the loop sits in (the enclosing loop body, or the function): what runs once around
     # the loop (a nested window's step) is there. Another training loop of the block ends that region:
     # what comes after it (or before the one before) belongs to that loop, and bounding the region
@@ -1191,7 +1214,8 @@ def _loop_windows(scope: Scope, loop: Loop, outer: tuple[Loop, ...], neighbours:
 
     built = []
     for path, events in split(region, deciders, len(outer), variant, periodic):
-        if any(e.kind is EventKind.BACKWARD and e.ctx.loops and e.ctx.loops[-1] is loop for e in events):
+        if any(e.kind is EventKind.BACKWARD and e.ctx.loops and (e.ctx.loops[-1] is loop or (
+                e.ctx.loops[-2:-1] == (loop,) and id(e.ctx.loops[-1]) in per_batch)) for e in events):
             built.append((events, _build(scope, loop, outer, events, path)))
     counts = [w.n for _, w in built if w.n is not None]
     enclosing = [decision(g) for g in loop_guards(built[0][1], loop)] if built else []
