@@ -7,7 +7,8 @@ from typing import Callable, NamedTuple
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.bindings import LITERAL_TRUTH, is_accumulation_name
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import call_receiver, code, dotted, iter_calls, iter_names, last_part, parameter
+from gradcheck_accum.lint.names import (call_receiver, code, dotted, iter_calls, iter_names, keyword, last_part,
+                                        parameter)
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Guard, Scope, Tag
 
 
@@ -533,3 +534,24 @@ def _aliases_accumulation(name: str, scope: Scope) -> bool:
             d.op is DefOp.ASSIGN and d.value is not None and _says_accumulation(d.value)
             for d in scope.defs.get(name, ())))
     return known[1]
+
+
+def clipping_factor(node: cst.BaseExpression | None, scope: Scope, depth: int = 0) -> bool:
+    """Is this factor (or a test of it, `if coef < 1:`) computed from a gradient norm, or capped at 1
+    (catalogue.NORM_FUNCTIONS, CAPPING_FUNCTIONS), here or in the values of the names it reads?
+    Rescaling gradients by it clips them."""
+    if node is None or depth > 3:
+        return False
+    for call in iter_calls(node):
+        receiver, name = call_receiver(call)
+        if name in cat.NORM_FUNCTIONS:
+            return True
+        if name in cat.CAPPING_FUNCTIONS and keyword(call, "max") is not None:
+            return True
+        if name == cat.CAPPING_BUILTIN and receiver is None and len(call.args) >= 2:
+            return True
+    for name in iter_names(node):
+        for d in scope.defs_of(name):
+            if d.op is DefOp.ASSIGN and clipping_factor(d.value, d.scope or scope, depth + 1):
+                return True
+    return False

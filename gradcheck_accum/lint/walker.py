@@ -20,7 +20,8 @@ from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, full_names, item_name,
                                         iter_calls, iter_names, keyword, last_part, parameter_names, positional, walk)
 from gradcheck_accum.lint.paths import excluded_by, rebound_since
-from gradcheck_accum.lint.predicates import analyze, caller_name, excludes_only_single_windows, parameter_value
+from gradcheck_accum.lint.predicates import (analyze, caller_name, clipping_factor, excludes_only_single_windows,
+                                             parameter_value)
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Guard, Role, Scope
 
 _COMPILED = frozenset({Role.COMPILED})
@@ -610,6 +611,8 @@ class ScopeWalker:
                     return  # an accumulation wrapper's step(): its body steps the optimizer it wraps, when it says
                 if api.event is not None:
                     self._emit_call(api, call, receiver, target, owner, ctx)
+                elif self.inliner is not None and self.inliner.inline(self, call, ctx):
+                    return  # not the library's method of that name (`env.step(a)`): the project's, as its body says
                 if api.event is EventKind.STEP and receiver is not None and target not in SELF_NAMES \
                         and self.inliner is not None and self.inliner.runs_project_function(self, call):
                     # an optimizer of the project's own class: a step, and whatever else its step()
@@ -695,7 +698,7 @@ class ScopeWalker:
             return False
         if api.on_grad and not self._reaches_grad(target or dotted(_same_tensor(receiver))):
             return False
-        if api.clips_by_factor and not _clipping_factor(positional(call, 0) or keyword(call, "other"), self.scope):
+        if api.clips_by_factor and not clipping_factor(positional(call, 0) or keyword(call, "other"), self.scope):
             return False
         if api.arguments is not None and api.arguments != bool(call.args):
             return False
@@ -812,27 +815,6 @@ def _same_tensor(node: cst.BaseExpression | None) -> cst.BaseExpression | None:
             break
         node = inner
     return node
-
-
-def _clipping_factor(node: cst.BaseExpression | None, scope: Scope, depth: int = 0) -> bool:
-    """Is this factor computed from a gradient norm, or capped at 1 (catalogue.NORM_FUNCTIONS,
-    CAPPING_FUNCTIONS), here or in the values of the names it reads? Rescaling gradients by it
-    clips them."""
-    if node is None or depth > 3:
-        return False
-    for call in iter_calls(node):
-        receiver, name = call_receiver(call)
-        if name in cat.NORM_FUNCTIONS:
-            return True
-        if name in cat.CAPPING_FUNCTIONS and keyword(call, "max") is not None:
-            return True
-        if name == cat.CAPPING_BUILTIN and receiver is None and len(call.args) >= 2:
-            return True
-    for name in iter_names(node):
-        for d in scope.defs_of(name):
-            if d.op is DefOp.ASSIGN and _clipping_factor(d.value, d.scope or scope, depth + 1):
-                return True
-    return False
 
 
 def _tests_orig_mod(test: cst.BaseExpression, name: str | None = None) -> bool:

@@ -25,8 +25,8 @@ from gradcheck_accum.lint.names import (SELF_NAMES, assigned_names, call_receive
                                         is_one, iter_calls, iter_names, keyword, last_part, positional,
                                         statement_blocks, top_level_statements, walk)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
-from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, conjuncts, ends_with_break,
-                                             guard_boundary, is_accumulation_count, plus_one, reads_length)
+from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, clipping_factor, conjuncts,
+                                             ends_with_break, guard_boundary, is_accumulation_count, plus_one, reads_length)
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Exit, Framework, Guard, Role, Scope, Tag
 
 if TYPE_CHECKING:
@@ -1670,6 +1670,8 @@ def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:
             continue  # what follows runs on every micro-batch the skip leaves
         elif _holds_when_finite(guard):
             continue  # `if torch.isfinite(grad_norm): optimizer.step()`: every micro-batch but a failed one
+        elif event.kind is EventKind.CLIP and clipping_factor(guard.test, event.scope or window.scope):
+            continue  # a clip written by hand, scaling only when the norm is over its bound (`if coef < 1:`)
         elif not invariant(guard.test, variant) and not _per_item(window, event, guard, variant):
             if event.kind not in (EventKind.BACKWARD, EventKind.STEP) and _run_phase(guard.test, window, variant):
                 continue  # `if train_steps >= start_clip_iter: clip(...)`: every micro-batch from then on
