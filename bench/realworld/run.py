@@ -42,6 +42,7 @@ PYTHON_SUFFIXES = (".py", ".pyi", ".ipynb")  # what the linter reads
 NEEDS = ("cross-file", "cross-function", "framework")
 EXTRACTED = ".extracted"  # in a checkout: what was already taken out of git ("." for the whole tree)
 WHOLE_TREE = "."
+RUN_LINE = "the line this call runs"  # the linter's related location for a callee's event (diagnostics.RUN_LINE)
 ROOT_MARKERS = ("pyproject.toml", "setup.cfg")  # besides setup.py: what makes a directory a project root
 
 
@@ -80,6 +81,9 @@ class Finding:
     line: int
     code: str
     message: str
+    # for a finding at a call whose callee, in another file, holds the event (a clip in a helper's body):
+    # the (path, line) of that event, which the linter names as the line the call runs
+    runs: tuple[tuple[str, int], ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------- manifest
@@ -254,7 +258,9 @@ def lint(repo: Repo, root: Path, settings: Path) -> tuple[list[Finding], list[st
         return [], errors or [f"the linter exited {done.returncode} without JSON output"]
     if done.returncode not in (0, 1, 2):
         errors.append(f"the linter exited {done.returncode}")
-    findings = {Finding(repo.name, _relative(r["path"]), r["line"], r["code"], r["message"]) for r in records}
+    findings = {Finding(repo.name, _relative(r["path"]), r["line"], r["code"], r["message"],
+                        tuple((_relative(x["path"]), x["line"]) for x in r.get("related") or ()
+                              if x.get("message") == RUN_LINE)) for r in records}
     return sorted(findings, key=lambda f: (f.path, f.line, f.code)), errors
 
 
@@ -315,8 +321,9 @@ def _row(counts: Counter) -> dict:
 
 
 def score(labels: list[Label], findings: list[Finding]) -> Score:
-    """Judge findings by the labels at their (path, code, line); a bug label is found when some
-    finding sits at one of its lines."""
+    """Judge findings by the labels at their (path, code, line), or else at the line in another file
+    that the call they sit on runs (a label on the clip in a helper, the finding on the loop's call of
+    it); a bug label is found when some finding sits at, or runs, one of its lines."""
     by_place: dict[tuple[str, str, int], Label] = {}
     for label in labels:
         for line in label.lines:
@@ -325,6 +332,8 @@ def score(labels: list[Label], findings: list[Finding]) -> Score:
     hit: set[Label] = set()
     for finding in findings:
         label = by_place.get((finding.path, finding.code, finding.line))
+        for path, line in finding.runs if label is None else ():
+            label = label or by_place.get((path, finding.code, line))
         if label is None:
             result.unjudged.append(finding)
         elif label.verdict == "bug":

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from gradcheck_accum.lint.diagnostics import RUN_LINE
+
 ROOT = Path(__file__).parents[2]
 spec = importlib.util.spec_from_file_location("bench_realworld", ROOT / "bench" / "realworld" / "run.py")
 realworld = importlib.util.module_from_spec(spec)
@@ -228,3 +230,16 @@ def test_manifest_errors_are_one_line_each(tmp_path):
     assert [r.name for r in repos] == ["a/b"] and repos[0].labels == []
     assert len(warnings) == 2 and "name must be 'owner/name'" in warnings[0] and "code must look like" in warnings[1]
     assert realworld.load_manifest(tmp_path / "missing.toml", "validation", warnings.append) == []
+
+
+def test_a_finding_at_a_call_is_judged_by_the_label_on_the_line_it_runs():
+    """The linter reports a clip in a helper of another file at the loop's call of it, naming the clip's
+    line as the line the call runs: that finding meets the label on the clip, and no other."""
+    clip = realworld.Label("acme/t", "utils.py", (7,), "ACC405", "bug", "clips before unscale_", None)
+    at_call = realworld.Finding("acme/t", "train.py", 30, "ACC405", "m", (("utils.py", 7),))
+    elsewhere = realworld.Finding("acme/t", "train.py", 31, "ACC405", "m", (("utils.py", 9),))
+    other_rule = realworld.Finding("acme/t", "train.py", 32, "ACC403", "m", (("utils.py", 7),))
+    result = realworld.score([clip], [at_call, elsewhere, other_rule])
+    assert result.true == [(at_call, clip)] and result.found == [clip]
+    assert result.unjudged == [elsewhere, other_rule]
+    assert realworld.RUN_LINE == RUN_LINE  # the words the linter's JSON gives that location

@@ -101,10 +101,13 @@ class MeanOfMeansTokenLoss(Rule):
     code = "ACC203"
     name = "mean-of-means-token-loss"
     summary = "A per-micro-batch mean over a variable number of valid tokens is divided by the accumulation steps."
-    # by hand (the loss, or the summed gradients after the backwards), or by a framework
-    requires = (Fact.TRAINING_LOOP, (Fact.LOSS_DIVIDED, EventKind.GRAD_SCALE, Fact.FRAMEWORK_DIVIDES_LOSS))
-    # the callers of a loop's function: the criterion or model they hand it decides the loss's mean
-    reads_outside_windows = (Fact.CALLERS,)
+    # by hand (the loss, or the summed gradients after the backwards), or by a framework: its loop
+    # around a hook of the file
+    requires = ((Fact.TRAINING_LOOP, Fact.HOOKS),
+                (Fact.LOSS_DIVIDED, EventKind.GRAD_SCALE, Fact.FRAMEWORK_DIVIDES_LOSS, Fact.HOOKS))
+    # the callers of a loop's function: the criterion or model they hand it decides the loss's mean;
+    # transformers: the compute_loss of any Trainer subclass
+    reads_outside_windows = (Fact.CALLERS, Fact.HOOKS)
 
     def check(self, model: FileModel) -> Iterator[Report]:
         for window in model.windows:
@@ -134,16 +137,20 @@ class MeanOfMeansTokenLoss(Rule):
                                               f"micro-batches with few tokens; sum the loss and divide it by the "
                                               f"window's valid-token count over N, since the framework divides by N "
                                               f"too")
-        # a hook whose framework loop (walked in place, configured to accumulate) divides what it returns
+        # a hook whose framework loop divides what it returns: Lightning's (walked in place, configured to
+        # accumulate), or transformers' Trainer around a compute_loss that is not handed the window's count
         token_means = model.token_means_divided_by_driver()
-        if token_means:
-            for scope, hook, _, divided in model.hook_losses():
-                if divided and hook.framework is Framework.LIGHTNING and model.class_name_of(scope) in token_means:
-                    yield Report(scope.node.name, f"{hook.framework.display} divides the per-micro-batch mean over a "
-                                                  f"varying number of valid tokens that `{hook.name}` returns by the "
-                                                  f"accumulation steps, which over-weights micro-batches with few "
-                                                  f"tokens; return the summed loss divided by the window's valid-token "
-                                                  f"count over N")
+        for scope, hook, facts, divided in model.hook_losses():
+            if not divided:
+                continue
+            if hook.framework is Framework.LIGHTNING and model.class_name_of(scope) in token_means \
+                    or hook.framework is Framework.TRANSFORMERS and facts.token_level \
+                    and not model.normalised(facts, None, None, reweighs=True):
+                yield Report(scope.node.name, f"{hook.framework.display} divides the per-micro-batch mean over a "
+                                              f"varying number of valid tokens that `{hook.name}` returns by the "
+                                              f"accumulation steps, which over-weights micro-batches with few "
+                                              f"tokens; return the summed loss divided by the window's valid-token "
+                                              f"count over N")
 
 
 class LossGraphKeptAlive(Rule):
