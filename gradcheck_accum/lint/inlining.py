@@ -16,7 +16,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
@@ -572,12 +572,13 @@ class Inliner:
         effects = self._effects(ref, function, call)
         if not effects or _on_stack(walker.scope, function):
             return False
-        if effects & _BACKWARDS and _has_loop(function) and any(
+        if effects & _BACKWARDS and self._loop_backpropagates(ref, function) and any(
                 f.node is function and self._root_of.get(id(f)) is walker.root for f in self.frames):
             # walked in place twice into one scope, its loop would be one loop (loops are told apart
             # by their node) holding both calls' micro-batches: the second call stays a plain call.
-            # A function that does not backpropagate (a clip helper's loop over parameters) has no
-            # window of its own to merge and is walked at every call.
+            # A function whose loops do not backpropagate (a check of every parameter's gradient after
+            # the backward, a clip helper's loop over parameters) has no window of its own to merge and
+            # is walked at every call.
             return False
         if not ctx.loops and not (effects & _BACKWARDS and not effects & _STEPS) and not (
                 effects & (_STEPS | _UNSCALES) and not effects & _BACKWARDS and _micro_step_loop_open(walker, ctx)):
@@ -589,6 +590,17 @@ class Inliner:
         caller = _Caller(walker.scope, walker.env, walker.roles, walker.counter, walker.tick(), walker.root)
         self._inlined[id(call)] = self._walk(caller, call, ctx, ref, loaded, function)
         return True
+
+    def _loop_backpropagates(self, ref: FunctionRef, function: cst.FunctionDef) -> bool:
+        """Does a loop of the function call a backward, or a function of the project that reaches one?"""
+        for loop in _loops(function):
+            for call in iter_calls(loop.body):
+                callee = dotted(call.func)
+                if call_receiver(call)[1] in _BACKWARDS or callee is not None and (
+                        (found := self.project.resolve_call(ref, callee)) is not None
+                        and self.project.effects(found) & _BACKWARDS):
+                    return True
+        return False
 
     # -- hooks run by name ----------------------------------------------------------------------------
     def _effects(self, ref: FunctionRef, function: cst.FunctionDef, call: cst.Call) -> frozenset[str]:
@@ -1833,15 +1845,15 @@ def _outermost(scope: Scope) -> Scope:
     return scope
 
 
-def _has_loop(function: cst.FunctionDef) -> bool:
+def _loops(function: cst.FunctionDef) -> Iterator[cst.For | cst.While]:
+    """The loops of a function's own body (not those of functions defined in it)."""
     stack: list[cst.CSTNode] = [function.body]
     while stack:
         node = stack.pop()
         if isinstance(node, (cst.For, cst.While)):
-            return True
+            yield node
         if not isinstance(node, (cst.FunctionDef, cst.ClassDef)):
             stack.extend(children(node))
-    return False
 
 
 def _annotation(function: cst.FunctionDef, name: str) -> str | None:
