@@ -516,6 +516,7 @@ LABEL_MASKING_COLLATORS: dict[str, str | None] = {
 TOKENIZER_PADDING_KEYWORD = "padding"
 NO_PADDING = frozenset({"False", "do_not_pad"})
 DATA_LOADERS = frozenset({"DataLoader", "StatefulDataLoader"})  # torch's, and torchdata's resumable one
+TENSOR_DATASET = "TensorDataset"  # a dataset of tensors already in hand, indexed along their first dimension
 COLLATE_KEYWORD = "collate_fn"
 LOADER_BATCH_SIZE_KEYWORD = "batch_size"
 # accelerate: the module a prepared (wrapped) model wraps, with the same parameters and gradients

@@ -851,9 +851,10 @@ def is_micro_batch_loop(loop: Loop, n: cst.BaseExpression | None, scope: Scope |
         return False
     if n is not None and (is_accumulation_name(n) or _is_chunking(loop.iter)):
         return True
-    if scope is not None and _walks_row_groups(loop.iter, scope):
+    if scope is not None and (_walks_row_groups(loop.iter, scope) or _indexes_row_groups(loop, scope)):
         return True
-    if _draws_a_batch_per_count(loop) or _walks_strided_slices(loop):
+    if _draws_a_batch_per_count(loop) or _walks_strided_slices(loop) or _walks_indexed_slices(loop) \
+            or _loads_tensors_in_pieces(loop.iter):
         return True
     names = list(iter_names(loop.iter)) + list(iter_names(loop.target))
     return any(_MICRO_WORDS.intersection(last_part(name).lower().split("_")) for name in names)
@@ -891,6 +892,63 @@ def _walks_strided_slices(loop: cst.For) -> bool:
             ends.add(node.targets[0].target.value)
     return any(isinstance(node, cst.Slice) and node.lower is not None and node.upper is not None
                and code(node.lower) == start and code(node.upper).replace(" ", "") in ends for node in walk(loop.body))
+
+
+def _counting_index(loop: cst.For) -> str | None:
+    """The index of `for i in range(...)`."""
+    walked = loop.iter
+    if isinstance(walked, cst.Call) and call_receiver(walked) == (None, "range") and isinstance(loop.target, cst.Name):
+        return loop.target.value
+    return None
+
+
+def _indexes_row_groups(loop: cst.For, scope: Scope) -> bool:
+    """`for i in range(k): ... xs[i] ... ys[i]` where two or more tensors are each cut into groups of rows
+    (`xs = x.chunk(k)`, bound once): the loop walks one batch's fields a group of rows at a time, by
+    index, as `zip(xs, ys)` would."""
+    index = _counting_index(loop)
+    if index is None:
+        return False
+    cut = {dotted(node.value) for node in walk(loop.body) if isinstance(node, cst.Subscript)
+           and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
+           and code(node.slice[0].slice.value) == index and dotted(node.value) is not None}
+    return len([name for name in cut if (value := _bound_once(cst.parse_expression(name), scope)) is not None
+                and _cuts_rows(value, scope)]) >= 2
+
+
+def _walks_indexed_slices(loop: cst.For) -> bool:
+    """`for i in range(k): ... x[i * m:(i + 1) * m]`: the rows of one batch cut by the loop's index into
+    consecutive slices of one size (the first dimension's; a slice of a later one may be a time window)."""
+    index = _counting_index(loop)
+    if index is None:
+        return False
+
+    def times_size(node: cst.BaseExpression, factor: str) -> str | None:
+        """The size `m` of `factor * m` or `m * factor`."""
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply):
+            for one, other in ((node.left, node.right), (node.right, node.left)):
+                if code(one).replace(" ", "").strip("()") == factor:
+                    return code(other).replace(" ", "")
+        return None
+
+    for node in walk(loop.body):
+        if isinstance(node, cst.Subscript) and node.slice and isinstance(node.slice[0].slice, cst.Slice):
+            cut = node.slice[0].slice
+            size = times_size(cut.lower, index) if cut.lower is not None else None
+            upper = code(cut.upper).replace(" ", "") if cut.upper is not None else ""
+            if size is not None and (times_size(cut.upper, f"{index}+1") == size or upper == f"{index}*{size}+{size}"):
+                return True
+    return False
+
+
+def _loads_tensors_in_pieces(source: cst.BaseExpression) -> bool:
+    """`DataLoader(TensorDataset(x, w), batch_size=piece)`: tensors in hand (one batch's) walked a piece at
+    a time."""
+    if not (isinstance(source, cst.Call) and last_part(dotted(source.func) or "") in cat.DATA_LOADERS
+            and source.args):
+        return False
+    dataset = source.args[0].value
+    return isinstance(dataset, cst.Call) and last_part(dotted(dataset.func) or "") == cat.TENSOR_DATASET
 
 
 def _runs_until_counted(loop: cst.While) -> bool:
@@ -1407,12 +1465,19 @@ def _walks_row_groups(source: cst.BaseExpression, scope: Scope) -> bool:
 
 
 def _bound_once(node: cst.BaseExpression, scope: Scope) -> cst.BaseExpression | None:
-    """The value a name is bound to by its one plain assignment in the scope; an expression itself."""
+    """The value a name is bound to by its one plain assignment in the scope (or its item of a tuple
+    unpacked there); an expression itself."""
     name = dotted(node)
     if name is None:
         return node
     defs = scope.defs_of(name)
-    return defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN else None
+    if len(defs) != 1:
+        return None
+    value = defs[0].value
+    if defs[0].op is DefOp.UNPACK and isinstance(value, cst.Tuple) and defs[0].index is not None \
+            and defs[0].index < len(value.elements):
+        return value.elements[defs[0].index].value  # `xs, ys = x.split(k), y.split(k)`
+    return value if defs[0].op is DefOp.ASSIGN else None
 
 
 def _cuts_rows(value: cst.BaseExpression, scope: Scope) -> bool:
