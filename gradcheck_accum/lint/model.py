@@ -648,6 +648,16 @@ class FileModel:
         so no backward reaches a DDP wrapper's hooks and it all-reduces nothing (a frozen generator)."""
         return _grad_off(event.ctx)
 
+    def in_unread_context_given(self, event: Event, names: set[str]) -> bool:
+        """Does the event run inside a `with` of a call that is handed one of `names` (the DDP model) and
+        that the project cannot read: no function of the project, nothing of torch's (`with
+        sync_ctx(ddp, last_round):` from an installed package)? It may switch the all-reduce off."""
+        scope = event.scope or self.scopes[0]
+        imports = scope.imports or self.imports
+        return any(any(dotted(a.value) in names for a in call.args)
+                   and not (imports.qualify(call.func) or "").startswith(cat.TORCH_MODULE_PREFIX)
+                   and self.inliner.resolve(scope, call) is None for call in event.ctx.withs)
+
     @staticmethod
     def output_detached(event: Event) -> bool:
         """Is what this forward returns cut from the graph before anything reads it (`teacher(x).detach()`,
