@@ -306,8 +306,24 @@ class FileModel:
         written, in the function's own scope (a method walked from a caller reads them there too)."""
         switches = self._scaler_switches(scope, backward)
         # `if not use_amp:` or the `else` of `if use_amp:`, read as paths.py reads configuration tests
-        return bool(switches) and all(any(decision(g)[:2] == (code(switch), False) for g in event.ctx.guards)
+        return bool(switches) and all(any(self._tests_switch(g, switch, False, scope) for g in event.ctx.guards)
                                       for switch in switches)
+
+    def _tests_switch(self, guard: Guard, switch: cst.BaseExpression, value: bool, scope: Scope) -> bool:
+        """Does the guard hold where `switch` is `value`: its test is the switch, or a name bound once to
+        what the switch reads (`use_amp = args.amp` against `GradScaler(enabled=args.amp)`)?"""
+        taken = decision(guard)
+        return taken.value == value and self._switch_text(taken.test, scope) == self._switch_text(switch, scope)
+
+    @staticmethod
+    def _switch_text(node: cst.BaseExpression, scope: Scope) -> str:
+        """A setting's text, through a plain name bound once, outside loops, to another name or attribute."""
+        name = dotted(node)
+        defs = scope.defs_of(name) if name is not None and "." not in name else []
+        if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and not defs[0].ctx.loops \
+                and isinstance(defs[0].value, (cst.Name, cst.Attribute)):
+            return code(defs[0].value)
+        return code(node)
 
     def unscaled_where_clipped(self, scope: Scope, backward: Event, unscales: list[Event], clip: Event,
                                taken: tuple[Guard, ...] = ()) -> bool:
@@ -346,21 +362,36 @@ class FileModel:
         if not extra:
             return True
         switches = self._scaler_switches(scope, backward)
-        return bool(switches) and all(any(decision(g)[:2] == (code(switch), True) for switch in switches)
+        if switches is None and not self._scaler_built_here(scope, backward):
+            # a scaler made elsewhere (`scaler = manager.scaler`), whose `enabled=` this function cannot
+            # read: an unscale under a plain setting (`if use_amp:`) may run exactly where it scales
+            return all(dotted(decision(g).test) is not None for g in extra)
+        return bool(switches) and all(any(self._tests_switch(g, switch, True, scope) for switch in switches)
                                       for g in extra)
 
     def _scaler_switches(self, scope: Scope, backward: Event) -> list[cst.BaseExpression] | None:
         """The `enabled=` of every binding of the backward's GradScaler; None unless each has one."""
+        constructions = self._scaler_constructions(scope, backward)
+        switches = [keyword(made, cat.SCALER_SWITCH) if made is not None else None for made in constructions]
+        return None if not switches or None in switches else switches
+
+    def _scaler_built_here(self, scope: Scope, backward: Event) -> bool:
+        """Is every binding of the backward's scaler, in its function or its class, a GradScaler made there?"""
+        constructions = self._scaler_constructions(scope, backward)
+        return bool(constructions) and None not in constructions
+
+    def _scaler_constructions(self, scope: Scope, backward: Event) -> list[cst.Call | None]:
+        """For each binding of the backward's scaler in its function (and, for `self.scaler`, its class's
+        methods): the GradScaler construction it binds, or None for another value (`manager.scaler`)."""
         scope = next((s for s in self.scopes if s.node is scope.node and s.frame is None), scope)
         scaler = _scaler_as_written(backward)
         if scaler is None:
-            return None
+            return []
         scopes = [scope] + ([s for s in self.scopes if s.owner is scope.owner and s is not scope]
                             if scaler.startswith("self.") and scope.owner is not None else [])
         defs = [d for s in scopes for d in s.defs_of(scaler) if d.op.rebinds]
-        switches = [keyword(d.value, cat.SCALER_SWITCH) if isinstance(d.value, cst.Call) and Role.SCALER in
-                    constructor_roles(d.value, self.imports, no_roles) else None for d in defs]
-        return None if not switches or None in switches else switches
+        return [d.value if isinstance(d.value, cst.Call) and Role.SCALER in
+                constructor_roles(d.value, self.imports, no_roles) else None for d in defs]
 
     def straight_line_clears(self) -> Iterator[tuple[Scope, Event, Event]]:
         """Outside loops: a clear between a backward and the step of the same optimizer (windows.py)."""
