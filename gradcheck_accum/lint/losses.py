@@ -189,6 +189,9 @@ class LossTracer:
             facts.names.add(item)
             if self._trace_defs(item, scope, before, facts, depth):
                 return
+        entries = self._entries(node, scope, before) if item is not None else None
+        if entries and self._trace_returned(entries, facts, depth):
+            return  # `terms["mse"]` of `terms = {"mse": ...}`, or `losses["loss"]` of a function returning one
         if isinstance(node, cst.Attribute) and node.attr.value == "loss" and isinstance(node.value, cst.Call) \
                 and self._masked_labels(node.value, scope, before):
             facts.token_level = True  # `model(**batch).loss`, read as `outputs.loss` is below
@@ -354,6 +357,37 @@ class LossTracer:
         if len(fields) != len(returned) or any(value is None for value, _, _ in fields):
             return False
         return self._trace_returned(fields, facts, depth)
+
+    def _entries(self, node: cst.Subscript, scope: Scope, before: int) -> list[tuple[cst.BaseExpression, Scope, int]]:
+        """What `x["key"]` holds where nothing stores under that key: the key's value in the dict literal
+        `x` is bound to (`terms = {"mse": err}`), or, for `x` bound to a call of a project function (or for
+        that call itself), the entry under that key of what each of its returns holds, read where it
+        returns (`return terms` after `terms["loss"] = ...`). Empty when any of them cannot be read."""
+        key = node.slice[0].slice.value
+        value, where, at = node.value, scope, before
+        if isinstance(value, cst.Name):
+            defs = [d for d in scope.defs_of(value.value, before) if d.op is not DefOp.ITEM]
+            if len(defs) != 1 or defs[0].op is not DefOp.ASSIGN or defs[0].value is None:
+                return []
+            value, where, at = defs[0].value, defs[0].scope or scope, defs[0].order
+        if isinstance(value, cst.Dict):
+            found = [e.value for e in value.elements if isinstance(e, cst.DictElement) and code(e.key) == code(key)]
+            return [(found[0], where, at)] if len(found) == 1 else []
+        if not isinstance(value, cst.Call) or self.returns is None:
+            return []
+        entries = []
+        for returned, inner, point in self.returns(value, where, at) or ():
+            if isinstance(returned, cst.Dict):
+                found = [e.value for e in returned.elements if isinstance(e, cst.DictElement)
+                         and code(e.key) == code(key)]
+                if len(found) != 1:
+                    return []
+                entries.append((found[0], inner, point))
+            elif isinstance(returned, cst.Name):
+                entries.append((node.with_changes(value=returned), inner, point))
+            else:
+                return []
+        return entries
 
     def _returned_element(self, node: cst.BaseExpression, scope: Scope, before: int) \
             -> tuple[cst.Call, int, Scope] | None:
