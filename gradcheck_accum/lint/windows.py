@@ -878,20 +878,34 @@ def _draws_a_batch_per_count(loop: cst.For) -> bool:
 
 
 def _walks_strided_slices(loop: cst.For) -> bool:
-    """`for lo in range(0, n, m): ... x[lo:lo + m]` (or `hi = lo + m` first): the rows of one batch cut
-    into consecutive slices of a stride, one micro-batch each, whatever the stride is called."""
+    """`for lo in range(0, n, m): ... x[lo:lo + m]` (or `hi = lo + m` first, or `min(lo + m, n)`, or a
+    `slice(lo, ...)` object): the rows of one batch cut into consecutive slices of a stride, one
+    micro-batch each, whatever the stride is called."""
     iterated = loop.iter
     if not (isinstance(iterated, cst.Call) and call_receiver(iterated) == (None, "range") and len(iterated.args) == 3
             and isinstance(loop.target, cst.Name)):
         return False
     start, stride = loop.target.value, code(iterated.args[2].value).replace(" ", "")
     ends = {f"{start}+{stride}", f"{stride}+{start}"}
-    for node in walk(loop.body):  # `hi = lo + m`: a name for the slice's end
+
+    def ends_slice(upper: cst.BaseExpression | None) -> bool:
+        """`lo + m`, or `min(lo + m, n)` that stops the last slice at the end of the rows."""
+        if isinstance(upper, cst.Call) and call_receiver(upper) == (None, cat.CAPPING_BUILTIN):
+            return any(ends_slice(a.value) for a in upper.args)
+        return upper is not None and code(upper).replace(" ", "") in ends
+
+    for node in walk(loop.body):  # `hi = lo + m`, `stop = min(lo + m, n)`: a name for the slice's end
         if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) \
-                and code(node.value).replace(" ", "") in ends:
+                and ends_slice(node.value):
             ends.add(node.targets[0].target.value)
-    return any(isinstance(node, cst.Slice) and node.lower is not None and node.upper is not None
-               and code(node.lower) == start and code(node.upper).replace(" ", "") in ends for node in walk(loop.body))
+    for node in walk(loop.body):
+        if isinstance(node, cst.Slice) and node.lower is not None and code(node.lower) == start \
+                and ends_slice(node.upper):
+            return True
+        if isinstance(node, cst.Call) and call_receiver(node) == (None, "slice") and len(node.args) == 2 \
+                and code(node.args[0].value) == start and ends_slice(node.args[1].value):
+            return True  # `part = slice(lo, min(lo + m, n))`, then `x[part]`
+    return False
 
 
 def _counting_index(loop: cst.For) -> str | None:
