@@ -904,7 +904,7 @@ class Inliner:
         init = self.project.lookup_method(owner, "__init__")
         loaded = self.context.load(init.path) if init is not None else None
         function = loaded.functions.get(init.qualname) if loaded is not None else None
-        bound = _bound_parameter(function, attribute) if function is not None else None
+        bound = bound_parameter(function, attribute) if function is not None else None
         return (init, bound) if init is not None and bound is not None else None
 
     def _attribute_callable(self, owner: ClassRef, attribute: str) -> FunctionRef | None:
@@ -1881,7 +1881,7 @@ def _is_stub(function: cst.FunctionDef) -> bool:
     return True
 
 
-def _bound_parameter(function: cst.FunctionDef, attribute: str) -> str | None:
+def bound_parameter(function: cst.FunctionDef, attribute: str) -> str | None:
     """The parameter `__init__` binds `self.attribute` to (`self.criterion = criterion`), when that
     is the attribute's only binding there."""
     parameters = parameter_names(function)

@@ -16,7 +16,7 @@ from gradcheck_accum.lint.catalogue import DDP_NO_SYNC, DDP_SYNC_FLAG, SYNCS_AT_
 from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift, Tail, TailFate, distance_shift,
                                           pass_kind, pass_length, step_count_bound, unstepped_tail)
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.inlining import Inliner, ProjectContext
+from gradcheck_accum.lint.inlining import Inliner, ProjectContext, bound_parameter
 from gradcheck_accum.lint.project import ClassRef, FunctionRef
 from gradcheck_accum.lint.project.summary import MODULE_CODE
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returned_loss, row_width,
@@ -919,15 +919,37 @@ class FileModel:
         function = scope.node
         if scope.frame is not None or scope.owner is not None or not isinstance(function, cst.FunctionDef):
             return []
+        return [(argument, caller, call)
+                for call, caller in self._calls_of(function.name.value) if caller.node is not function
+                for parameter, argument in paired_arguments(call, function, None) if parameter == name]
+
+    def _calls_of(self, callee: str) -> list[tuple[cst.Call, Scope]]:
+        """The calls written `callee(...)` in this file's functions, each with its scope."""
         if self._calls_by_callee is None:
             self._calls_by_callee = {}
             for caller in self.scopes:
                 if caller.frame is None and isinstance(caller.node, cst.FunctionDef):
                     for call in iter_calls(caller.node.body):
                         self._calls_by_callee.setdefault(dotted(call.func) or "", []).append((call, caller))
-        return [(argument, caller, call)
-                for call, caller in self._calls_by_callee.get(function.name.value, []) if caller.node is not function
-                for parameter, argument in paired_arguments(call, function, None) if parameter == name]
+        return self._calls_by_callee.get(callee, [])
+
+    def handed_names(self, scope: Scope, name: str) -> set[str]:
+        """The names what `name` holds in a function of this file goes by where it is handed over in this
+        file: its own, the arguments the file's calls bind to it when it is a parameter (`run(net, opt,
+        sched)` for `def run(net, optimizer, scheduler)`), and for `self.x` that `__init__` binds to a
+        parameter, the arguments the file's constructions of the class pass for it (`Loop(sched=sched)`)."""
+        names = {name}
+        names |= {found for argument, _, _ in self.passed_to(name, scope) if (found := dotted(argument))}
+        head, _, attribute = name.partition(".")
+        owner = scope.owner
+        if head in SELF_NAMES and attribute and "." not in attribute and owner is not None and scope.frame is None:
+            init = next((m for m in owner.body.body if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"),
+                        None)
+            parameter = bound_parameter(init, attribute) if init is not None else None
+            names |= {found for call, _ in self._calls_of(owner.name.value) if parameter is not None
+                      for bound, argument in paired_arguments(call, init, None)
+                      if bound == parameter and (found := dotted(argument))}
+        return names
 
     def length_multiplies_windows(self, scope: Scope, built: Event, window: Window) -> bool:
         """Is the scheduler's length a count of windows multiplied back by N

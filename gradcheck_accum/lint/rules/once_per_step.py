@@ -69,7 +69,9 @@ class ScheduleLengthIgnoresAccumulation(Rule):
                 # a prepared scheduler steps with the optimizer, unless the project's accelerate predates that
                 prepared = Role.PREPARED in e.roles and not model.prepared_schedulers_step_every_micro_batch
                 if w.placement(e) is _BOUNDARY or (w.shape is WindowShape.FRAMEWORK and prepared):
-                    per_window.setdefault(e.target, []).append(w)
+                    # under the names it is built and handed over by in this file (`Loop(sched=sched)`)
+                    for name in model.handed_names(e.scope or w.scope, e.target) if e.target else (None,):
+                        per_window.setdefault(name, []).append(w)
         for _, built in reversed(model.events(EventKind.SCHEDULER_BUILT)):  # the composite after its parts
             for part in model.scheduler_parts(built) if built.target in per_window else ():
                 per_window.setdefault(part, []).extend(per_window[built.target])
