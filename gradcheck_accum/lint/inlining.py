@@ -946,6 +946,11 @@ class Inliner:
                 if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call)
                 and any(dotted(target.target) in bound for target in small.targets)]
 
+    def module_of(self, scope: Scope) -> cst.Module | None:
+        """The module a scope's function is written in (a function walked in place: its own file's)."""
+        origin = self._origin.get(id(scope))
+        return origin[0].module if origin is not None else None
+
     def attribute_roles(self, scope: Scope, attribute: str) -> frozenset[Role]:
         """The roles the constructions of a method's class hand the `__init__` parameter it keeps as
         `self.<attribute>` (the union: some construction passes it)."""

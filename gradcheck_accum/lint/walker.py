@@ -17,8 +17,9 @@ from gradcheck_accum.lint.bindings import (LITERAL_TRUTH, constructor_roles, dee
                                            roles_from_name, unpacked_roles)
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, dotted, full_names, item_name,
-                                        iter_calls, iter_names, keyword, last_part, parameter_names, positional, walk)
+from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, full_names,
+                                        item_name, iter_calls, iter_names, keyword, last_part, parameter_names, positional,
+                                        walk)
 from gradcheck_accum.lint.paths import excluded_by, rebound_since
 from gradcheck_accum.lint.predicates import (analyze, caller_name, clipping_factor, excludes_only_single_windows,
                                              parameter_value)
@@ -57,6 +58,9 @@ if TYPE_CHECKING:
 
         def runs_hooks(self, scope: Scope, loop: "Loop") -> bool:
             """Is the loop a callback system's pass over its objects, running a hook on each?"""
+
+        def module_of(self, scope: Scope) -> "cst.Module | None":
+            """The module a scope's function is written in."""
 
         def predicate(self, walker: "ScopeWalker", test: cst.BaseExpression, ctx: Context, at: int | None = None) \
                 -> "tuple[cst.BaseExpression, Scope] | None":
@@ -698,6 +702,8 @@ class ScopeWalker:
             return False
         if api.on_grad and not self._reaches_grad(target or dotted(_same_tensor(receiver))):
             return False
+        if api.on_grad and api.event is EventKind.ZERO_GRAD and self._grad_of_made_tensor(target):
+            return False
         if api.clips_by_factor and not clipping_factor(positional(call, 0) or keyword(call, "other"), self.scope):
             return False
         if api.arguments is not None and api.arguments != bool(call.args):
@@ -706,6 +712,25 @@ class ScopeWalker:
                 any(a.keyword is None for a in call.args):
             return False  # a name that only looks like a scheduler, called like something else
         return True
+
+    def _grad_of_made_tensor(self, target: str | None) -> bool:
+        """Is `x.grad` the gradient of a tensor the code makes, no parameter: `x` walks `self.buffers`
+        (or a name), every binding of which in the module is a list of tensors made by a torch factory
+        (`[torch.zeros(shape, requires_grad=True) for _ in range(k)]`) or cut from another tensor
+        (`torch.chunk(x, k)`): a pipeline stage's received activations, whose `.grad` it zeroes."""
+        owner = target.split(".grad")[0] if target and ".grad" in target else None
+        defs = self.scope.defs_of(owner) if owner and "." not in owner else []
+        if len(defs) != 1 or defs[0].op is not DefOp.LOOP_TARGET or not isinstance(defs[0].value, (cst.Name,
+                                                                                                      cst.Attribute)):
+            return False
+        container = code(defs[0].value)
+        module = self.scope.module or (self.inliner.module_of(self.scope) if self.inliner is not None else None)
+        if module is None:
+            return False
+        values = [small.value for node in walk(module) if isinstance(node, cst.SimpleStatementLine)
+                  for small in node.body if isinstance(small, cst.Assign)
+                  and any(code(t.target) == container for t in small.targets)]
+        return bool(values) and all(_made_tensors(value) for value in values)
 
     def _reaches_grad(self, name: str | None) -> bool:
         """`p.grad`, or a name each of whose values is one: `for g in grads` over
@@ -800,6 +825,16 @@ def _bound_method_read(value: cst.BaseExpression) -> Api | None:
         if kind not in closed:
             stack.extend(children(node))
     return None
+
+
+def _made_tensors(value: cst.BaseExpression) -> bool:
+    """None, a list of tensors a torch factory makes (`[torch.zeros(...) for _ in range(k)]`), or the
+    pieces `chunk`/`split` cut from a tensor: no parameters among them."""
+    if isinstance(value, cst.Name) and value.value == "None":
+        return True
+    if isinstance(value, (cst.ListComp, cst.GeneratorExp)):
+        value = value.elt
+    return isinstance(value, cst.Call) and call_receiver(value)[1] in cat.TENSOR_FACTORIES
 
 
 def _on_grad(name: str | None) -> bool:
