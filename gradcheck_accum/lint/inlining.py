@@ -572,8 +572,8 @@ class Inliner:
         effects = self._effects(ref, function, call)
         if not effects or _on_stack(walker.scope, function):
             return False
-        if effects & _BACKWARDS and self._loop_backpropagates(ref, function) and any(
-                f.node is function and self._root_of.get(id(f)) is walker.root for f in self.frames):
+        if effects & _BACKWARDS and any(f.node is function and self._root_of.get(id(f)) is walker.root
+                                        for f in self.frames) and self._loop_backpropagates(ref, function):
             # walked in place twice into one scope, its loop would be one loop (loops are told apart
             # by their node) holding both calls' micro-batches: the second call stays a plain call.
             # A function whose loops do not backpropagate (a check of every parameter's gradient after

@@ -358,7 +358,8 @@ class LossTracer:
             return False
         return self._trace_returned(fields, facts, depth)
 
-    def _entries(self, node: cst.Subscript, scope: Scope, before: int) -> list[tuple[cst.BaseExpression, Scope, int]]:
+    def _entries(self, node: cst.Subscript, scope: Scope,
+                 before: int) -> list[tuple[cst.BaseExpression, Scope, int]]:
         """What `x["key"]` holds where nothing stores under that key: the key's value in the dict literal
         `x` is bound to (`terms = {"mse": err}`), or, for `x` bound to a call of a project function (or for
         that call itself), the entry under that key of what each of its returns holds, read where it
@@ -371,18 +372,17 @@ class LossTracer:
                 return []
             value, where, at = defs[0].value, defs[0].scope or scope, defs[0].order
         if isinstance(value, cst.Dict):
-            found = [e.value for e in value.elements if isinstance(e, cst.DictElement) and code(e.key) == code(key)]
-            return [(found[0], where, at)] if len(found) == 1 else []
+            entry = _dict_entry(value, key)
+            return [(entry, where, at)] if entry is not None else []
         if not isinstance(value, cst.Call) or self.returns is None:
             return []
         entries = []
         for returned, inner, point in self.returns(value, where, at) or ():
             if isinstance(returned, cst.Dict):
-                found = [e.value for e in returned.elements if isinstance(e, cst.DictElement)
-                         and code(e.key) == code(key)]
-                if len(found) != 1:
+                entry = _dict_entry(returned, key)
+                if entry is None:
                     return []
-                entries.append((found[0], inner, point))
+                entries.append((entry, inner, point))
             elif isinstance(returned, cst.Name):
                 entries.append((node.with_changes(value=returned), inner, point))
             else:
@@ -982,6 +982,12 @@ class LossTracer:
 
 _CALL_METHOD = "__call__"  # what a collator instance runs on each batch
 _LOSS_ROLES = frozenset({Role.CRITERION, Role.SUM_LOSS, Role.TOKEN_LOSS})
+
+
+def _dict_entry(literal: cst.Dict, key: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The value a dict literal gives `key` (written alike), when it gives it once."""
+    found = [e.value for e in literal.elements if isinstance(e, cst.DictElement) and code(e.key) == code(key)]
+    return found[0] if len(found) == 1 else None
 
 
 def summed_loss_name(expr: cst.BaseExpression | None) -> str | None:

@@ -18,8 +18,8 @@ from gradcheck_accum.lint.bindings import (LITERAL_TRUTH, constructor_roles, dee
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, full_names,
-                                        item_name, iter_calls, iter_names, keyword, last_part, parameter_names, positional,
-                                        walk)
+                                        item_name, iter_calls, iter_names, keyword, last_part, parameter_names,
+                                        positional, walk)
 from gradcheck_accum.lint.paths import excluded_by, rebound_since
 from gradcheck_accum.lint.predicates import (analyze, caller_name, clipping_factor, excludes_only_single_windows,
                                              parameter_value)

@@ -25,8 +25,9 @@ from gradcheck_accum.lint.names import (SELF_NAMES, assigned_names, call_receive
                                         is_one, iter_calls, iter_names, keyword, last_part, positional,
                                         statement_blocks, top_level_statements, walk)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
-from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, clipping_factor, conjuncts,
-                                             ends_with_break, guard_boundary, is_accumulation_count, plus_one, reads_length)
+from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, clipping_factor,
+                                             conjuncts, ends_with_break, guard_boundary, is_accumulation_count,
+                                             plus_one, reads_length)
 from gradcheck_accum.lint.vocabulary import Def, DefOp, Event, EventKind, Exit, Framework, Guard, Role, Scope, Tag
 
 if TYPE_CHECKING:
