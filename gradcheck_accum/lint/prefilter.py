@@ -44,18 +44,18 @@ def screen(text: str, rules: list[type[Rule]], hollowing: bool = True,
             hollowing = False
     present = _Presence(f"{text}\n{elsewhere}")
     candidates = [rule for rule in rules if rule.could_fire(present.text, present)]
-    if not any(rule.needs_training_loop() for rule in candidates):
+    if not any(rule.needs_training_loop(present) for rule in candidates):
         return candidates, None
     # The few files that get this far are worth a closer look before libcst parses them.
     text = one_newline(text)
     code = code if code is not None else blank_strings_and_comments(text)
     in_code = _Presence(f"{code}\n{blank_strings_and_comments(one_newline(elsewhere))}" if elsewhere else code)
     candidates = [rule for rule in candidates if all(in_code(need) for need in rule.requires if calls_only(need))]
-    if not any(rule.needs_training_loop() for rule in candidates):
+    if not any(rule.needs_training_loop(present) for rule in candidates):
         return candidates, None
     reached, outline = _loops_reach_backward(text, code, tree)
     if not reached and not reached_elsewhere:
-        candidates = [rule for rule in candidates if not rule.needs_training_loop()]
+        candidates = [rule for rule in candidates if not rule.needs_training_loop(present)]
     return candidates, hollow(outline, candidates) if hollowing and outline is not None and candidates else None
 
 

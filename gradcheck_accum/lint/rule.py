@@ -64,8 +64,13 @@ class Rule(abc.ABC):
         """The rule's findings on one file."""
 
     @classmethod
-    def needs_training_loop(cls) -> bool:
-        return Fact.TRAINING_LOOP in cls.requires
+    def needs_training_loop(cls, present: Callable[[Need], bool] | None = None) -> bool:
+        """Can the rule report only inside a loop that reaches a backward: it requires one outright, or
+        as one of a group of needs (`(TRAINING_LOOP, HOOKS)`) none of whose others the file shows?"""
+        def alone(group: tuple[Need, ...]) -> bool:
+            return present is not None and not any(present(other) for other in group if other is not Fact.TRAINING_LOOP)
+        return any(need is Fact.TRAINING_LOOP or isinstance(need, tuple) and Fact.TRAINING_LOOP in need and alone(need)
+                   for need in cls.requires)
 
     @classmethod
     def could_fire(cls, text: str, present: Callable[[Need], bool] | None = None) -> bool:

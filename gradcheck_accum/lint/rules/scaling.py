@@ -104,7 +104,7 @@ class MeanOfMeansTokenLoss(Rule):
     # by hand (the loss, or the summed gradients after the backwards), or by a framework: its loop
     # around a hook of the file
     requires = ((Fact.TRAINING_LOOP, Fact.HOOKS),
-                (Fact.LOSS_DIVIDED, EventKind.GRAD_SCALE, Fact.FRAMEWORK_DIVIDES_LOSS, Fact.HOOKS))
+                (Fact.LOSS_DIVIDED, EventKind.GRAD_SCALE, Fact.FRAMEWORK_DIVIDES_LOSS))
     # the callers of a loop's function: the criterion or model they hand it decides the loss's mean;
     # transformers: the compute_loss of any Trainer subclass
     reads_outside_windows = (Fact.CALLERS, Fact.HOOKS)
