@@ -505,8 +505,9 @@ ZERO_PADDING_FUNCTIONS = frozenset({"pad_sequence"})
 ZERO_ALLOCATORS = frozenset({"zeros", "zeros_like", "new_zeros"})
 # What makes tensors (or cuts one into pieces) without parameters among them: the `.grad` of such a
 # tensor is an activation's (a pipeline stage's received input), not a parameter's.
+CHUNKING_METHODS = frozenset({"chunk", "split", "tensor_split"})  # a tensor cut into pieces along a dimension
 TENSOR_FACTORIES = frozenset({"zeros", "zeros_like", "empty", "empty_like", "ones", "ones_like", "randn", "rand",
-                              "full", "chunk", "split", "tensor_split"})
+                              "full"}) | CHUNKING_METHODS
 ONES_FILLS = frozenset({"ones", "ones_like", "new_ones"})  # times a value: a tensor of that value
 # Collators (transformers, trl) that write IGNORED_LABEL into the labels of what they pad or hide, so
 # the number of labels a model's loss averages over changes from batch to batch; with a keyword that

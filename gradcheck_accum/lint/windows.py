@@ -882,11 +882,10 @@ def _walks_strided_slices(loop: cst.For) -> bool:
     """`for lo in range(0, n, m): ... x[lo:lo + m]` (or `hi = lo + m` first, or `min(lo + m, n)`, or a
     `slice(lo, ...)` object): the rows of one batch cut into consecutive slices of a stride, one
     micro-batch each, whatever the stride is called."""
-    iterated = loop.iter
-    if not (isinstance(iterated, cst.Call) and call_receiver(iterated) == (None, "range") and len(iterated.args) == 3
-            and isinstance(loop.target, cst.Name)):
+    start = _counting_index(loop)
+    if start is None or len(loop.iter.args) != 3:
         return False
-    start, stride = loop.target.value, code(iterated.args[2].value).replace(" ", "")
+    stride = code(loop.iter.args[2].value).replace(" ", "")
     ends = {f"{start}+{stride}", f"{stride}+{start}"}
 
     def ends_slice(upper: cst.BaseExpression | None) -> bool:
@@ -924,10 +923,10 @@ def _indexes_row_groups(loop: cst.For, scope: Scope) -> bool:
     index = _counting_index(loop)
     if index is None:
         return False
-    cut = {dotted(node.value) for node in walk(loop.body) if isinstance(node, cst.Subscript)
-           and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
-           and code(node.slice[0].slice.value) == index and dotted(node.value) is not None}
-    return len([name for name in cut if (value := _bound_once(cst.parse_expression(name), scope)) is not None
+    indexed = {dotted(node.value): node.value for node in walk(loop.body) if isinstance(node, cst.Subscript)
+               and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
+               and code(node.slice[0].slice.value) == index and dotted(node.value) is not None}
+    return len([name for name, tensors in indexed.items() if (value := _bound_once(tensors, scope)) is not None
                 and _cuts_rows(value, scope)]) >= 2
 
 
@@ -1459,10 +1458,7 @@ def _self_updating_loops(events: list[Event]) -> set[int]:
 
 
 def _is_chunking(source: cst.BaseExpression) -> bool:
-    return isinstance(source, cst.Call) and call_receiver(source)[1] in _CHUNKING
-
-
-_CHUNKING = {"chunk", "split", "tensor_split"}
+    return isinstance(source, cst.Call) and call_receiver(source)[1] in cat.CHUNKING_METHODS
 
 
 def _walks_row_groups(source: cst.BaseExpression, scope: Scope) -> bool:
@@ -1500,7 +1496,7 @@ def _cuts_rows(value: cst.BaseExpression, scope: Scope) -> bool:
     if not isinstance(value, cst.Call):
         return False
     _, method = call_receiver(value)
-    if method in _CHUNKING:
+    if method in cat.CHUNKING_METHODS:
         dim = keyword(value, "dim") or positional(value, 1)
         return dim is None or isinstance(dim, cst.Integer) and dim.value == "0"
     if method in ("reshape", "view") and len(value.args) >= 2:

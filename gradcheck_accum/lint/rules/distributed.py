@@ -55,8 +55,8 @@ class DdpSyncEveryMicroBatch(Rule):
             if not forwards or any(e.kind is EventKind.SYNC_CONTROL and window.path.allows(e) for e in in_nest):
                 continue
             backwards = [e for e in window.backwards if not e.via_helper]
-            if not backwards or any(model.in_unread_context_given(e, {f.target for f in forwards if f.target})
-                                    for e in backwards):
+            ddp_names = {f.target for f in forwards if f.target}
+            if not backwards or any(model.in_unread_context_given(e, ddp_names) for e in backwards):
                 continue  # a context manager the project cannot read, handed the model, may skip the sync
             roles = frozenset().union(*(e.roles | e.argument_roles for e in forwards))
             if Role.SHARDED in roles and Role.REPLICATED not in roles:
