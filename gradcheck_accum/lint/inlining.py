@@ -427,6 +427,9 @@ class Inliner:
             ref = self._callables.get(id(scope), {}).get(head)
         if ref is None:
             ref = self.project.resolve_call(FunctionRef(module.path, qualname), text)
+        if ref is None and self._capturing in self.project.resolve_call_alternatives(FunctionRef(module.path, qualname),
+                                                                                     text):
+            ref = self._capturing  # a caller read for what it passes to one of the functions the call may run
         if ref is None and head in SELF_NAMES and len(rest) == 1:  # `self.criterion = criterion` in __init__
             owner = self_class or self.project.class_of(FunctionRef(module.path, qualname))
             ref = self._attribute_callable(owner, rest[0]) if owner is not None else None

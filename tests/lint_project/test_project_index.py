@@ -207,6 +207,61 @@ def test_nested_functions_locals_and_class_methods(tmp_path):
     assert proj.effects(outer) == {"backward"}
 
 
+def test_a_receiver_that_is_one_of_several_classes(tmp_path):
+    write(tmp_path, {"runners.py": """
+        class Runner:
+            def run(self, model):
+                model.backward()
+            def close(self):
+                pass
+
+        class AmpRunner(Runner):
+            def run(self, model):
+                model.step()
+
+        class Other:
+            def run(self, model):
+                pass
+
+        def make(cfg):
+            if cfg.amp:
+                return AmpRunner()
+            return Runner()
+
+        def make_or_unknown(cfg):
+            if cfg.amp:
+                return AmpRunner()
+            return cfg.runner
+
+        def script(cfg, model):
+            runner = make(cfg)
+            runner.run(model)
+            runner.close()
+            cls = Other if cfg.other else AmpRunner
+            other = cls()
+            other.run(model)
+            same = (AmpRunner if cfg.amp else Runner)()
+            same.close()
+            unknown = make_or_unknown(cfg)
+            unknown.run(model)
+    """})
+    proj = project(tmp_path)
+    path = tmp_path / "runners.py"
+    script = FunctionRef(path, "script")
+    run = {name: FunctionRef(path, f"{name}.run") for name in ("Runner", "AmpRunner", "Other")}
+    # the one method all the classes run resolves; where they differ, the call may run each
+    assert proj.resolve_call(script, "runner.close") == FunctionRef(path, "Runner.close")
+    assert proj.resolve_call(script, "same.close") == FunctionRef(path, "Runner.close")
+    assert proj.resolve_call(script, "runner.run") is None
+    assert set(proj.resolve_call_alternatives(script, "runner.run")) == {run["Runner"], run["AmpRunner"]}
+    assert set(proj.resolve_call_alternatives(script, "other.run")) == {run["Other"], run["AmpRunner"]}
+    assert proj.resolve_call_alternatives(script, "unknown.run") == ()  # one of them is not known
+    assert proj.resolve_call_alternatives(script, "runner.close") == ()  # resolve_call knows it
+    assert [site.caller for site in proj.callers(run["Runner"])] == [script]
+    assert proj.resolve_class(path, "make") is None
+    assert proj.resolve_classes(path, "make") == [ClassRef(path, "AmpRunner"), ClassRef(path, "Runner")]
+
+
 def test_cycles_in_calls_and_bases_end(tmp_path):
     write(tmp_path, {"m.py": """
         from m import B

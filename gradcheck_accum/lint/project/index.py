@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple, TypeVar
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.project.summary import (MODULE_CODE, REGISTRY, STAR, ClassSummary, FunctionSummary,
+from gradcheck_accum.lint.project.summary import (EITHER, MODULE_CODE, REGISTRY, STAR, ClassSummary, FunctionSummary,
                                                  ModuleSummary)
 
 T = TypeVar("T")
@@ -288,9 +288,28 @@ class Project:
             local = summary.functions.get(".".join(scopes[:end]))
             constructor = local.locals.get(parts[0]) if local is not None else None
             if constructor is not None:
-                owner = self.resolve_class(caller.path, constructor)
-                return self.member_call(owner, parts[1:]) if isinstance(owner, ClassRef) else None
+                # one of several classes (a factory returning either): the method all of them run
+                ran = {self.member_call(owner, parts[1:]) for owner in self.resolve_classes(caller.path, constructor)}
+                return ran.pop() if len(ran) == 1 else None
         return self._resolve_global(caller.path, parts, 0)
+
+    def resolve_call_alternatives(self, caller: FunctionRef, callee: str) -> tuple[FunctionRef, ...]:
+        """The project functions a call may run when its receiver is one of several project classes
+        (`trainer = build_trainer(cfg)`, which returns a `DetTrainer` or a `SegTrainer`, then
+        `trainer.fit(model)`): each class's method, where they differ; () where resolve_call knows the
+        one function, or nothing. Answered once per run, like resolve_call."""
+        def find() -> tuple[FunctionRef, ...]:
+            parts = callee.split(".")
+            if len(parts) < 2 or self.resolve_call(caller, callee) is not None:
+                return ()
+            local = self.function(caller)
+            constructor = local.locals.get(parts[0]) if local is not None else None
+            if constructor is None:
+                return ()
+            ran = {self.member_call(owner, parts[1:]) for owner in self.resolve_classes(caller.path, constructor)}
+            ran.discard(None)
+            return tuple(sorted(ran, key=str)) if len(ran) > 1 else ()
+        return self.summaries.remember(("alternatives", caller, callee), find)
 
     def _resolve_global(self, path: Path, parts: list[str], depth: int) -> FunctionRef | None:
         """`name`, `name.attr...` read at module level of `path`."""
@@ -351,33 +370,54 @@ class Project:
         """The class a name written in `path` refers to: a project class, the qualified name of a
         class from outside the project (`torch.nn.Module`), or None. A project function's name
         (`build_model`, or `load_model[0]` for element 0 of what it returns) refers to the project
-        class of the object it returns (FunctionSummary.produces)."""
+        class of the object it returns (FunctionSummary.produces). Where it may be one of several
+        classes, only what they all are (resolve_classes has each)."""
+        found = set(self._classes(path, written, depth))
+        return found.pop() if len(found) == 1 and None not in found else None
+
+    def resolve_classes(self, path: Path, written: str) -> list[ClassRef]:
+        """Each project class a name written in `path` may refer to: one for most, several for one of
+        several (a factory returning a `DetTrainer` or a `SegTrainer`, `cls = A if fast else B`); none
+        where one of them is not a project class (what runs there is not known)."""
+        found = self._classes(path, written, 0)
+        return list(dict.fromkeys(found)) if all(isinstance(cls, ClassRef) for cls in found) else []
+
+    def _classes(self, path: Path, written: str, depth: int) -> list[ClassRef | str | None]:
+        """What each alternative of a name may refer to (None where it is not known)."""
         if depth > _MAX_DEPTH:
-            return None
+            return [None]
+        if EITHER in written:
+            return [found for alternative in written.split(EITHER)
+                    for found in self._classes(path, alternative, depth + 1)]
         if written.endswith(REGISTRY):
-            return self._registry_class(path, written[:-len(REGISTRY)].rstrip("."), depth)
+            return [self._registry_class(path, written[:-len(REGISTRY)].rstrip("."), depth)]
         element = _ELEMENT.fullmatch(written)
         if element is None:
             found = self._named_class(path, written, depth)
             if found is not None:
-                return found
+                return [found]
         name, index = (element.group(1), int(element.group(2))) if element else (written, None)
         ref = self._resolve_global(path, name.split("."), depth + 1)
-        return self._produced_class(ref, index, depth) if ref is not None else None
+        return self._produced_classes(ref, index, depth) if ref is not None else [None]
 
     def _produced_class(self, ref: FunctionRef, index: int | None, depth: int) -> ClassRef | None:
-        """The project class of what a project function returns (element `index` of it)."""
+        """The project class of what a project function returns (element `index` of it), where it is one."""
+        found = set(self._produced_classes(ref, index, depth))
+        return found.pop() if len(found) == 1 and None not in found else None
+
+    def _produced_classes(self, ref: FunctionRef, index: int | None, depth: int) -> list[ClassRef | None]:
+        """The project classes a project function may return (element `index` of it); None where unknown."""
         function = self.function(ref)
         produced = function.produces if function is not None else None
         if isinstance(produced, list):
             produced = produced[index] if index is not None and index < len(produced) else None
         elif produced and index is not None:
             # `return load(...)`: element `index` of what that function returns
-            produced = None if _ELEMENT.fullmatch(produced) else f"{produced}[{index}]"
+            produced = None if _ELEMENT.fullmatch(produced) or EITHER in produced else f"{produced}[{index}]"
         if not produced:
-            return None
-        found = self.resolve_class(ref.path, produced, depth + 1)
-        return found if isinstance(found, ClassRef) else None
+            return [None]
+        return [found if isinstance(found, ClassRef) else None
+                for found in self._classes(ref.path, produced, depth + 1)]
 
     def _overridden_class(self, owner: ClassRef, name: str, index: int | None) -> ClassRef | None:
         """What a method of `owner` that makes nothing itself (an abstract `_build_model` a base trainer
@@ -720,7 +760,10 @@ class Project:
                         continue
                     i = len(calls.sites)
                     calls.sites.append(CallSite(caller, callee, in_loop))
-                    calls.by_target.setdefault(self.resolve_call(caller, callee), []).append(i)
+                    target = self.resolve_call(caller, callee)
+                    calls.by_target.setdefault(target, []).append(i)
+                    for alternative in self.resolve_call_alternatives(caller, callee) if target is None else ():
+                        calls.by_target.setdefault(alternative, []).append(i)  # it may run each
                     if callee in (f"self.{name}", f"cls.{name}"):
                         calls.self_calls_by_class.setdefault(self.class_of(caller), []).append(i)
         return calls

@@ -26,7 +26,10 @@ from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 STAR = "*"  # the key prefix of a star import in ModuleSummary.imports
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
 # The summary's shape: caches written for another shape are not read (store.py keys them by it).
-FORMAT = 11
+FORMAT = 12
+# Joins the alternatives of a value that is one of several (`return A(...)` and `return B(...)` in one
+# function, `A(...) if fast else B(...)`, `cls = A` or `cls = B` then `cls(...)`): "A|B" (index.py reads it).
+EITHER = "|"
 # What a call of a module's registry makes, as written (`models.__dict__[args.model](...)` ->
 # "models.__dict__[]", `globals()[name](...)` -> "__dict__[]"): one of the module's factories,
 # chosen by name at run time (index.resolve_class reads it).
@@ -198,6 +201,9 @@ class _Summarizer:
         self.offsets = [call.offset for call in self.calls]
         self._annotated: dict[int, dict[str, str]] = {}  # id(function summary) -> parameter -> annotated class
         self._forwards: set[int] = set()  # id(function summary) of the forward methods of classes
+        # id(function summary) -> local name -> the names it is bound to, where every binding so far
+        # is a name (`cls = FastTrainer` in one branch, `cls = Trainer` in the other); None otherwise
+        self._aliases: dict[int, dict[str, list[str] | None]] = {}
         self.summary = ModuleSummary(names=frozenset(
             word for word in words if word in code and re.search(rf"\b{re.escape(word)}\b", code))
             | _keyed_words(tree, frozenset(word for word in words if word in text)))
@@ -245,8 +251,8 @@ class _Summarizer:
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             self._assignment(stmt, prefix, cls, function)
         if isinstance(stmt, ast.Return) and stmt.value is not None:
-            produced = _produced_value(stmt.value, function.locals)
-            function.produces = produced if not function.returns or function.produces == produced else None
+            produced = _produced_value(stmt.value, function.locals, self._aliases.get(id(function)))
+            function.produces = produced if not function.returns else _either(function.produces, produced)
             function.returns = True
             function.passes_through = function.passes_through or _passes_parameter(stmt.value, function.params)
         compound = any(_bodies(stmt))
@@ -342,7 +348,13 @@ class _Summarizer:
             elif len(parts) > 1 and parts[-2] in self.watched and parts[-1].startswith("from_"):
                 # `Trainer.from_argparse_args(args)`: a constructor taking its settings from elsewhere
                 self.summary.constructions.append((callee, {**_keywords(value), UNSPELLED: "?"}))
-        made = _produced(value, function.locals if prefix else self.summary.bindings)
+        aliases = self._aliases.setdefault(id(function), {})
+        made = _produced(value, function.locals if prefix else self.summary.bindings, aliases)
+        for target in targets:
+            if isinstance(target, ast.Name):  # a name bound to names (a class picked by a setting)
+                named = _names_of(value)
+                known = aliases.get(target.id, [])
+                aliases[target.id] = None if named is None or known is None else known + named
         for target in targets:
             if isinstance(target, ast.Name) and made:
                 if prefix:
@@ -446,15 +458,24 @@ _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "do
                            "requires_grad_", "share_memory"})
 
 
-def _produced(value: ast.expr, bound: dict[str, str]) -> str | None:
+def _produced(value: ast.expr, bound: dict[str, str], aliases: dict[str, list[str] | None] | None = None) -> str | None:
     """What a value is, as written where it was made: a call's callee (`Ctor(...)` -> "Ctor"), what a
-    name was bound to, the receiver of a module method that returns it (`Ctor(...).to(device)`)."""
+    name was bound to, the receiver of a module method that returns it (`Ctor(...).to(device)`); for
+    a choice of values, their alternatives joined by EITHER (`A() if fast else B()` -> "A|B"), as for
+    a call of a local bound to one of several names (`cls(...)` after `cls = A` or `cls = B`)."""
     if isinstance(value, ast.Name):
         return bound.get(value.id)
+    if isinstance(value, ast.IfExp):
+        sides = [_produced(value.body, bound, aliases), _produced(value.orelse, bound, aliases)]
+        return None if None in sides else _either(*sides)
     if not isinstance(value, ast.Call):
         return None
     func = value.func
     callee = _dotted(func)
+    picked = aliases.get(func.id) if aliases is not None and isinstance(func, ast.Name) else None
+    picked = _names_of(func) if isinstance(func, ast.IfExp) else picked  # `(A if fast else B)(...)`
+    if picked:
+        return EITHER.join(dict.fromkeys(picked))
     if callee is not None and value.args and (
             callee.rsplit(".", 1)[-1] in _MODEL_WRAPPERS or callee == cat.COMPILE.qualname):
         return _produced(value.args[0], bound)  # `DDP(Ctor().cuda(), ...)`: the wrapper runs the model it is given
@@ -493,11 +514,29 @@ def _annotated_class(annotation: ast.expr | None) -> str | None:
     return _dotted(annotation)
 
 
-def _produced_value(value: ast.expr, bound: dict[str, str]) -> str | list[str] | None:
+def _produced_value(value: ast.expr, bound: dict[str, str],
+                    aliases: dict[str, list[str] | None] | None = None) -> str | list[str] | None:
     """`_produced` of a returned value; a tuple gives one entry per element ("" where unknown)."""
     if isinstance(value, ast.Tuple):
-        return [_produced(element, bound) or "" for element in value.elts]
-    return _produced(value, bound)
+        return [_produced(element, bound, aliases) or "" for element in value.elts]
+    return _produced(value, bound, aliases)
+
+
+def _either(first: str | list[str] | None, second: str | list[str] | None) -> str | None:
+    """What a function returns when one return gives `first` and another `second`: the alternatives of
+    both (`return A(...)` and `return B(...)`: "A|B"), or None where one of them is unknown or a tuple."""
+    if not isinstance(first, str) or not isinstance(second, str) or not first or not second:
+        return None
+    return EITHER.join(dict.fromkeys([*first.split(EITHER), *second.split(EITHER)]))
+
+
+def _names_of(value: ast.expr) -> list[str] | None:
+    """The dotted names a value is one of (`Trainer`, `FastTrainer if fast else Trainer`), else None."""
+    if isinstance(value, ast.IfExp):
+        sides = [_names_of(value.body), _names_of(value.orelse)]
+        return None if None in sides else sides[0] + sides[1]
+    name = _dotted(value)
+    return [name] if name is not None else None
 
 
 def _rewraps(value: ast.expr, name: str) -> bool:
