@@ -682,12 +682,22 @@ class FileModel:
     def in_unread_context_given(self, event: Event, names: set[str]) -> bool:
         """Does the event run inside a `with` of a call that is handed one of `names` (the DDP model) and
         that the project cannot read: no function of the project, nothing of torch's (`with
-        sync_ctx(ddp, last_round):` from an installed package)? It may switch the all-reduce off."""
+        sync_ctx(ddp, last_round):` from an installed package)? Or of a context manager that a call
+        handed the model made (`for ctx in micro_step_contexts(accelerator, model, n): with ctx():`),
+        which no reading of the call's source would tell apart? It may switch the all-reduce off."""
         scope = event.scope or self.scopes[0]
         imports = scope.imports or self.imports
-        return any(any(dotted(a.value) in names for a in call.args)
-                   and not (imports.qualify(call.func) or "").startswith(cat.TORCH_MODULE_PREFIX)
-                   and self.inliner.resolve(scope, call) is None for call in event.ctx.withs)
+
+        def handed(call: cst.BaseExpression | None) -> bool:
+            return isinstance(call, cst.Call) and any(dotted(a.value) in names for a in call.args)
+
+        def made_by_call_handed(call: cst.Call) -> bool:
+            defs = scope.defs_of(call.func.value) if isinstance(call.func, cst.Name) else []
+            return bool(defs) and all(d.op in (DefOp.ASSIGN, DefOp.LOOP_TARGET) and handed(d.value) for d in defs)
+
+        return any(handed(call) and not (imports.qualify(call.func) or "").startswith(cat.TORCH_MODULE_PREFIX)
+                   and self.inliner.resolve(scope, call) is None or made_by_call_handed(call)
+                   for call in event.ctx.withs)
 
     @staticmethod
     def output_detached(event: Event) -> bool:

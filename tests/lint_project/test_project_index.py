@@ -262,6 +262,24 @@ def test_a_receiver_that_is_one_of_several_classes(tmp_path):
     assert proj.resolve_classes(path, "make") == [ClassRef(path, "AmpRunner"), ClassRef(path, "Runner")]
 
 
+def test_an_absolute_import_of_the_importing_files_own_name_is_the_other_module(tmp_path):
+    # helpers/optim.py imports the root package `optim`; Python finds that one, since the helper,
+    # imported as helpers.optim, is not what `optim` names on sys.path
+    write(tmp_path, {
+        "pyproject.toml": "",
+        "optim/__init__.py": "from .wrapped import Wrapped\n",
+        "optim/wrapped.py": "class Wrapped:\n    def advance(self):\n        self.inner.step()\n",
+        "helpers/optim.py": "from optim import Wrapped\n\ndef build():\n    return Wrapped()\n",
+        "helpers/local.py": "import optim\n",
+    })
+    proj = project(tmp_path)
+    helper = tmp_path / "helpers" / "optim.py"
+    assert proj.module_path(helper, "optim") == tmp_path / "optim" / "__init__.py"
+    assert proj.resolve_class(helper, "Wrapped") == ClassRef(tmp_path / "optim" / "wrapped.py", "Wrapped")
+    # a sibling importing `optim` by name finds the neighbour first, as `python helpers/local.py` would
+    assert proj.module_path(tmp_path / "helpers" / "local.py", "optim") == helper
+
+
 def test_cycles_in_calls_and_bases_end(tmp_path):
     write(tmp_path, {"m.py": """
         from m import B

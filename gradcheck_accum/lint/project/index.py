@@ -200,9 +200,17 @@ class Project:
         key = (importer.parent, module, level)
         if key not in self._module_paths:
             self._module_paths[key] = self._find_module(importer.parent, module, level)
-        return self._module_paths[key]
+        found = self._module_paths[key]
+        if found == importer and not level:
+            # `from optpkg import Optim` in helpers/optpkg.py names the package `optpkg` at the root, not
+            # the importing file (which defines no Optim): it is found past the file's own directory
+            key = (importer.parent, module, level, "past")
+            if key not in self._module_paths:
+                self._module_paths[key] = self._find_module(importer.parent, module, level, past_directory=True)
+            found = self._module_paths[key]
+        return found
 
-    def _find_module(self, directory: Path, module: str, level: int) -> Path | None:
+    def _find_module(self, directory: Path, module: str, level: int, past_directory: bool = False) -> Path | None:
         parts = [p for p in module.split(".") if p]
         if level:
             base = directory
@@ -210,6 +218,8 @@ class Project:
                 base = base.parent
             return self._module_file(base, parts)
         for base in self._search_bases(directory):
+            if past_directory and base == directory:
+                continue
             found = self._module_file(base, parts)
             if found is not None:
                 return found

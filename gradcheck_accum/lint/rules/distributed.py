@@ -58,6 +58,8 @@ class DdpSyncEveryMicroBatch(Rule):
             ddp_names = {f.target for f in forwards if f.target}
             if not backwards or any(model.in_unread_context_given(e, ddp_names) for e in backwards):
                 continue  # a context manager the project cannot read, handed the model, may skip the sync
+            if all(Role.ACCELERATOR_DEEPSPEED in e.roles for e in backwards):
+                continue  # accelerator.backward runs the DeepSpeed engine's, which reduces at its own boundary
             roles = frozenset().union(*(e.roles | e.argument_roles for e in forwards))
             if Role.SHARDED in roles and Role.REPLICATED not in roles:
                 # FSDP reduce-scatters shards every micro-batch by design: skipping it would keep whole
