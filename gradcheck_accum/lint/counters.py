@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple
 from gradcheck_accum.lint.bindings import fresh_run_literal, loop_index
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (call_receiver, children, code, contains, dotted, item_name, iter_calls,
-                                        iter_names, keyword, last_part, parameter_names, positional, source, walk)
+                                        iter_names, keyword, last_part, parameter_names, positional, source,
+                                        summed_loss_name, walk)
 from gradcheck_accum.lint.paths import invariant
 from gradcheck_accum.lint.predicates import (BoundaryKind, bound_argument, conjuncts, guard_boundary,
                                              is_accumulation_count, plus_one, reads_length)
@@ -63,6 +64,8 @@ class Repetition(Tag):
 class TailFate(Tag):
     LEAKS = "leaks into the next pass"  # backpropagated, never stepped, summed into the next window
     DISCARDED = "discarded"  # backpropagated, never stepped, cleared where the next pass begins
+    # summed into a total that only the boundary backpropagates, and the total starts anew with the next pass
+    NEVER_BACKPROPAGATED = "never backpropagated"
 
 
 class Tail(NamedTuple):
@@ -80,6 +83,14 @@ class Tail(NamedTuple):
 
 _SIZED_WORDS = ("loader", "batches", "dataset", "samples")
 _ENDLESS_WORDS = ("cycle", "iter", "infinite", "repeat", "stream", "endless")
+
+
+def _total_restarts_with_pass(window: Window, backward: Event) -> bool:
+    """Is the total the boundary backpropagates bound anew in the pass around the micro-batch loop
+    (`total = 0` before `for i, batch in enumerate(loader):`)?"""
+    name = summed_loss_name(backward.expr)
+    scope = backward.scope or window.scope
+    return name is not None and any(d.op.rebinds and d.ctx.loops == window.outer for d in scope.defs_of(name))
 
 
 def unstepped_tail(window: Window, repetition: Repetition, literals: Mapping[str, bool | int] | None = None) \
@@ -107,6 +118,12 @@ def unstepped_tail(window: Window, repetition: Repetition, literals: Mapping[str
     if repetition is Repetition.ONCE or (kind is PassKind.COUNT and repetition is not Repetition.REPEATED):
         return None
     lifetime = counter_lifetime(window)
+    backwards = [b for b in window.backwards if window.inside(b)]
+    if backwards and all(window.placement(b) is Placement.BOUNDARY for b in backwards):
+        # the window's losses are summed in the graph and differentiated on the boundary: the tail's sum
+        # is lost where the pass binds the total anew (else it is carried on: nothing is lost)
+        return Tail(TailFate.NEVER_BACKPROPAGATED, lifetime, kind) \
+            if lifetime is Lifetime.PER_PASS and all(_total_restarts_with_pass(window, b) for b in backwards) else None
     clear = pass_boundary_clear(window)
     if clear is not None:
         return Tail(TailFate.DISCARDED, lifetime, kind, clear)

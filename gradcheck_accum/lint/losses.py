@@ -990,13 +990,6 @@ def _dict_entry(literal: cst.Dict, key: cst.BaseExpression) -> cst.BaseExpressio
     return found[0] if len(found) == 1 else None
 
 
-def summed_loss_name(expr: cst.BaseExpression | None) -> str | None:
-    """`loss`, or `loss * inputs.size(0)` / `loss / n`: arithmetic keeps the graph just the same."""
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Divide)):
-        return summed_loss_name(expr.left) or summed_loss_name(expr.right)
-    return dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
-
-
 def returned_loss(expr: cst.BaseExpression | None) -> cst.BaseExpression | None:
     """`return loss` or `return {"loss": loss, ...}` (what a Lightning training_step hands back)."""
     if isinstance(expr, cst.Dict):

@@ -20,12 +20,12 @@ from gradcheck_accum.lint.inlining import Inliner, ProjectContext, bound_paramet
 from gradcheck_accum.lint.project import ClassRef, FunctionRef
 from gradcheck_accum.lint.project.summary import MODULE_CODE
 from gradcheck_accum.lint.losses import (LossFacts, LossTracer, Scaling, returned_loss, row_width,
-                                         scaled_by_own_micro_batch, share_of_window, summed_loss_name,
+                                         scaled_by_own_micro_batch, share_of_window,
                                          varies_per_micro_batch)
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, contains, dotted,
                                         full_names, is_one, iter_calls, iter_names, keyword, last_part,
                                         paired_arguments, parameter, parameter_names, positional, source,
-                                        assigned_names, top_level_statements, walk)
+                                        assigned_names, summed_loss_name, top_level_statements, walk)
 from gradcheck_accum.lint.paths import decision, invariant
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)

@@ -99,6 +99,13 @@ def item_name(node: cst.CSTNode | None) -> str | None:
     return None
 
 
+def summed_loss_name(expr: cst.BaseExpression | None) -> str | None:
+    """`loss`, or `loss * inputs.size(0)` / `loss / n`: arithmetic keeps the graph just the same."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Multiply, cst.Divide)):
+        return summed_loss_name(expr.left) or summed_loss_name(expr.right)
+    return dotted(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+
+
 def last_part(name: str | None) -> str:
     return name.rsplit(".", 1)[-1] if name else ""
 

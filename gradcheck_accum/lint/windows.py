@@ -23,7 +23,7 @@ from gradcheck_accum.lint.bindings import (accelerator_accumulation_steps, asser
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, assigned_names, call_receiver, children, code, contains, dotted,
                                         is_one, iter_calls, iter_names, keyword, last_part, positional,
-                                        statement_blocks, top_level_statements, walk)
+                                        statement_blocks, summed_loss_name, top_level_statements, walk)
 from gradcheck_accum.lint.paths import NO_PATH, Count, Path, count_on_path, decision, invariant, split
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, bound_argument, clipping_factor,
                                              conjuncts, ends_with_break, guard_boundary, is_accumulation_count,
@@ -1389,9 +1389,12 @@ def _build(scope: Scope, loop: Loop, outer: tuple[Loop, ...], events: list[Event
     if window.shape is not FRAMEWORK and steps:
         for step in steps:
             found = _step_boundary(step, loop, scope)
-            if found is not None and not _self_contained(step, found[1], inside):
+            if found is not None and not _self_contained(step, found[1], inside, scope, loop):
                 window.shape, window.boundary, window.n = GUARDED, found[0], found[0].n
                 window.boundary_scope = found[1].scope or scope
+                # a backward under the boundary differentiates the window's summed losses: the test is
+                # the window's close, not a path every gradient is made on
+                window.backward_guards -= {found[1]}
                 break
         else:
             inverted = _inverted_boundary(steps, loop, scope)
@@ -1707,18 +1710,33 @@ def _inverted_boundary(steps: list[Event], loop: Loop, scope: Scope) -> tuple[Bo
     return None
 
 
-def _self_contained(step: Event, guard: Guard, inside: list[Event]) -> bool:
+def _self_contained(step: Event, guard: Guard, inside: list[Event], scope: Scope, loop: Loop) -> bool:
     """A periodic update that makes its own gradients under the test (a GAN generator every
     n_critic iterations, a DQN update every train_freq steps): backward before the step under the
-    same test, and either gradients cleared there first or no backward outside it. No window."""
+    same test, and either gradients cleared there first or no backward outside it. No window.
+    Not when what it backpropagates is a total every pass adds a loss to: the window is summed in
+    the graph and differentiated once (`total += criterion(out, y)` on each micro-batch, then
+    `(total / N).backward()` on the boundary)."""
     under = [e for e in inside if guard in e.ctx.guards and e.order < step.order]
     backwards = [e for e in under if e.kind is EventKind.BACKWARD]
-    if not backwards:
+    if not backwards or all(_backprops_running_total(b, guard, scope, loop) for b in backwards):
         return False
     cleared = any(e.kind is EventKind.ZERO_GRAD and e.order < backwards[0].order and same_target(e, step)
                   for e in under)
     outside = any(e.kind is EventKind.BACKWARD and guard not in e.ctx.guards for e in inside)
     return cleared or not outside
+
+
+def _backprops_running_total(backward: Event, guard: Guard, scope: Scope, loop: Loop) -> bool:
+    """Does the backward differentiate a name (`total`, or `total / N`) that every pass of the loop adds
+    a value to outside the test, and that the test's side binds anew after the backward (the sum
+    restarts)?"""
+    name = summed_loss_name(backward.expr)
+    defs = (backward.scope or scope).defs_of(name) if name is not None else []
+    added = [d for d in defs if loop in d.ctx.loops and guard not in d.ctx.guards and increment(d, name, False)]
+    restarted = [d for d in defs if d.op.rebinds and guard in d.ctx.guards and d.order > backward.order]
+    return bool(added) and bool(restarted) and all(
+        not any(g.owner is guard.owner for g in d.ctx.guards) for d in added)
 
 
 def _place_inside(window: Window, event: Event, variant: set[str]) -> Placement:

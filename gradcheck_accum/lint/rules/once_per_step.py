@@ -250,6 +250,11 @@ class RemainderDropped(Rule):
                 message = (f"`{run_bound}` compares the epoch's index with the length of the whole run, so it does "
                            f"not hold at the end of each epoch: the micro-batches after the last full window of each "
                            f"epoch are {lost}; test the index against the epoch's length")
+            elif tail.fate is TailFate.NEVER_BACKPROPAGATED:
+                message = ("the losses are summed and backpropagated on the boundary only, so the losses of the "
+                           "micro-batches after the last full window of each epoch are never backpropagated and "
+                           "the epoch's total starts anew: those micro-batches do not train; also backpropagate "
+                           "and step on the last batch of the epoch")
             elif tail.fate is TailFate.DISCARDED:
                 message = (f"the micro-batches after the last full window of each epoch are backpropagated but never "
                            f"stepped, and `{tail.clear_text}` between epochs throws them away; also "
