@@ -253,6 +253,7 @@ class Event:
     element_roles: tuple[frozenset[Role], ...] = ()  # return: the roles of each element of a returned tuple
     item_roles: frozenset[Role] = NO_ROLES  # return: the roles every item of a returned container holds
     via_helper: str | None = None  # the helper function's name when this event stands for a call to it
+    backpropagates: bool = False  # helper_call: the function called (not walked here) runs a backward
     stmt: cst.CSTNode | None = None  # the statement the event belongs to (what a fix moves)
     scope: "Scope | None" = None  # whose names the event's expressions read: a called function's (inlined)
 

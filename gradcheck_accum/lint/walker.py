@@ -645,7 +645,8 @@ class ScopeWalker:
                                                           callee[5:] in self.local_functions)):
             # roles: what `self.model` holds when `model` is a property (a DDP wrapper it builds)
             self.emit(EventKind.HELPER_CALL, call, ctx, target=callee.removeprefix("self."), argument_roles=forwarded,
-                      roles=self.env.get(callee, NO_ROLES))
+                      roles=self.env.get(callee, NO_ROLES),
+                      backpropagates=self.inliner is not None and self.inliner.backpropagates(self, call))
             return
         if callee and not resolved:
             # Any other call on a local object: forward passes (`model(x)`, `self.net(x)`) are among them.

@@ -574,8 +574,10 @@ class Window:
                     or not same_target(zero, step, self.scope):
                 continue
             if backward_orders is None:
-                # every backward counts as a "backward in between", also those of a later loop in the same body
-                backward_orders = [e.order for e in self.events if e.kind is EventKind.BACKWARD]
+                # every backward counts as a "backward in between", also those of a later loop in the same body,
+                # and a call of a helper that backpropagates (not walked again at each call)
+                backward_orders = [e.order for e in self.events if e.kind is EventKind.BACKWARD
+                                   or e.kind is EventKind.HELPER_CALL and e.backpropagates]
             if any(zero.order < order < step.order for order in backward_orders):
                 continue
             if zero.ctx.branches <= step.ctx.branches:
@@ -1140,11 +1142,13 @@ def straight_line_clears(scope: Scope) -> list[tuple[Event, Event]]:
         if not any(e.kind is EventKind.BACKWARD and e.order < zero.order and set(e.ctx.guards) <= zero_guards
                    for e in plain):
             continue
-        for event in plain:
-            if event.order <= zero.order:
+        for event in scope.events:
+            if event.order <= zero.order or event.ctx.in_handler:
                 continue
             if event.kind in (EventKind.BACKWARD, EventKind.MODEL_CALL, EventKind.HELPER_CALL):
-                break  # new gradients may be made here
+                break  # new gradients may be made here (also in a loop: `for _ in range(2): feed()`)
+            if event.ctx.loops:
+                continue
             if event.kind is EventKind.STEP and not event.via_helper and same_target(zero, event, scope) \
                     and zero_guards <= set(event.ctx.guards) and not _steps_with_closure(event):
                 found.append((zero, event))
