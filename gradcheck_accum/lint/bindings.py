@@ -220,10 +220,13 @@ def deepspeed_config_accumulates(config: cst.Dict) -> bool | None:
     return None if cat.DEEPSPEED_GLOBAL_BATCH_KEY in keys else False
 
 
-def unpacked_roles(call: cst.Call, imports: ImportMap, lookup: Lookup, count: int) -> list[frozenset[Role]] | None:
-    """Roles of each element when a call's result is unpacked into `count` targets."""
-    receiver, method = call_receiver(call)
-    qual = imports.qualify(call.func) or dotted(call.func) or ""
+def unpacked_roles(call: cst.Call, imports: ImportMap, lookup: Lookup, count: int,
+                   func: cst.BaseExpression | None = None) -> list[frozenset[Role]] | None:
+    """Roles of each element when a call's result is unpacked into `count` targets. `func`: the
+    function the call runs where its callee is a name bound to another (`ds_init = deepspeed.initialize`)."""
+    func = func if func is not None else call.func
+    receiver, method = call_receiver(cst.Call(func=func)) if func is not call.func else call_receiver(call)
+    qual = imports.qualify(func) or dotted(func) or ""
     if qual == cat.DEEPSPEED_INITIALIZE or (method == "initialize" and dotted(receiver) == "deepspeed"):
         roles = [NO_ROLES] * count
         roles[0] = _ONE[Role.DEEPSPEED]

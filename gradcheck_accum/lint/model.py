@@ -285,6 +285,8 @@ class FileModel:
                 continue
             if whole_loop and not d.ctx.loops:
                 return True
+            if window.shape is WindowShape.NESTED and not window.outer and not d.ctx.loops:
+                return True  # a function whose body is one window (micro-step loop, then step): one per call
             if window.shape is WindowShape.NESTED and window.outer and window.outer[-1] in d.ctx.loops \
                     and window.loop not in d.ctx.loops and d.ctx.branches <= around:
                 return True

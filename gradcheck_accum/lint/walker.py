@@ -465,7 +465,7 @@ class ScopeWalker:
             starred = next((i for i, el in enumerate(target.elements) if isinstance(el, cst.StarredElement)),
                            len(names))
             if isinstance(value, cst.Call):
-                unpacked = unpacked_roles(value, self.imports, self.roles, len(names))
+                unpacked = unpacked_roles(value, self.imports, self.roles, len(names), self._function_alias(value.func))
                 if unpacked and Role.DEEPSPEED in unpacked[0] and self._deepspeed_config_accumulates(value) is False:
                     unpacked[0] = unpacked[0] | {Role.DEEPSPEED_WITHOUT_ACCUMULATION}
                 if not unpacked and self.inliner is not None:  # `opt, sched, model = prep(args, model)`
@@ -515,6 +515,13 @@ class ScopeWalker:
             self.bind(f"{name}[*]", every, ctx)
         if isinstance(value, cst.Call) and Role.SCHEDULER in roles:
             self.emit(EventKind.SCHEDULER_BUILT, value, ctx, target=name)
+
+    def _function_alias(self, func: cst.BaseExpression) -> cst.BaseExpression | None:
+        """What a called name stands for when the function binds it once to a dotted name
+        (`ds_init = deepspeed.initialize`, then `ds_init(...)`): the function that name reads."""
+        defs = self.scope.defs_of(func.value) if isinstance(func, cst.Name) else []
+        bound = defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN else None
+        return bound if isinstance(bound, cst.Attribute) and dotted(bound) is not None else None
 
     def _deepspeed_config_accumulates(self, call: cst.Call) -> bool | None:
         """What the config given to `deepspeed.initialize(...)` says of accumulation, when it is a dict
