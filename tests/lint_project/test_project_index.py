@@ -228,6 +228,11 @@ def test_a_receiver_that_is_one_of_several_classes(tmp_path):
                 return AmpRunner()
             return Runner()
 
+        def make_pair(cfg, model):
+            if cfg.train:
+                return model, Other()
+            return model
+
         def make_or_unknown(cfg):
             if cfg.amp:
                 return AmpRunner()
@@ -259,6 +264,8 @@ def test_a_receiver_that_is_one_of_several_classes(tmp_path):
     assert proj.resolve_call_alternatives(script, "runner.close") == ()  # resolve_call knows it
     assert [site.caller for site in proj.callers(run["Runner"])] == [script]
     assert proj.resolve_class(path, "make") is None
+    # a tuple and a single value: unpacking takes the tuple's elements
+    assert proj.resolve_class(path, "make_pair[1]") == ClassRef(path, "Other")
     assert proj.resolve_classes(path, "make") == [ClassRef(path, "AmpRunner"), ClassRef(path, "Runner")]
 
 

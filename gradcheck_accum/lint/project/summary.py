@@ -26,7 +26,7 @@ from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 STAR = "*"  # the key prefix of a star import in ModuleSummary.imports
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
 # The summary's shape: caches written for another shape are not read (store.py keys them by it).
-FORMAT = 12
+FORMAT = 13
 # Joins the alternatives of a value that is one of several (`return A(...)` and `return B(...)` in one
 # function, `A(...) if fast else B(...)`, `cls = A` or `cls = B` then `cls(...)`): "A|B" (index.py reads it).
 EITHER = "|"
@@ -252,6 +252,8 @@ class _Summarizer:
             self._assignment(stmt, prefix, cls, function)
         if isinstance(stmt, ast.Return) and stmt.value is not None:
             produced = _produced_value(stmt.value, function.locals, self._aliases.get(id(function)))
+            if produced is None and isinstance(stmt.value, (ast.Name, ast.Attribute)):
+                produced = ""  # one value, not a tuple, of a class not known (`return model`)
             function.produces = produced if not function.returns else _either(function.produces, produced)
             function.returns = True
             function.passes_through = function.passes_through or _passes_parameter(stmt.value, function.params)
@@ -522,10 +524,19 @@ def _produced_value(value: ast.expr, bound: dict[str, str],
     return _produced(value, bound, aliases)
 
 
-def _either(first: str | list[str] | None, second: str | list[str] | None) -> str | None:
+def _either(first: str | list[str] | None, second: str | list[str] | None) -> str | list[str] | None:
     """What a function returns when one return gives `first` and another `second`: the alternatives of
-    both (`return A(...)` and `return B(...)`: "A|B"), or None where one of them is unknown or a tuple."""
-    if not isinstance(first, str) or not isinstance(second, str) or not first or not second:
+    both (`return A(...)` and `return B(...)`: "A|B"); of a tuple and a single value, the tuple, which
+    is all that unpacking the result can take (`return net, opt` and `return net`, then `net, opt =
+    make(net)`); of two tuples of one length, each element's alternatives; None where one is unknown
+    ("" is a single value of an unknown class)."""
+    if first is None or second is None:
+        return None
+    if isinstance(first, list) and isinstance(second, list):
+        return [_either(a, b) or "" for a, b in zip(first, second)] if len(first) == len(second) else None
+    if isinstance(first, list) or isinstance(second, list):
+        return first if isinstance(first, list) else second
+    if not first or not second:
         return None
     return EITHER.join(dict.fromkeys([*first.split(EITHER), *second.split(EITHER)]))
 
