@@ -251,6 +251,8 @@ class LossTracer:
             if not d.ctx.guards and not d.ctx.in_handler and d.op.rebinds and d.ctx.loops == defs[-1].ctx.loops:
                 break
         for d in reaching:
+            if d.op.rebinds and _is_none(d.value) and len(reaching) > 1:
+                continue  # `result = None` before `if labels is not None: result = ...`: no loss to differentiate
             if d.op.scales:
                 if d.value is not None:
                     facts.scalings.append(Scaling(d.node, d.value, d.op is not DefOp.MULTIPLY, scope, d.ctx.guards))
