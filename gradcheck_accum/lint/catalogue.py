@@ -666,13 +666,17 @@ def run(self, data, max_epochs):
 
 # What the schedule length is given as (ACC402): keywords of scheduler constructors, or the third
 # positional argument of transformers' get_*_schedule*(optimizer, warmup, total).
-SCHEDULE_LENGTH_KEYWORDS = ("T_max", "num_training_steps", "total_steps", "total_iters", "steps_per_epoch")
+# A period or cycle length counts scheduler steps as well (`CosineAnnealingWarmRestarts(T_0=...)`,
+# `StepLR(step_size=...)`, `CyclicLR(step_size_up=...)`).
+SCHEDULE_LENGTH_KEYWORDS = ("T_max", "num_training_steps", "total_steps", "total_iters", "steps_per_epoch", "T_0",
+                            "step_size", "step_size_up")
 # Schedulers whose shape is a function of the step (`LambdaLR(opt, lr_lambda=lambda s: ...)`): the names
 # a lambda given there reads are where its length may be
 SCHEDULE_FUNCTION_ARGUMENT = ("lr_lambda", 1)
 SCHEDULE_LENGTH_POSITION = 2
 # torch schedulers whose length may be passed positionally: the argument's index
-SCHEDULE_LENGTH_POSITIONS = {"OneCycleLR": 2, "CosineAnnealingLR": 1, "PolynomialLR": 1, "LinearLR": 4}
+SCHEDULE_LENGTH_POSITIONS = {"OneCycleLR": 2, "CosineAnnealingLR": 1, "PolynomialLR": 1, "LinearLR": 4,
+                             "CosineAnnealingWarmRestarts": 1, "StepLR": 1}
 LENGTH_FUNCTION = "len"  # len(loader): a length counted in micro-batches
 # Schedulers made of others, which step them when they are stepped: where the list of parts is given
 # (SequentialLR(optimizer, schedulers, milestones), ChainedScheduler(schedulers)).
