@@ -685,8 +685,10 @@ class FileModel:
         """Does the event run inside a `with` of a call that is handed one of `names` (the DDP model) and
         that the project cannot read: no function of the project, nothing of torch's (`with
         sync_ctx(ddp, last_round):` from an installed package)? Or of a context manager that a call
-        handed the model made (`for ctx in micro_step_contexts(accelerator, model, n): with ctx():`),
-        which no reading of the call's source would tell apart? It may switch the all-reduce off."""
+        made, one per micro-step, from what it is handed (`for ctx in micro_step_contexts(accelerator,
+        model, n): with ctx():`), which no reading of the call's source would tell apart (the model may
+        be one it is handed, or one the accelerator it is handed prepared)? It may switch the
+        all-reduce off."""
         scope = event.scope or self.scopes[0]
         imports = scope.imports or self.imports
 
@@ -695,7 +697,8 @@ class FileModel:
 
         def made_by_call_handed(call: cst.Call) -> bool:
             defs = scope.defs_of(call.func.value) if isinstance(call.func, cst.Name) else []
-            return bool(defs) and all(d.op in (DefOp.ASSIGN, DefOp.LOOP_TARGET) and handed(d.value) for d in defs)
+            return bool(defs) and all(d.op in (DefOp.ASSIGN, DefOp.LOOP_TARGET) and isinstance(d.value, cst.Call)
+                                      and d.value.args for d in defs)
 
         return any(handed(call) and not (imports.qualify(call.func) or "").startswith(cat.TORCH_MODULE_PREFIX)
                    and self.inliner.resolve(scope, call) is None or made_by_call_handed(call)

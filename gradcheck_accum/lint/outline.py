@@ -172,6 +172,19 @@ def blank_strings_and_comments(text: str) -> str:
     return "".join(pieces)
 
 
+@lru_cache(maxsize=4)
+def blank_comments(text: str) -> str:
+    """`text` with the insides of its comments replaced by spaces, strings kept (a setting such as
+    `strategy="ddp"` is written in one); read as blank_strings_and_comments reads it."""
+    pieces, last = [], 0
+    for match in _STRING_OR_COMMENT.finditer(text):
+        if match.group().startswith("#"):
+            pieces += [text[last:match.start()], _NOT_NEWLINE.sub(" ", match.group())]
+            last = match.end()
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
 _STRING_OR_COMMENT = re.compile(
     r"#[^\n]*"
     r"|(?P<prefix>[rRbBuUfF]{0,2})(?:"

@@ -18,9 +18,9 @@ import re
 from typing import Callable
 
 from gradcheck_accum.lint.evidence import (Need, any_present, backward_call_pattern, calls_only, checkpoint_call_names,
-                                           effect_call_names)
+                                           effect_call_names, tokens)
 from gradcheck_accum.lint.hollow import hollow
-from gradcheck_accum.lint.outline import Outline, blank_strings_and_comments, one_newline, python_tree
+from gradcheck_accum.lint.outline import Outline, blank_comments, blank_strings_and_comments, one_newline, python_tree
 from gradcheck_accum.lint.rule import Rule
 
 
@@ -50,7 +50,13 @@ def screen(text: str, rules: list[type[Rule]], hollowing: bool = True,
     text = one_newline(text)
     code = code if code is not None else blank_strings_and_comments(text)
     in_code = _Presence(f"{code}\n{blank_strings_and_comments(one_newline(elsewhere))}" if elsewhere else code)
-    candidates = [rule for rule in candidates if all(in_code(need) for need in rule.requires if calls_only(need))]
+    # what a rule needs is read in code (calls), or in code and strings (the words of a setting): never
+    # in comments alone, which say nothing the program does
+    written = blank_comments(text)
+    uncommented = _Presence(f"{written}\n{blank_comments(one_newline(elsewhere))}" if elsewhere else written)
+    candidates = [rule for rule in candidates
+                  if all(in_code(need) if calls_only(need) else uncommented(need) or not tokens(need)
+                         for need in rule.requires)]
     if not any(rule.needs_training_loop(present) for rule in candidates):
         return candidates, None
     reached, outline = _loops_reach_backward(text, code, tree)
