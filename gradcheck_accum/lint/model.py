@@ -695,13 +695,13 @@ class FileModel:
         def handed(call: cst.BaseExpression | None) -> bool:
             return isinstance(call, cst.Call) and any(dotted(a.value) in names for a in call.args)
 
-        def made_by_call_handed(call: cst.Call) -> bool:
+        def made_per_micro_step_by_call(call: cst.Call) -> bool:
             defs = scope.defs_of(call.func.value) if isinstance(call.func, cst.Name) else []
             return bool(defs) and all(d.op in (DefOp.ASSIGN, DefOp.LOOP_TARGET) and isinstance(d.value, cst.Call)
                                       and d.value.args for d in defs)
 
         return any(handed(call) and not (imports.qualify(call.func) or "").startswith(cat.TORCH_MODULE_PREFIX)
-                   and self.inliner.resolve(scope, call) is None or made_by_call_handed(call)
+                   and self.inliner.resolve(scope, call) is None or made_per_micro_step_by_call(call)
                    for call in event.ctx.withs)
 
     @staticmethod

@@ -299,9 +299,13 @@ class Project:
             constructor = local.locals.get(parts[0]) if local is not None else None
             if constructor is not None:
                 # one of several classes (a factory returning either): the method all of them run
-                ran = {self.member_call(owner, parts[1:]) for owner in self.resolve_classes(caller.path, constructor)}
+                ran = self._methods_run(caller.path, constructor, parts[1:])
                 return ran.pop() if len(ran) == 1 else None
         return self._resolve_global(caller.path, parts, 0)
+
+    def _methods_run(self, path: Path, constructor: str, rest: list[str]) -> set[FunctionRef | None]:
+        """What calling `rest` on an object made by `constructor` runs, for each class it may make."""
+        return {self.member_call(owner, rest) for owner in self.resolve_classes(path, constructor)}
 
     def resolve_call_alternatives(self, caller: FunctionRef, callee: str) -> tuple[FunctionRef, ...]:
         """The project functions a call may run when its receiver is one of several project classes
@@ -316,7 +320,7 @@ class Project:
             constructor = local.locals.get(parts[0]) if local is not None else None
             if constructor is None:
                 return ()
-            ran = {self.member_call(owner, parts[1:]) for owner in self.resolve_classes(caller.path, constructor)}
+            ran = self._methods_run(caller.path, constructor, parts[1:])
             ran.discard(None)
             return tuple(sorted(ran, key=str)) if len(ran) > 1 else ()
         return self.summaries.remember(("alternatives", caller, callee), find)
