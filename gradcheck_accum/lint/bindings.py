@@ -13,8 +13,8 @@ from typing import Callable
 
 from gradcheck_accum.lint import catalogue as cat
 from gradcheck_accum.lint.lazy import cst
-from gradcheck_accum.lint.names import (ImportMap, call_receiver, children, dotted, iter_names, keyword, last_part,
-                                        parameter, parameter_names, positional, walk)
+from gradcheck_accum.lint.names import (ImportMap, call_receiver, callee_parts, children, dotted, iter_names, keyword,
+                                        last_part, parameter, parameter_names, positional, walk)
 from gradcheck_accum.lint.vocabulary import NO_ROLES, Context, DefOp, Role, Scope
 
 Lookup = Callable[["cst.BaseExpression | None"], frozenset[Role]]  # the roles of an argument expression
@@ -225,7 +225,7 @@ def unpacked_roles(call: cst.Call, imports: ImportMap, lookup: Lookup, count: in
     """Roles of each element when a call's result is unpacked into `count` targets. `func`: the
     function the call runs where its callee is a name bound to another (`ds_init = deepspeed.initialize`)."""
     func = func if func is not None else call.func
-    receiver, method = call_receiver(cst.Call(func=func)) if func is not call.func else call_receiver(call)
+    receiver, method = callee_parts(func)
     qual = imports.qualify(func) or dotted(func) or ""
     if qual == cat.DEEPSPEED_INITIALIZE or (method == "initialize" and dotted(receiver) == "deepspeed"):
         roles = [NO_ROLES] * count

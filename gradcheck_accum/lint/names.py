@@ -112,7 +112,11 @@ def last_part(name: str | None) -> str:
 
 def call_receiver(call: cst.Call) -> tuple[cst.BaseExpression | None, str | None]:
     """For `x.y.method(...)` return (`x.y` node, "method"); for `f(...)` return (None, "f")."""
-    func = call.func
+    return callee_parts(call.func)
+
+
+def callee_parts(func: cst.BaseExpression) -> tuple[cst.BaseExpression | None, str | None]:
+    """call_receiver of what calls `func` (`x.y.method` -> (`x.y`, "method"); `f` -> (None, "f"))."""
     if isinstance(func, cst.Attribute):
         return func.value, func.attr.value
     if isinstance(func, cst.Name):
