@@ -1,5 +1,6 @@
 """The engine's parse: libcst without per-node validation while parsing, and positions."""
 
+import os
 from pathlib import Path
 
 import libcst as cst
@@ -71,8 +72,14 @@ def sources():
         yield path.name, path.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("placed_by", ["tree", "text"])
-@pytest.mark.parametrize("name,source", list(sources()), ids=lambda v: v if len(v) < 40 else "")
+# The engine places statements by the tree; the text is its fallback, which CI checks on the tricky
+# cases and every third fixture, the nightly run (ACCUMCHECK_FUZZ_EXAMPLES set) on every fixture.
+TEXT_STRIDE = 1 if "ACCUMCHECK_FUZZ_EXAMPLES" in os.environ else 3
+CASES = [(name, source, placed_by) for i, (name, source) in enumerate(sources())
+         for placed_by in ("tree", "text") if placed_by == "tree" or not name.endswith(".py") or i % TEXT_STRIDE == 0]
+
+
+@pytest.mark.parametrize("name,source,placed_by", CASES, ids=lambda v: v if len(v) < 40 else "")
 def test_positions_equal_libcsts_own(name, source, placed_by, monkeypatch):
     # Statements are placed by CPython's tree of the source (as the engine does), or without one by
     # their text; either way every node's range must be libcst's.
@@ -81,22 +88,17 @@ def test_positions_equal_libcsts_own(name, source, placed_by, monkeypatch):
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     whole, long_road = [], positions.whole_module
     monkeypatch.setattr(positions, "whole_module", lambda m: whole.append(m) or long_road(m))
+    looked_up, text_lookup = [], positions._Lines.only_start
+    monkeypatch.setattr(positions._Lines, "only_start", lambda self, text: looked_up.append(text)
+                        or text_lookup(self, text))
     tree = python_tree(one_newline(source)) if placed_by == "tree" else None
     fast = positions.node_positions(module, source, nodes, tree)
     assert {n: fast[n] for n in nodes} == {n: expected[n] for n in nodes}
     if name.endswith(".py"):  # real scripts never need the long road (tricky cases may)
         assert not whole
-
-
-def test_the_tree_places_every_statement_of_the_fixtures(monkeypatch):
-    # The text lookup is only the fallback: on real scripts CPython's tree places every statement.
-    looked_up = []
-    monkeypatch.setattr(positions._Lines, "only_start", lambda self, text: looked_up.append(text))
-    for name, source in sources():
-        if name.endswith(".py") and "\r" not in source:
-            module = engine.parse(source)
-            positions.node_positions(module, source, all_nodes(module)[1:], python_tree(one_newline(source)))
-    assert looked_up == []
+        if tree is not None and "\r" not in source:
+            # the text lookup is only the fallback: on real scripts CPython's tree places every statement
+            assert looked_up == []
 
 
 def test_non_ascii_names_are_the_ones_python_defines():
