@@ -98,13 +98,13 @@ def _runs_framework_model_on_labels(function: cst.FunctionDef, hook: cat.Hook) -
                    if isinstance(n, cst.Assign) and len(n.targets) == 1 and dotted(n.targets[0].target)]
     for _ in range(3):  # names bound to the model (`m = model.module if ... else model`) and to its outputs
         for target, value in assignments:
-            if isinstance(value, cst.Call) and _root(dotted(value.func)) in models:
+            if _calls(value, models):
                 outputs.add(target)
             elif not isinstance(value, cst.Call) and any(_root(name) in models for name in iter_names(value)):
                 models.add(target)
     for node in nodes:
         if isinstance(node, cst.Attribute) and node.attr.value in hook.output_attributes \
-                and dotted(node.value) in outputs:
+                and (dotted(node.value) in outputs or _calls(node.value, models)):  # or `model(**inputs).logits`
             read.add(node.attr.value)
         elif _reads_key(node, inputs, hook.labels_key):
             labels_read = True
@@ -125,6 +125,10 @@ def _reads_key(node: cst.CSTNode, container: str, key: str | None) -> bool:
             first = node.args[0].value
             return isinstance(first, cst.SimpleString) and first.evaluated_value == key
     return False
+
+
+def _calls(node: cst.BaseExpression, callables: set[str]) -> bool:
+    return isinstance(node, cst.Call) and _root(dotted(node.func)) in callables
 
 
 def _root(name: str | None) -> str | None:
