@@ -346,8 +346,11 @@ DEFAULT_IGNORING_CRITERIA = frozenset({"cross_entropy", "nll_loss", "CrossEntrop
 
 # Calls whose results are the prepared objects, element by element.
 DEEPSPEED_INITIALIZE = "deepspeed.initialize"  # -> engine, optimizer, dataloader, scheduler
-# accelerator.prepare(...) / prepare_model(model), fabric.setup(...) / setup_module(model)
-PREPARE_METHODS = frozenset({"prepare", "prepare_model", "setup", "setup_module"})
+# accelerator.prepare(...) and its one-object forms prepare_model/prepare_optimizer/prepare_scheduler,
+# fabric.setup(...) / setup_module(model) / setup_optimizers(optimizer) (the data-loader forms make no window
+# object and are left out: a loader is no model)
+PREPARE_METHODS = frozenset({"prepare", "prepare_model", "prepare_optimizer", "prepare_scheduler", "setup",
+                             "setup_module", "setup_optimizers"})
 # What they make of an optimizer: accelerate's AcceleratedOptimizer steps and clears only when
 # gradient_state.sync_gradients, which accumulate() sets on entering the window's last micro-batch
 # (accelerate/optimizer.py, accelerator.py `_do_sync`): a prepared optimizer's zero_grad inside
