@@ -281,8 +281,20 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
             if not effects:
                 continue
             take(target)
-            if effects & _BACKWARDS and (in_loop or not effects & _STEPS):
+            if effects & _BACKWARDS and (in_loop or not effects & _STEPS) or _trains(effects) and target.path != path:
+                # a loop of this file runs it, or it leaves its window open for this file to close, or it
+                # is a complete training function of another file, whose windows step what this file
+                # builds and hands it (FileModel.windows_handed)
                 reached = True
+        for callee in function.calls:  # `Loop(model, sched=sched).run()`: a training class of another file
+            cls = project.resolve_class(path, callee)
+            if not isinstance(cls, ClassRef) or cls.path == path:
+                continue
+            methods = getattr(project.class_summary(cls), "methods", ())
+            if any(_trains(project.effects(cls.method(m))) for m in methods):
+                reached = True
+                for method in methods:
+                    take(cls.method(method))
         passed = set(function.params) - set(SELF_NAMES)
         calls_passed = any(in_loop and callee.split(".")[0] in passed for callee, in_loop in function.calls.items())
         if qualname != MODULE_CODE and (project.effects(caller) & _BACKWARDS or calls_passed):
@@ -339,10 +351,24 @@ def _returns_made_object(project: Project, ref: FunctionRef, depth: int = 0) -> 
     summary = project.function(ref)
     if summary is None or not summary.returns:
         return False
-    if summary.passes_through or any(callee.rsplit(".", 1)[-1] in _ROLE_MAKERS for callee in summary.calls):
+    if summary.passes_through or any(_makes_role(callee) for callee in summary.calls):
         return True
     return depth < 2 and any(_returns_made_object(project, target, depth + 1) for _, _, target in project.calls(ref)
                              if target != ref)
+
+
+def _trains(effects: frozenset[str]) -> bool:
+    """Effects of a complete training function: it backpropagates and steps."""
+    return bool(effects & _BACKWARDS and effects & _STEPS)
+
+
+def _makes_role(callee: str) -> bool:
+    """Does a call written `callee(...)` make an object with a role: a catalogue constructor named
+    (`AdamW`) or matched by shape (`get_cosine_schedule_with_warmup`, `create_optimizer_v2`)?"""
+    last = callee.rsplit(".", 1)[-1]
+    return last in _ROLE_MAKERS or any(c.pattern is not None and c.pattern.match(last)
+                                       or c.factory_prefix is not None and last.startswith(c.factory_prefix)
+                                       for c in cat.CONSTRUCTORS)
 
 
 def _takes_state_dict(function: FunctionSummary, lines: list[str]) -> bool:

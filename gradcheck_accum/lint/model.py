@@ -66,6 +66,7 @@ class FileModel:
         self.scopes: list[Scope] = []
         self.functions: dict[str, list[Scope]] = {}
         self._calls_by_callee: dict[str, list[tuple[cst.Call, Scope]]] | None = None  # this file's calls, by callee
+        self._other_models: dict[object, FileModel | None] = {}  # windows_handed's reading of other files
         self._build()
         self._losses = LossTracer(module, self.imports, self.scopes, self.inliner.returns, self.context.program,
                                   self.inliner.called_function, self.passed_to, self.inliner.attribute_constructions,
@@ -833,7 +834,8 @@ class FileModel:
 
     def schedule_length(self, scope: Scope, built: Event) -> ScheduleLength | None:
         """How the length of the scheduler built by this event is computed, if it is given."""
-        lengths = self._schedule_lengths(built.node, scope, built.order, 0)
+        lengths = [(length, read_in) for call, read_in in self.scheduler_constructions(scope, built)
+                   if (length := _length_argument(call)) is not None]
         if not lengths:
             return None
         facts = _LengthFacts()
@@ -841,25 +843,26 @@ class FileModel:
             facts.collect(length, read_in, 0)
         return ScheduleLength(facts.has_len, facts.divided, facts.mentions_accumulation)
 
-    def _schedule_lengths(self, call: cst.CSTNode, scope: Scope, point: int,
-                          depth: int) -> list[tuple[cst.BaseExpression, Scope]]:
-        """The length arguments of a scheduler construction, each with the scope it is read in: the
-        constructor's own, or, for a project function that builds and returns the scheduler
-        (`build_scheduler(optimizer, len(loader), epochs)`), those of the constructions it returns,
-        read where its parameters are bound to this call's arguments."""
+    def scheduler_constructions(self, scope: Scope, built: Event) -> list[tuple[cst.Call, Scope]]:
+        """The scheduler constructions this event stands for, each with the scope its arguments are read
+        in: the constructor call itself, or, for a project function that builds and returns the scheduler
+        (`build_scheduler(optimizer, len(loader), epochs)`, here or in another module), the constructions
+        it returns, read where its parameters are bound to this call's arguments."""
+        return self._constructions(built.node, scope, built.order, 0)
+
+    def _constructions(self, call: cst.CSTNode, scope: Scope, point: int, depth: int) -> list[tuple[cst.Call, Scope]]:
         if not isinstance(call, cst.Call):
             return []
         returns = self.inliner.returns(call, scope, point) if depth < 2 else None
-        length = _length_argument(call) if not returns else None  # a project function is read, not named
-        if length is not None:
-            return [(length, scope)]
-        lengths = []
-        for returned, walked, returned_at in returns or ():
+        if not returns:  # a project function is read, not named
+            return [(call, scope)]
+        constructions = []
+        for returned, walked, returned_at in returns:
             made = [returned] if isinstance(returned, cst.Call) else \
                 [d.value for d in walked.defs_of(dotted(returned) or "", returned_at)]  # each branch's
             for value in made:
-                lengths += self._schedule_lengths(value, walked, returned_at, depth + 1)
-        return lengths
+                constructions += self._constructions(value, walked, returned_at, depth + 1)
+        return constructions
 
     @staticmethod
     def scheduler_parts(built: Event) -> set[str]:
@@ -948,6 +951,61 @@ class FileModel:
                         self._calls_by_callee.setdefault(dotted(call.func) or "", []).append((call, caller))
         return self._calls_by_callee.get(callee, [])
 
+    def windows_handed(self, scope: Scope, name: str) -> list[tuple[Window, str]]:
+        """The windows of another module's training code that this scope hands `name` to, each with the
+        name it goes by there: a parameter of the function called (`train(model, loader, sched)` for
+        `def train(model, loader, scheduler)`), or the attribute a class's `__init__` keeps it in, read
+        in that class's methods (`Loop(sched=sched).run()` for `self.sched = sched`). Read in that
+        module's own model, built when first asked: a complete training function is analysed where it
+        is defined, never walked in place of its call."""
+        if self.context.alone or scope.frame is not None or scope.foreign:
+            return []
+        project, this = self.context.project, self.context.this
+        found: list[tuple[Window, str]] = []
+        statements = scope.node.body.body if isinstance(scope.node, cst.FunctionDef) else \
+            [s for s in top_level_statements(self.module) if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+        calls = [call for statement in statements for call in iter_calls(statement)
+                 if any(dotted(argument.value) == name for argument in call.args)]
+        for call in calls:
+            resolved = self.inliner.resolve(scope, call)
+            if resolved is not None:
+                ref, _, function = resolved
+                owner = None
+            else:
+                written = dotted(call.func) or ""
+                cls = project.resolve_class(this.path, written) if written else None
+                init = project.lookup_method(cls, "__init__") if isinstance(cls, ClassRef) \
+                    and cls.qualname.rsplit(".", 1)[-1] == last_part(written) else None
+                loaded = self.context.load(init.path) if init is not None else None
+                function = loaded.functions.get(init.qualname) if loaded is not None else None
+                if function is None:
+                    continue
+                ref, owner = init, loaded.classes.get(cls.qualname)
+            if ref.path == this.path:
+                continue  # this file's own functions and classes: walked with it (handed_names)
+            parameter = next((p for p, argument in paired_arguments(call, function, None)
+                              if dotted(argument) == name), None)
+            if parameter is None:
+                continue
+            other = self._model_of(ref.path)
+            for window in other.windows if other is not None else ():
+                if owner is None and window.scope.node is function:
+                    found.append((window, parameter))
+                elif owner is not None and window.scope.owner is owner:
+                    found += [(window, event.target) for event in window.events
+                              if (event.target or "").startswith("self.") and "." not in event.target[5:]
+                              and bound_parameter(function, event.target[5:]) == parameter]
+        return found
+
+    def _model_of(self, path) -> FileModel | None:
+        """The model of another file of the project (built once per file asked about)."""
+        if path not in self._other_models:
+            loaded = self.context.load(path)
+            context = ProjectContext(self.context.project, path, loaded.module, loaded.text, self.context.parse) \
+                if loaded is not None else None
+            self._other_models[path] = FileModel(loaded.module, context, text=loaded.text) if context else None
+        return self._other_models[path]
+
     def handed_names(self, scope: Scope, name: str) -> set[str]:
         """The names what `name` holds in a function of this file goes by where it is handed over in this
         file: its own, the arguments the file's calls bind to it when it is a parameter (`run(net, opt,
@@ -976,36 +1034,42 @@ class FileModel:
         if others is None or n is None:
             return False
         steps = step_count_bound(window)
-        return any(_counts_windows(factor, scope, resolve_n(n, window.scope), 0)
-                   or steps is not None and resolve_n(factor, scope) == resolve_n(steps, window.scope)
-                   for factor in others)
+        return any(_counts_windows(factor, read_in, resolve_n(n, window.scope), 0)
+                   or steps is not None and resolve_n(factor, read_in) == resolve_n(steps, window.scope)
+                   for factor, read_in in others)
 
-    def length_times_n(self, scope: Scope, built: Event, window: Window) -> list[cst.BaseExpression] | None:
+    def length_times_n(self, scope: Scope, built: Event,
+                       window: Window) -> list[tuple[cst.BaseExpression, Scope]] | None:
         """When the scheduler's length is a product with the window's N as one factor
-        (`args.max_train_steps * args.gradient_accumulation_steps`), its other factors: whatever they
-        count, the author sized the schedule N times longer than they are. Else None."""
+        (`args.max_train_steps * args.gradient_accumulation_steps`), its other factors, each with the
+        scope it is read in: whatever they count, the author sized the schedule N times longer than
+        they are. Else None."""
         n = window.accumulation_count()
-        length = _length_argument(built.node) if isinstance(built.node, cst.Call) else None
-        if n is None or length is None:
+        if n is None:
             return None
         wanted = resolve_n(n, window.scope)
-        factors = _product_factors(length)
-        times_n = [factor for factor in factors if resolve_n(factor, scope) == wanted]
-        return [factor for factor in factors if factor is not times_n[0]] if len(times_n) == 1 else None
+        for call, read_in in self.scheduler_constructions(scope, built):
+            length = _length_argument(call)
+            factors = _product_factors(length) if length is not None else []
+            times_n = [factor for factor in factors if resolve_n(factor, read_in) == wanted]
+            if len(times_n) == 1:
+                return [(factor, read_in) for factor in factors if factor is not times_n[0]]
+        return None
 
-    @staticmethod
-    def length_is_run(scope: Scope, built: Event, window: Window) -> bool:
+    def length_is_run(self, scope: Scope, built: Event, window: Window) -> bool:
         """Is the scheduler's length the number of micro-batches the window's loop runs in all
         (`get_cosine_schedule_with_warmup(opt, w, args.max_steps)` for `for step in range(args.max_steps)`)?"""
         bound = pass_length(window)
         if bound is None:
             return False
         run = resolve_n(bound, window.scope)
-        length = _length_argument(built.node)
-        if length is not None:
-            return resolve_n(length, scope) == run
-        # `LambdaLR(opt, lambda step: cosine(step, warmup, total))`: a name the step function reads
-        return any(resolve_n(name, scope) == run for name in _schedule_function_names(built.node))
+        for call, read_in in self.scheduler_constructions(scope, built):
+            length = _length_argument(call)
+            # `LambdaLR(opt, lambda step: cosine(step, warmup, total))`: a name the step function reads
+            lengths = [length] if length is not None else _schedule_function_names(call)
+            if any(resolve_n(name, read_in) == run for name in lengths):
+                return True
+        return False
 
     @staticmethod
     def dead_flush_text(window: Window) -> str | None:

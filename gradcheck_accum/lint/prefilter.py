@@ -14,6 +14,7 @@ leaves those out of what libcst parses.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from typing import Callable
 
@@ -22,6 +23,7 @@ from gradcheck_accum.lint.evidence import (Need, any_present, backward_call_patt
 from gradcheck_accum.lint.hollow import hollow
 from gradcheck_accum.lint.outline import Outline, blank_comments, blank_strings_and_comments, one_newline, python_tree
 from gradcheck_accum.lint.rule import Rule
+from gradcheck_accum.lint.vocabulary import EventKind
 
 
 def screen(text: str, rules: list[type[Rule]], hollowing: bool = True,
@@ -34,7 +36,7 @@ def screen(text: str, rules: list[type[Rule]], hollowing: bool = True,
     of the functions elsewhere that take part. Their words count as the file's own, and nothing is
     hollowed (the file's functions may run inside loops the file does not show)."""
     reached_elsewhere, elsewhere, code, tree = False, "", None, None
-    if project is not None and (_EFFECT_CALL.search(text) or _ON_GRAD.search(text)):
+    if project is not None and (_EFFECT_CALL.search(text) or _ON_GRAD.search(text) or _BUILDS_SCHEDULER(text)):
         # The project summarises this file first, from the same blanked text and CPython tree that
         # the second stage reads: made here (outline.py keeps the last few), they are made once.
         text = one_newline(text)
@@ -104,3 +106,5 @@ _EFFECT_CALL = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, effect_call_
                           + r")\s*\(")
 # ... or a write to a gradient (`p.grad = None`, `p.grad.data.mul_(coef)`: a clear or a clip by hand)
 _ON_GRAD = re.compile(r"\.grad\b")
+# ... or a scheduler built, which a training function of another file may step once per window
+_BUILDS_SCHEDULER = functools.partial(any_present, EventKind.SCHEDULER_BUILT)

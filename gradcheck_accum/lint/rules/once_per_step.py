@@ -63,15 +63,17 @@ class ScheduleLengthIgnoresAccumulation(Rule):
     def check(self, model: FileModel) -> Iterator[Report]:
         per_window: dict[str | None, list[Window]] = {}
         for w in model.windows:
-            if not w.accumulates:
-                continue
-            for e in w.of(EventKind.SCHEDULER_STEP):
-                # a prepared scheduler steps with the optimizer, unless the project's accelerate predates that
-                prepared = Role.PREPARED in e.roles and not model.prepared_schedulers_step_every_micro_batch
-                if w.placement(e) is _BOUNDARY or (w.shape is WindowShape.FRAMEWORK and prepared):
-                    # under the names it is built and handed over by in this file (`Loop(sched=sched)`)
-                    for name in model.handed_names(e.scope or w.scope, e.target) if e.target else (None,):
-                        per_window.setdefault(name, []).append(w)
+            for e in _stepped_once_per_window(model, w):
+                # under the names it is built and handed over by in this file (`Loop(sched=sched)`)
+                for name in model.handed_names(e.scope or w.scope, e.target) if e.target else (None,):
+                    per_window.setdefault(name, []).append(w)
+        for scope, built in model.events(EventKind.SCHEDULER_BUILT):
+            if built.target and built.target not in per_window:
+                # handed to another module's training function or class (`run(model, loader, sched)`)
+                handed = [w for w, there in model.windows_handed(scope, built.target)
+                          if any(e.target == there for e in _stepped_once_per_window(model, w))]
+                if handed:
+                    per_window[built.target] = handed
         for _, built in reversed(model.events(EventKind.SCHEDULER_BUILT)):  # the composite after its parts
             for part in model.scheduler_parts(built) if built.target in per_window else ():
                 per_window.setdefault(part, []).extend(per_window[built.target])
@@ -95,6 +97,17 @@ class ScheduleLengthIgnoresAccumulation(Rule):
                                        f"accumulation steps, a count of micro-batches, but the scheduler steps once "
                                        f"per window{prepared}, so it stops a fraction of the way through its "
                                        "decay; do not multiply by N")
+
+
+def _stepped_once_per_window(model: FileModel, w: Window) -> list[Event]:
+    """The scheduler steps of an accumulating window that run once per window: on the boundary, or a
+    prepared scheduler inside accelerate's window (unless the project's accelerate predates that)."""
+    if not w.accumulates:
+        return []
+    prepared_steps_with_optimizer = not model.prepared_schedulers_step_every_micro_batch
+    return [e for e in w.of(EventKind.SCHEDULER_STEP)
+            if w.placement(e) is _BOUNDARY or (w.shape is WindowShape.FRAMEWORK and Role.PREPARED in e.roles
+                                               and prepared_steps_with_optimizer)]
 
 
 class ClipEveryMicroBatch(Rule):
