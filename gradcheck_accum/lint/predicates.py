@@ -195,9 +195,17 @@ def _comparison(test: cst.Comparison, scope: Scope) -> Boundary | None:
         if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and isinstance(defs[0].value, cst.BinaryOperation) \
                 and isinstance(defs[0].value.operator, cst.Modulo):
             left = defs[0].value
-    if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo) \
-            and isinstance(op, (cst.Equal, cst.NotEqual)):
+    if isinstance(left, cst.Integer) and _is_modulo(right):  # `0 < step % N` reads as `step % N > 0`
+        left, right, op = right, left, _mirrored(type(op))()
+    if _is_modulo(left) and isinstance(op, (cst.Equal, cst.NotEqual)):
         return _modulo(left, right, isinstance(op, cst.Equal), test, scope)
+    if _is_modulo(left) and isinstance(right, cst.Integer):
+        # a remainder is never negative: `% N > 0` and `% N >= 1` are `% N != 0`; `% N < 1`, `% N <= 0` are `== 0`
+        bound, kind = int(right.value, 0), type(op)
+        is_zero = {(cst.GreaterThan, 0): False, (cst.GreaterThanEqual, 1): False,
+                   (cst.LessThan, 1): True, (cst.LessThanEqual, 0): True}.get((kind, bound))
+        if is_zero is not None:
+            return _modulo(left, cst.Integer("0"), is_zero, test, scope)
     if isinstance(op, (cst.Equal, cst.NotEqual)) and isinstance(right, cst.Integer) and right.value == "0":
         kept = _kept_modulo(left, scope)
         if kept is not None:  # `acc = (acc + 1) % N` ... `if acc == 0:`
@@ -220,6 +228,16 @@ def _comparison(test: cst.Comparison, scope: Scope) -> Boundary | None:
                         counter=left.left if distance else left, reference=left.right if distance else None,
                         strict=isinstance(op, cst.GreaterThan), comparison=test)
     return None
+
+
+def _mirrored(kind: type) -> type:
+    """The comparison with its sides swapped: `1 < N` is `N > 1`."""
+    return {cst.LessThan: cst.GreaterThan, cst.GreaterThan: cst.LessThan,
+            cst.LessThanEqual: cst.GreaterThanEqual, cst.GreaterThanEqual: cst.LessThanEqual}.get(kind, kind)
+
+
+def _is_modulo(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo)
 
 
 def _modulo(modulo: cst.BinaryOperation, right: cst.BaseExpression, equal: bool, test: cst.BaseExpression,
@@ -368,9 +386,7 @@ def compares_n_with_one(test: cst.BaseExpression,
     operator, right, left = test.comparisons[0].operator, test.comparisons[0].comparator, test.left
     kind = type(operator)
     if isinstance(left, cst.Integer) and is_n(right):  # `1 < N` reads as `N > 1`
-        mirrored = {cst.LessThan: cst.GreaterThan, cst.GreaterThan: cst.LessThan,
-                    cst.LessThanEqual: cst.GreaterThanEqual, cst.GreaterThanEqual: cst.LessThanEqual}
-        left, right, kind = right, left, mirrored.get(kind, kind)
+        left, right, kind = right, left, _mirrored(kind)
     if not (isinstance(right, cst.Integer) and is_n(left)):
         return None, None
     bound = int(right.value, 0)
