@@ -95,6 +95,9 @@ class Api(NamedTuple):
 _CLIPS = ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_gradients")
 # timm's clippers change `.grad` in place as torch's do (timm/utils/agc.py, timm/utils/clip_grad.py)
 _TIMM_CLIPS = ("adaptive_clip_grad", "dispatch_clip_grad")
+# The bound a clip is given by: torch's max_norm / clip_value, Fabric's clip_val (else its second positional
+# argument); an infinite bound clips nothing (`clip_grad_norm_(params, float("inf"))` only reads the norm)
+CLIP_BOUND_KEYWORDS = ("max_norm", "clip_value", "clip_val")
 _SYNC_SWITCHES = ("no_sync", "accumulate", "no_backward_sync", "skip_synchronize", "disable_allreduce",
                   "enable_allreduce", "disable_need_reduction", "enable_need_reduction",
                   "set_gradient_accumulation_boundary")

@@ -331,3 +331,11 @@ def assigned_names(statement: cst.Assign | cst.AnnAssign | cst.AugAssign) -> lis
 def top_level_statements(function: cst.FunctionDef) -> list[cst.BaseSmallStatement]:
     """The simple statements of a function's own block, outside any branch or loop."""
     return [small for line in function.body.body if isinstance(line, cst.SimpleStatementLine) for small in line.body]
+
+
+def is_infinite(node: cst.BaseExpression) -> bool:
+    """`float("inf")`, `math.inf`, `torch.inf`, `np.inf`: positive infinity written out."""
+    if isinstance(node, cst.Call) and dotted(node.func) == "float" and len(node.args) == 1:
+        value = node.args[0].value
+        return isinstance(value, cst.SimpleString) and value.evaluated_value.strip().lower() in ("inf", "infinity")
+    return dotted(node) in ("math.inf", "torch.inf", "np.inf", "numpy.inf")

@@ -18,8 +18,8 @@ from gradcheck_accum.lint.bindings import (LITERAL_TRUTH, constructor_roles, dee
 from gradcheck_accum.lint.catalogue import Api, Operand
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, children, code, dotted, full_names,
-                                        item_name, iter_calls, iter_names, keyword, last_part, parameter_names,
-                                        positional, walk)
+                                        is_infinite, item_name, iter_calls, iter_names, keyword, last_part,
+                                        parameter_names, positional, walk)
 from gradcheck_accum.lint.paths import excluded_by, rebound_since
 from gradcheck_accum.lint.predicates import (analyze, caller_name, clipping_factor, excludes_only_single_windows,
                                              parameter_value)
@@ -756,6 +756,8 @@ class ScopeWalker:
 
     def _emit_call(self, api: Api, call: cst.Call, receiver, target: str | None, owner: frozenset[Role],
                    ctx: Context) -> None:
+        if api.event is EventKind.CLIP and _never_clips(call):
+            return  # `clip_grad_norm_(params, float("inf"))` measures the norm and leaves the gradients be
         first = positional(call, 0) or (keyword(call, api.first_keyword) if api.first_keyword else None)
         scaler = target if api.scaler is Operand.RECEIVER else None
         if api.event is EventKind.BACKWARD and Role.ACCELERATOR_FP16 in owner:
@@ -781,6 +783,13 @@ class ScopeWalker:
             fields["passed_names"] = frozenset(name for a in call.args if (name := dotted(a.value)))
         self.emit(api.event, call, ctx, api=api, target=acted_on, roles=roles, expr=expr, scaler=scaler,
                   model_wide=api.model_wide, **fields)
+
+
+def _never_clips(call: cst.Call) -> bool:
+    """Is the clip's bound infinite (`max_norm=float("inf")`, `math.inf` as its second argument)?"""
+    bound = next((keyword(call, name) for name in cat.CLIP_BOUND_KEYWORDS if keyword(call, name) is not None),
+                 None) or positional(call, 1)
+    return bound is not None and is_infinite(bound)
 
 
 def _element_key(node: cst.Subscript) -> str | None:
