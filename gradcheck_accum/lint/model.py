@@ -908,6 +908,7 @@ class FileModel:
                 return True
             # a length multiplied by N: sized in micro-batches, however the factor it multiplies was counted
             if window is not None and (self.length_is_run(built_scope, built, window)
+                                       or self.length_from_run(built_scope, built, window)
                                        or self.length_times_n(built_scope, built, window) is not None):
                 return True
         return window is not None and self._run_length_passed(scope, name, window)
@@ -963,7 +964,7 @@ class FileModel:
         project, this = self.context.project, self.context.this
         found: list[tuple[Window, str]] = []
         statements = scope.node.body.body if isinstance(scope.node, cst.FunctionDef) else \
-            [s for s in top_level_statements(self.module) if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
+            [s for s in self.module.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))]
         calls = [call for statement in statements for call in iter_calls(statement)
                  if any(dotted(argument.value) == name for argument in call.args)]
         for call in calls:
@@ -1064,12 +1065,46 @@ class FileModel:
             return False
         run = resolve_n(bound, window.scope)
         for call, read_in in self.scheduler_constructions(scope, built):
-            length = _length_argument(call)
-            # `LambdaLR(opt, lambda step: cosine(step, warmup, total))`: a name the step function reads
-            lengths = [length] if length is not None else _schedule_function_names(call)
-            if any(resolve_n(name, read_in) == run for name in lengths):
+            if any(resolve_n(name, read_in) == run for name in self._lengths_read(call, read_in)):
                 return True
         return False
+
+    def length_from_run(self, scope: Scope, built: Event, window: Window) -> bool:
+        """Is the scheduler's length (or a name its step function reads) made from the number of
+        micro-batches the window's loop runs, never divided by N (`warm = int(0.2 * args.iters)` for
+        `for it in range(args.iters)`)? Its unit is then the micro-batch."""
+        bound, n = pass_length(window), window.accumulation_count()
+        if bound is None:
+            return False
+        run, wanted = resolve_n(bound, window.scope), resolve_n(n, window.scope) if n is not None else None
+        for call, read_in in self.scheduler_constructions(scope, built):
+            for length in self._lengths_read(call, read_in):
+                defs = [d for d in read_in.defs_of(dotted(length) or "") if d.op is DefOp.ASSIGN]
+                value = defs[0].value if len(defs) == 1 and defs[0].value is not None else length
+                parts = list(walk(value))
+                if any(resolve_n(part, read_in) == run for part in parts if isinstance(part, cst.BaseExpression)) \
+                        and not any(_is_division(part) and resolve_n(part.right, read_in) == wanted for part in parts):
+                    return True
+        return False
+
+    def _lengths_read(self, call: cst.Call, scope: Scope) -> list[cst.BaseExpression]:
+        """A scheduler construction's length argument, or else the names its step function reads:
+        `LambdaLR(opt, lambda step: cosine(step, warmup, total))`, or a function defined here
+        (`def ramp(it): return min(1.0, it / warm)`, `LambdaLR(opt, lr_lambda=ramp)`)."""
+        length = _length_argument(call)
+        if length is not None:
+            return [length]
+        keyword_name, position = cat.SCHEDULE_FUNCTION_ARGUMENT
+        function = keyword(call, keyword_name) or positional(call, position)
+        if isinstance(function, cst.Name):
+            bodies = [*(scope.node.body.body if isinstance(scope.node, cst.FunctionDef) else ()),
+                      *self.module.body]
+            function = next((f for f in bodies if isinstance(f, cst.FunctionDef) and f.name.value == function.value),
+                            function)
+        if not isinstance(function, (cst.Lambda, cst.FunctionDef)):
+            return []
+        own = parameter_names(function)
+        return [node for node in walk(function.body) if isinstance(node, cst.Name) and node.value not in own]
 
     @staticmethod
     def dead_flush_text(window: Window) -> str | None:
@@ -1501,18 +1536,6 @@ def _rescales(d, name: str) -> bool:
 def _grad_off(ctx: Context) -> bool:
     """Inside `with torch.no_grad():` (or `inference_mode()`): what runs there records no graph."""
     return any(call_receiver(call)[1] in cat.GRAD_OFF_CONTEXTS and not call.args for call in ctx.withs)
-
-
-def _schedule_function_names(call: cst.CSTNode) -> list[cst.Name]:
-    """The names a lambda given as a scheduler's step function reads, other than its parameters."""
-    if not isinstance(call, cst.Call):
-        return []
-    keyword_name, position = cat.SCHEDULE_FUNCTION_ARGUMENT
-    function = keyword(call, keyword_name) or positional(call, position)
-    if not isinstance(function, cst.Lambda):
-        return []
-    own = {param.name.value for param in function.params.params}
-    return [node for node in walk(function.body) if isinstance(node, cst.Name) and node.value not in own]
 
 
 def _length_argument(call: cst.Call) -> cst.BaseExpression | None:
