@@ -447,7 +447,11 @@ def resolve_n(node: cst.BaseExpression, scope: Scope) -> str:
     if name is not None:
         defs = [d for d in scope.defs_of(name) if d.op is DefOp.ASSIGN and d.value is not None]
         if len(defs) == 1 and dotted(uncast(defs[0].value)) is not None:  # `divisor = num_steps or 1`
-            return code(bound_argument(uncast(defs[0].value), defs[0].scope or scope)[0])
+            alias, read_in = bound_argument(uncast(defs[0].value), defs[0].scope or scope)
+            # `updates = total; total = total * N`: the alias holds the value from before, not the name's
+            rebound = read_in is scope and any(d.order > defs[0].order and d.op is not DefOp.ITEM
+                                               for d in scope.defs_of(dotted(alias) or ""))
+            return code(node) if rebound else code(alias)
     return code(node)
 
 
