@@ -699,32 +699,89 @@ class Project:
             if (target := self.resolve_call(caller, callee)) is not None)
 
     def effects(self, ref: FunctionRef) -> frozenset[str]:
-        """The effect names `ref` may have, its own and those of what it calls (transitively)."""
-        return self._effects(ref, frozenset())
-
-    def _effects(self, ref: FunctionRef, visiting: frozenset[FunctionRef]) -> frozenset[str]:
-        cached = self.summaries.memo.get(("effects", ref))
+        """The effect names `ref` may have, its own and those of what it calls (transitively): the
+        union over every function reachable from it. Computed a strongly connected component of the
+        call graph at a time (Tarjan's algorithm, iteratively), each function's answer kept: a large
+        library's call graph, walked path by path, is exponential."""
+        memo = self.summaries.memo
+        cached = memo.get(("effects", ref))
         if cached is not None:
             return cached
-        summary = self.function(ref)
-        if summary is None or ref in visiting:
-            return frozenset()
-        found = set(summary.effects)
+        index: dict[FunctionRef, int] = {}
+        low: dict[FunctionRef, int] = {}
+        stack: list[FunctionRef] = []
+        on_stack: set[FunctionRef] = set()
+        found: dict[FunctionRef, set[str]] = {}
+
+        def enter(node: FunctionRef) -> None:
+            index[node] = low[node] = len(index)
+            stack.append(node)
+            on_stack.add(node)
+            summary = self.function(node)
+            found[node] = set(summary.effects) if summary is not None else set()
+
+        enter(ref)
+        work = [(ref, iter(self._effect_edges(ref)))]
+        while work:
+            node, edges = work[-1]
+            advanced = False
+            for target in edges:
+                known = memo.get(("effects", target))
+                if known is not None:
+                    found[node] |= known
+                elif target not in index:
+                    enter(target)
+                    work.append((target, iter(self._effect_edges(target))))
+                    advanced = True
+                    break
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                else:  # a finished component: its answer is kept
+                    found[node] |= memo[("effects", target)]
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:  # the root of a component: every member has the same effects
+                members = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    members.append(member)
+                    if member == node:
+                        break
+                result = frozenset().union(*(found[m] for m in members))
+                for member in members:
+                    memo[("effects", member)] = result
+            if work:
+                found[work[-1][0]] |= memo.get(("effects", node), found[node])
+        return memo[("effects", ref)]
+
+    def _effect_edges(self, ref: FunctionRef) -> list[FunctionRef]:
+        """What a call of `ref` may run next: the functions its calls resolve to, and for a template
+        method's hook (`self.handle(x)`, whose base body only raises) the subclasses' overrides."""
+        if self.function(ref) is None:
+            return []
+        edges = []
         for callee, _, target in self.calls(ref):
-            found |= self._effects(target, visiting | {ref})
+            edges.append(target)
             if callee.startswith("self.") and callee.count(".") == 1 and self._is_hook_stub(target):
-                # a template method's hook (`self.handle(x)`, whose base body only raises): what the
-                # subclasses' overrides do is what the call may do
                 owner = self.class_of(target)
                 name = callee[len("self."):]
-                for sub in self.subclasses(owner) if owner is not None else ():
+                for sub in self._subclasses_of(owner) if owner is not None else ():
                     override = self.lookup_method(sub, name)
                     if override is not None and override != target:
-                        found |= self._effects(override, visiting | {ref})
-        result = frozenset(found)
-        if not visiting:
-            self.summaries.memo[("effects", ref)] = result
-        return result
+                        edges.append(override)
+        return edges
+
+    def _subclasses_of(self, cls: ClassRef) -> list[ClassRef]:
+        memo = self.summaries.memo
+        key = ("subclasses", cls)
+        if key not in memo:
+            memo[key] = self.subclasses(cls)
+        return memo[key]
 
     def _is_hook_stub(self, ref: FunctionRef) -> bool:
         """A method that does nothing but maybe raise (`raise NotImplementedError`, `pass`, `...`)."""
