@@ -1916,8 +1916,9 @@ def _is_stub(function: cst.FunctionDef) -> bool:
 
 
 def bound_parameter(function: cst.FunctionDef, attribute: str) -> str | None:
-    """The parameter `__init__` binds `self.attribute` to (`self.criterion = criterion`), when that
-    is the attribute's only binding there."""
+    """The parameter `__init__` binds `self.attribute` to (`self.criterion = criterion`, or one
+    element of `self.model, self.criterion = model, criterion`), when that is the attribute's only
+    binding there."""
     parameters = parameter_names(function)
     found = []
     for statement in _attribute_bindings(function):
@@ -1927,6 +1928,11 @@ def bound_parameter(function: cst.FunctionDef, attribute: str) -> str | None:
             for target in targets:
                 if dotted(target) == f"self.{attribute}":
                     found.append(small.value)
+                elif isinstance(target, cst.Tuple) and isinstance(small.value, cst.Tuple) \
+                        and len(target.elements) == len(small.value.elements):
+                    # `self.model, self.optimizer = model, optimizer`: element by element
+                    found += [value.value for element, value in zip(target.elements, small.value.elements)
+                              if dotted(element.value) == f"self.{attribute}"]
     if len(found) == 1 and isinstance(found[0], cst.Name) and found[0].value in parameters:
         return found[0].value
     return None

@@ -11,7 +11,7 @@ from collections import ChainMap
 from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.bindings import ACCUM_NAME, constructor_roles, no_roles
+from gradcheck_accum.lint.bindings import ACCUM_NAME, accelerator_accumulation_steps, constructor_roles, no_roles
 from gradcheck_accum.lint.catalogue import DDP_NO_SYNC, DDP_SYNC_FLAG, SYNCS_AT_BACKWARD, LossScaling
 from gradcheck_accum.lint.counters import (Lifetime, PassKind, Repetition, Shift, Tail, TailFate, distance_shift,
                                           pass_kind, pass_length, step_count_bound, unstepped_tail)
@@ -1031,11 +1031,11 @@ class FileModel:
         or where the loop stops when a count of its optimizer steps reaches `max_train_steps`):
         a count of micro-batches reached the long way round?"""
         others = self.length_times_n(scope, built, window)
-        n = window.accumulation_count()
+        n = self._window_n(scope, window)
         if others is None or n is None:
             return False
         steps = step_count_bound(window)
-        return any(_counts_windows(factor, read_in, resolve_n(n, window.scope), 0)
+        return any(_counts_windows(factor, read_in, n, 0)
                    or steps is not None and resolve_n(factor, read_in) == resolve_n(steps, window.scope)
                    for factor, read_in in others)
 
@@ -1045,10 +1045,9 @@ class FileModel:
         (`args.max_train_steps * args.gradient_accumulation_steps`), its other factors, each with the
         scope it is read in: whatever they count, the author sized the schedule N times longer than
         they are. Else None."""
-        n = window.accumulation_count()
-        if n is None:
+        wanted = self._window_n(scope, window)
+        if wanted is None:
             return None
-        wanted = resolve_n(n, window.scope)
         for call, read_in in self.scheduler_constructions(scope, built):
             length = _length_argument(call)
             factors = _product_factors(length) if length is not None else []
@@ -1056,6 +1055,22 @@ class FileModel:
             if len(times_n) == 1:
                 return [(factor, read_in) for factor in factors if factor is not times_n[0]]
         return None
+
+    @staticmethod
+    def _window_n(scope: Scope, window: Window) -> str | None:
+        """The window's N as text: its own, or for accelerate's window in a method that reads the
+        Accelerator off `self` (`self.accelerator.accumulate(model)`), the `gradient_accumulation_steps=`
+        of the one Accelerator the scheduler's own scope builds and hands over with it."""
+        n = window.accumulation_count()
+        if n is not None:
+            return resolve_n(n, window.scope)
+        if window.framework is not Framework.ACCELERATE or scope is window.scope:
+            return None
+        counts = [steps for defs in scope.defs.values() for d in defs
+                  if d.op is DefOp.ASSIGN and isinstance(d.value, cst.Call)
+                  and (steps := accelerator_accumulation_steps(d.value)) is not None
+                  and call_receiver(d.value)[1] in cat.ACCELERATOR.names]
+        return resolve_n(counts[0], scope) if len(counts) == 1 else None
 
     def length_is_run(self, scope: Scope, built: Event, window: Window) -> bool:
         """Is the scheduler's length the number of micro-batches the window's loop runs in all
