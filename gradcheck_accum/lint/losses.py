@@ -717,10 +717,14 @@ class LossTracer:
                    for part in (dotted(constructor.func) or "").split("."))
 
     def _labels_masked(self, name: str, scope: Scope, depth: int) -> bool:
-        """Does the name hold labels with items set to the ignored label: `y[...] = -100` here, or in
-        the project function that returns them (`inputs, labels = mask_tokens(batch, tokenizer)`)?"""
+        """Does the name hold labels with items set to the ignored label: `y[...] = -100` or `y =
+        ids.masked_fill(pad, -100)` here, or in the project function that returns them (`inputs, labels
+        = mask_tokens(batch, tokenizer)`)?"""
         for d in scope.defs_of(name):
             if d.op is DefOp.ITEM and _is_ignored_label(d.value):
+                return True
+            if d.op is DefOp.ASSIGN and d.value is not None \
+                    and _made_with_ignored_label(d.value, d.scope or scope, d.order, 0):
                 return True
             if d.op not in (DefOp.ASSIGN, DefOp.UNPACK) or depth > 2 or self.returns is None:
                 continue
