@@ -11,6 +11,8 @@ loss is read the same way by the loss tracer (`returns`). What does not resolve 
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import unicodedata
 
 from dataclasses import dataclass, field
@@ -177,6 +179,25 @@ class LoadedModule:
         return None
 
 
+# The other files the last analyses parsed, kept for the next files of the process: the files a
+# project's training code reaches (a base trainer, a model's module) are the same for most of its
+# files, and parsing them again for each is most of the cost of linting a large project. libcst's
+# trees are immutable, so analyses can share them; each builds its own LoadedModule around the tree.
+_PARSED: OrderedDict[tuple[Path, str], "cst.Module | None"] = OrderedDict()
+_PARSED_KEPT = 24
+
+
+def _parsed(path: Path, text: str, parse: Callable[[str], "cst.Module | None"]) -> "cst.Module | None":
+    key = (path, text)
+    if key in _PARSED:
+        _PARSED.move_to_end(key)
+        return _PARSED[key]
+    module = _PARSED[key] = parse(text)
+    if len(_PARSED) > _PARSED_KEPT:
+        _PARSED.popitem(last=False)
+    return module
+
+
 class ProjectContext:
     """The project around one file being analysed: resolution (Project) and the other files'
     syntax, parsed when a call first reaches into them."""
@@ -206,7 +227,7 @@ class ProjectContext:
     def load(self, path: Path) -> LoadedModule | None:
         if path not in self._modules:
             text = self.project.summaries.text(path) if isinstance(self.project.summaries, SummaryStore) else None
-            module = self.parse(text) if text is not None else None
+            module = _parsed(path, text, self.parse) if text is not None else None
             self._modules[path] = LoadedModule.build(path, module, text) if module is not None else None
         return self._modules[path]
 
