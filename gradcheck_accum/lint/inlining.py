@@ -307,7 +307,8 @@ def project_evidence(project: Project, path: Path, text: str) -> tuple[bool, str
                 # is a complete training function of another file, whose windows step what this file
                 # builds and hands it (FileModel.windows_handed)
                 reached = True
-        for callee in function.calls:  # `Loop(model, sched=sched).run()`: a training class of another file
+        resolved = {callee for callee, _, _ in project.calls(caller)}  # functions, read above
+        for callee in function.calls.keys() - resolved:  # `Loop(model, sched=sched).run()`: a training class
             cls = project.resolve_class(path, callee)
             if not isinstance(cls, ClassRef) or cls.path == path:
                 continue

@@ -38,6 +38,8 @@ from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, accumu
                                           loop_events, same_target, straight_line_clears)
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from gradcheck_accum.lint.vocabulary import Loop
 
 __all__ = ["FileModel", "Window", "Event", "Scope", "LossFacts", "ScheduleLength", "EventKind", "Role", "Framework",
@@ -66,7 +68,7 @@ class FileModel:
         self.scopes: list[Scope] = []
         self.functions: dict[str, list[Scope]] = {}
         self._calls_by_callee: dict[str, list[tuple[cst.Call, Scope]]] | None = None  # this file's calls, by callee
-        self._other_models: dict[object, FileModel | None] = {}  # windows_handed's reading of other files
+        self._other_models: dict[Path, FileModel | None] = {}  # windows_handed's reading of other files
         self._build()
         self._losses = LossTracer(module, self.imports, self.scopes, self.inliner.returns, self.context.program,
                                   self.inliner.called_function, self.passed_to, self.inliner.attribute_constructions,
@@ -998,7 +1000,7 @@ class FileModel:
                               and bound_parameter(function, event.target[5:]) == parameter]
         return found
 
-    def _model_of(self, path) -> FileModel | None:
+    def _model_of(self, path: "Path") -> FileModel | None:
         """The model of another file of the project (built once per file asked about)."""
         if path not in self._other_models:
             loaded = self.context.load(path)
@@ -1088,10 +1090,10 @@ class FileModel:
         """Is the scheduler's length (or a name its step function reads) made from the number of
         micro-batches the window's loop runs, never divided by N (`warm = int(0.2 * args.iters)` for
         `for it in range(args.iters)`)? Its unit is then the micro-batch."""
-        bound, n = pass_length(window), window.accumulation_count()
+        bound = pass_length(window)
         if bound is None:
             return False
-        run, wanted = resolve_n(bound, window.scope), resolve_n(n, window.scope) if n is not None else None
+        run, wanted = resolve_n(bound, window.scope), self._window_n(scope, window)
         for call, read_in in self.scheduler_constructions(scope, built):
             for length in self._lengths_read(call, read_in):
                 defs = [d for d in read_in.defs_of(dotted(length) or "") if d.op is DefOp.ASSIGN]
@@ -1112,8 +1114,9 @@ class FileModel:
         keyword_name, position = cat.SCHEDULE_FUNCTION_ARGUMENT
         function = keyword(call, keyword_name) or positional(call, position)
         if isinstance(function, cst.Name):
+            # defined in the function that builds the scheduler, or at the top of its module
             bodies = [*(scope.node.body.body if isinstance(scope.node, cst.FunctionDef) else ()),
-                      *self.module.body]
+                      *(scope.module or self.module).body]
             function = next((f for f in bodies if isinstance(f, cst.FunctionDef) and f.name.value == function.value),
                             function)
         if not isinstance(function, (cst.Lambda, cst.FunctionDef)):
