@@ -137,6 +137,56 @@ def test_effects_are_transitive_and_callers_include_base_class_dispatch(tmp_path
     assert site.in_loop and site.receiver == ClassRef(sft, "SFTTrainer")
 
 
+def test_effects_reach_through_call_cycles_in_every_order_asked(tmp_path):
+    # ping -> pong -> ping, pong -> update (steps), ping -> fwd (backward): each function of the cycle may
+    # do what any of them reaches, whichever is asked first (answers are kept per function)
+    write(tmp_path, {"pyproject.toml": "", "m.py": """
+        def ping(n):
+            fwd(n)
+            return pong(n - 1) if n else None
+
+        def pong(n):
+            update(n)
+            return ping(n - 1) if n else None
+
+        def fwd(n):
+            n.loss.backward()
+
+        def update(n):
+            n.opt.step()
+
+        def idle(n):
+            return n
+    """})
+    m = tmp_path / "m.py"
+    for order in (["ping", "pong"], ["pong", "ping"], ["fwd", "ping", "pong"]):
+        proj = project(tmp_path)
+        for name in order:
+            assert proj.effects(FunctionRef(m, name)) == (
+                {"backward"} if name == "fwd" else {"backward", "step"}), (order, name)
+        assert proj.effects(FunctionRef(m, "idle")) == frozenset()
+
+
+def test_effects_of_a_dense_call_graph_are_read_once_per_function(tmp_path):
+    # 30 functions, each calling every later one: walked path by path this is 2**30 walks
+    names = [f"f{i}" for i in range(30)]
+    body = "".join(f"def {name}(x):\n" + "".join(f"    {later}(x)\n" for later in names[i + 1:])
+                   + ("    x.backward()\n" if name == names[-1] else "    pass\n") + "\n"
+                   for i, name in enumerate(names))
+    write(tmp_path, {"pyproject.toml": "", "dense.py": body})
+    proj = project(tmp_path)
+    looked_up, summary_of = [], proj.function
+
+    def counted(ref):
+        looked_up.append(ref)
+        assert len(looked_up) < 5_000, "the call graph is walked path by path"
+        return summary_of(ref)
+
+    proj.function = counted
+    assert proj.effects(FunctionRef(tmp_path / "dense.py", "f0")) == {"backward"}
+    assert proj.effects(FunctionRef(tmp_path / "dense.py", "f15")) == {"backward"}
+
+
 def test_outside_bases_are_qualified_and_stop_method_lookup(tmp_path):
     write(tmp_path, {"m.py": """
         import lightning.pytorch as pl
