@@ -109,7 +109,7 @@ def analyze(test: cst.BaseExpression, scope: Scope, depth: int = 0) -> Boundary 
     if isinstance(test, cst.Call) and dotted(test.func) == cat.TRUTH_CAST and len(test.args) == 1 \
             and not test.args[0].keyword and not test.args[0].star:
         return analyze(test.args[0].value, scope, depth + 1)  # `bool((i + 1) % N)`: as its argument holds
-    if isinstance(test, cst.BinaryOperation) and isinstance(test.operator, cst.Modulo):
+    if _is_modulo(test):
         return _modulo(test, cst.Integer("0"), False, test, scope)  # `if i % N:` is `i % N != 0`
     name = dotted(test)
     if name is not None:
@@ -192,8 +192,7 @@ def _comparison(test: cst.Comparison, scope: Scope) -> Boundary | None:
     op, right, left = target.operator, target.comparator, test.left
     if isinstance(left, cst.Name):  # `remaining = len(loader) % N` ... `if remaining != 0:`: the remainder itself
         defs = scope.defs_of(left.value)
-        if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and isinstance(defs[0].value, cst.BinaryOperation) \
-                and isinstance(defs[0].value.operator, cst.Modulo):
+        if len(defs) == 1 and defs[0].op is DefOp.ASSIGN and _is_modulo(defs[0].value):
             left = defs[0].value
     if isinstance(left, cst.Integer) and _is_modulo(right):  # `0 < step % N` reads as `step % N > 0`
         left, right, op = right, left, _mirrored(type(op))()
@@ -287,8 +286,7 @@ def _kept_modulo(counter: cst.BaseExpression, scope: Scope) -> cst.BaseExpressio
         value = d.value
         if d.op is DefOp.ASSIGN and isinstance(value, cst.Integer):
             continue
-        if not (d.op is DefOp.ASSIGN and isinstance(value, cst.BinaryOperation)
-                and isinstance(value.operator, cst.Modulo) and _advances(value.left, name)):
+        if not (d.op is DefOp.ASSIGN and _is_modulo(value) and _advances(value.left, name)):
             return None
         n = value.right
     return n

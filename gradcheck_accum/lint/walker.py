@@ -787,8 +787,7 @@ class ScopeWalker:
 
 def _never_clips(call: cst.Call) -> bool:
     """Is the clip's bound infinite (`max_norm=float("inf")`, `math.inf` as its second argument)?"""
-    bound = next((keyword(call, name) for name in cat.CLIP_BOUND_KEYWORDS if keyword(call, name) is not None),
-                 None) or positional(call, 1)
+    bound = next(filter(None, (keyword(call, name) for name in cat.CLIP_BOUND_KEYWORDS)), None) or positional(call, 1)
     return bound is not None and is_infinite(bound)
 
 

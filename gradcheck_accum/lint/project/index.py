@@ -726,7 +726,7 @@ class Project:
             node, edges = work[-1]
             advanced = False
             for target in edges:
-                known = memo.get(("effects", target))
+                known = memo.get(("effects", target))  # a finished component's answer is kept
                 if known is not None:
                     found[node] |= known
                 elif target not in index:
@@ -734,10 +734,8 @@ class Project:
                     work.append((target, iter(self._effect_edges(target))))
                     advanced = True
                     break
-                elif target in on_stack:
+                else:  # entered and unfinished: on the stack, in this node's component
                     low[node] = min(low[node], index[target])
-                else:  # a finished component: its answer is kept
-                    found[node] |= memo[("effects", target)]
             if advanced:
                 continue
             work.pop()
@@ -777,11 +775,7 @@ class Project:
         return edges
 
     def _subclasses_of(self, cls: ClassRef) -> list[ClassRef]:
-        memo = self.summaries.memo
-        key = ("subclasses", cls)
-        if key not in memo:
-            memo[key] = self.subclasses(cls)
-        return memo[key]
+        return self.summaries.remember(("subclasses", cls), lambda: self.subclasses(cls))
 
     def _is_hook_stub(self, ref: FunctionRef) -> bool:
         """A method that does nothing but maybe raise (`raise NotImplementedError`, `pass`, `...`)."""
