@@ -64,6 +64,9 @@ class Boundary(NamedTuple):
     flush_clause: cst.BaseExpression | None = None  # the `or` clause itself (`i + 1 == len(loader)`)
     reference: cst.BaseExpression | None = None  # distance: `last_opt_step` in `ni - last_opt_step >= N`
     strict: bool = False  # distance: `>` rather than `>=`
+    # `i + 1 % N == 0`: `%` binds tighter than `+`, so the test is `i + (1 % N) == 0`, never true for N > 1;
+    # the fields above describe the `(i + 1) % N == 0` it was meant to be
+    literal_modulo: bool = False
 
     @property
     def family(self) -> tuple[BoundaryKind, str | None]:
@@ -198,6 +201,10 @@ def _comparison(test: cst.Comparison, scope: Scope) -> Boundary | None:
         left, right, op = right, left, _mirrored(type(op))()
     if _is_modulo(left) and isinstance(op, (cst.Equal, cst.NotEqual)):
         return _modulo(left, right, isinstance(op, cst.Equal), test, scope)
+    meant = _meant_modulo(left)
+    if meant is not None and isinstance(op, (cst.Equal, cst.NotEqual)):
+        found = _modulo(meant, right, isinstance(op, cst.Equal), test, scope)
+        return found._replace(literal_modulo=True) if found is not None else None
     if _is_modulo(left) and isinstance(right, cst.Integer):
         # a remainder is never negative: `% N > 0` and `% N >= 1` are `% N != 0`; `% N < 1`, `% N <= 0` are `== 0`
         bound, kind = int(right.value, 0), type(op)
@@ -237,6 +244,19 @@ def _mirrored(kind: type) -> type:
 
 def _is_modulo(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo)
+
+
+def _meant_modulo(node: cst.BaseExpression) -> cst.BinaryOperation | None:
+    """`(i + 1) % N` for an unbracketed `i + 1 % N`, which Python reads as `i + (1 % N)`."""
+    if not (isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)):
+        return None  # `i - 1 % N == 0` does fire, once, at i == 1: a different slip
+    remainder = node.right
+    if not (isinstance(remainder, cst.BinaryOperation) and isinstance(remainder.operator, cst.Modulo)
+            and isinstance(remainder.left, cst.Integer) and not remainder.lpar):
+        return None
+    shifted = cst.BinaryOperation(left=node.left, operator=node.operator, right=remainder.left,
+                                  lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return cst.BinaryOperation(left=shifted, operator=cst.Modulo(), right=remainder.right)
 
 
 def _modulo(modulo: cst.BinaryOperation, right: cst.BaseExpression, equal: bool, test: cst.BaseExpression,

@@ -291,6 +291,12 @@ class BoundaryOffByOne(Rule):
             boundary = window.boundary
             if window.shape is not WindowShape.GUARDED or not boundary.positive or not window.steps_after_backward:
                 continue
+            if boundary.literal_modulo:
+                where = "only where the `or` clause holds (the end of the data)" if boundary.flush else "never"
+                yield Report(boundary.comparison, f"`%` binds tighter than `+`, so this tests `i + (1 % N)`, which is "
+                                                  f"not 0 for any N > 1: the optimizer steps {where}, on a window of "
+                                                  f"every micro-batch before it; bracket the sum, `(i + 1) % N`")
+                continue
             shrunk = window.n_shrunk_to_remainder()
             if shrunk is not None and boundary.kind is BoundaryKind.MODULO:
                 yield Report(boundary.comparison, f"`{shrunk.name}` is set to the epoch's remainder for its last "
