@@ -50,11 +50,14 @@ def is_micro_batch_size_name(node: cst.CSTNode | None) -> bool:
 
 
 def function_reference_roles(node: cst.BaseExpression, imports: ImportMap) -> frozenset[Role]:
-    """Roles of a torch loss function named without being called (`F.cross_entropy` handed to a
-    trainer that calls it later): those of calling it with its defaults, a mean."""
+    """Roles of a function named without being called, to be called later: a torch loss function
+    (`F.cross_entropy` handed to a trainer) holds those of calling it with its defaults, a mean;
+    `deepspeed.initialize` (handed to a `main` that builds the engine) is itself."""
     qual = imports.qualify(node) or ""
     if qual.startswith(cat.TORCH_MODULE_PREFIX) and last_part(qual) in cat.LOSSES.names:
         return _ONE[Role.CRITERION]
+    if qual == cat.DEEPSPEED_INITIALIZE:
+        return _ONE[Role.DEEPSPEED_INITIALIZE]
     return NO_ROLES
 
 
@@ -227,7 +230,8 @@ def unpacked_roles(call: cst.Call, imports: ImportMap, lookup: Lookup, count: in
     func = func if func is not None else call.func
     receiver, method = callee_parts(func)
     qual = imports.qualify(func) or dotted(func) or ""
-    if qual == cat.DEEPSPEED_INITIALIZE or (method == "initialize" and dotted(receiver) == "deepspeed"):
+    if qual == cat.DEEPSPEED_INITIALIZE or (method == "initialize" and dotted(receiver) == "deepspeed") \
+            or Role.DEEPSPEED_INITIALIZE in lookup(func):
         roles = [NO_ROLES] * count
         roles[0] = _ONE[Role.DEEPSPEED]
         if count > 1:

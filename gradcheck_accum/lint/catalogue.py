@@ -362,8 +362,11 @@ SYNC_ONLY_OPTIMIZER = Role.PREPARED
 # ... except under accelerate's DeepSpeed plugin, whose optimizer wrapper's zero_grad() does nothing (the
 # engine clears after its own step). A call of a method only a DeepSpeed engine has, on the prepared
 # model, says the plugin is in use (deepspeed/runtime/engine.py).
+# The same calls name an engine that an unread call made (`model, *_ = ds_init(...)` with `ds_init` handed in
+# by a caller, then `assert model.gradient_accumulation_steps() == args.update_freq`).
 DEEPSPEED_ENGINE_METHODS = frozenset({"get_global_grad_norm", "is_gradient_accumulation_boundary",
-                                      "train_micro_batch_size_per_gpu", "zero_optimization_stage"})
+                                      "train_micro_batch_size_per_gpu", "zero_optimization_stage",
+                                      DEEPSPEED_ACCUMULATION_GETTER})
 # What they make of a model: launched on several processes, both wrap it in DistributedDataParallel
 # (accelerate's Accelerator.prepare_model, Fabric's DDP strategy), so it all-reduces on every backward
 # unless `accelerator.no_sync`/`accumulate` or `fabric.no_backward_sync` says otherwise.

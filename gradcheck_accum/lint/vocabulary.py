@@ -89,6 +89,9 @@ class Role(Tag):
     BOOSTER = "booster"  # a ColossalAI Booster
     HF_TRAINER = "hf-trainer"  # `self` in a subclass of transformers' Trainer (its training_step backpropagates)
     DEEPSPEED = "deepspeed"  # an engine (or its optimizer/scheduler) from deepspeed.initialize
+    # the function deepspeed.initialize itself, held by a name that is passed on and called later
+    # (`ds_init = deepspeed.initialize if args.deepspeed else None`, returned, handed to `main(args, ds_init)`)
+    DEEPSPEED_INITIALIZE = "deepspeed-initialize"
     # ... an engine whose config, a dict written in the code, sets no accumulation (one micro-batch a step)
     DEEPSPEED_WITHOUT_ACCUMULATION = "deepspeed-without-accumulation"
     PREPARED = "prepared"  # returned by accelerator.prepare: steps and zero_grads skip non-sync steps

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 _AUGMENTED = {"AddAssign": DefOp.ADD, "DivideAssign": DefOp.DIVIDE, "MultiplyAssign": DefOp.MULTIPLY,
               "SubtractAssign": DefOp.SUBTRACT, "FloorDivideAssign": DefOp.FLOOR_DIVIDE}
 _ORIG_MOD = cat.COMPILED_INNER  # the module a torch.compile wrapper wraps
+_ONE_DEEPSPEED = frozenset({Role.DEEPSPEED})
 _BACKWARD_METHODS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 
 
@@ -96,6 +97,7 @@ class ScopeWalker:
         self._guarded_roles: dict[str, list[tuple[int, Context, frozenset[Role]]]] = {}
         # id(test) -> what the project predicate it calls returns, and where (None: it calls none)
         self.predicates: dict[int, tuple[cst.BaseExpression, Scope] | None] = {}
+        self._engine_names: frozenset[str] | None = None  # see _engines_by_use
 
     # -- bookkeeping --------------------------------------------------------------------------
     def tick(self) -> int:
@@ -470,6 +472,8 @@ class ScopeWalker:
                     unpacked[0] = unpacked[0] | {Role.DEEPSPEED_WITHOUT_ACCUMULATION}
                 if not unpacked and self.inliner is not None:  # `opt, sched, model = prep(args, model)`
                     unpacked = self.inliner.returned_element_roles(self, value, len(names))
+                if not unpacked and names[0] in self._engines_by_use():
+                    unpacked = [_ONE_DEEPSPEED] + [NO_ROLES] * (len(names) - 1)
             elif isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(names):
                 unpacked = [self.roles(el.value) for el in value.elements]
             for i, name in enumerate(names):
@@ -499,6 +503,8 @@ class ScopeWalker:
         if api is not None:  # `ctx = model.no_sync`: the bound method, entered later
             self.emit(api.event, node, ctx, api=api, target=name)
         roles = self.roles(value)
+        if not roles and isinstance(value, cst.Call) and name in self._engines_by_use():
+            roles = _ONE_DEEPSPEED
         if isinstance(target, cst.Attribute):
             api = cat.ATTRIBUTES_SET.get(target.attr.value)
             if api is not None:
@@ -522,6 +528,20 @@ class ScopeWalker:
         defs = self.scope.defs_of(func.value) if isinstance(func, cst.Name) else []
         bound = defs[0].value if len(defs) == 1 and defs[0].op is DefOp.ASSIGN else None
         return bound if isinstance(bound, cst.Attribute) and dotted(bound) is not None else None
+
+    def _engines_by_use(self) -> frozenset[str]:
+        """The names this scope calls a method on that only a DeepSpeed engine has (catalogue
+        DEEPSPEED_ENGINE_METHODS): bound to the result of a call that says nothing itself, they hold an engine."""
+        if self._engine_names is None:
+            node = self.scope.node
+            statements = node.body.body if isinstance(node, cst.FunctionDef) else getattr(node, "body", ())
+            names = set()
+            for call in (call for statement in statements for call in iter_calls(statement)):
+                receiver, method = call_receiver(call)
+                if method in cat.DEEPSPEED_ENGINE_METHODS and not call.args and dotted(receiver) is not None:
+                    names.add(dotted(receiver))
+            self._engine_names = frozenset(names)
+        return self._engine_names
 
     def _deepspeed_config_accumulates(self, call: cst.Call) -> bool | None:
         """What the config given to `deepspeed.initialize(...)` says of accumulation, when it is a dict
