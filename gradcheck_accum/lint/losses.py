@@ -195,6 +195,8 @@ class LossTracer:
         if isinstance(node, cst.Attribute) and node.attr.value == "loss" and isinstance(node.value, cst.Call) \
                 and self._masked_labels(node.value, scope, before):
             facts.token_level = True  # `model(**batch).loss`, read as `outputs.loss` is below
+        if _loss_entry(node) and self._masked_labels(node.value, scope, before):
+            facts.token_level = True  # `model(**batch)["loss"]`, `outputs["loss"]`: a model output's loss by key
         if _first_item(node) and self._masked_labels(node.value, scope, before):
             # `model(x, labels=y)[0]`, `outputs[0]`: a model given labels returns its loss first
             facts.token_level = True
@@ -593,14 +595,18 @@ class LossTracer:
                 or _is_model_like(callee) or self._is_torch_module(callee, scope)):
             facts.known = False
 
-    @staticmethod
-    def _criterion_name(call: cst.Call, scope: Scope, before: int) -> str | None:
+    def _criterion_name(self, call: cst.Call, scope: Scope, before: int) -> str | None:
         """The torch function or module class a criterion call runs: `cross_entropy` of
-        `F.cross_entropy(...)`, `CrossEntropyLoss` of `criterion(...)` after `criterion = nn.CrossEntropyLoss()`."""
+        `F.cross_entropy(...)`, `CrossEntropyLoss` of `criterion(...)` after `criterion = nn.CrossEntropyLoss()`,
+        or of `self.criterion(...)` after `__init__` set it so (one class wherever it is built)."""
         name = last_part(dotted(call.func) or "")
         made, _ = _bound_value(call.func, scope, before)
         if isinstance(made, cst.Call):
             return last_part(dotted(made.func) or "")
+        if name and not scope.defs_of(dotted(call.func) or ""):
+            built = {last_part(dotted(made.func) or "") for made, _, _ in self._constructors(dotted(call.func), scope)}
+            if len(built) == 1:
+                return built.pop()
         return name
 
     def _counts_items(self, divisor: cst.BaseExpression, scope: Scope, before: int) -> bool:
@@ -611,6 +617,8 @@ class LossTracer:
         micro-batch. Nor a count of a mask whose number of set items is fixed (_fixed_count)."""
         count, at = _bound_value(_count_kept(divisor), scope, before)
         count = _count_kept(count)  # `denom = keep.sum().clamp_min(1.0)` then `/ denom`
+        if self._counts_selection(count, scope, at):
+            return True
         if not _is_count_of_items(count, scope):
             added = _added_up(count, scope, before)
             return bool(added) and all(self._counts_items(value, scope, order) for value, order in added)
@@ -619,6 +627,18 @@ class LossTracer:
         if labels is not None:
             return not _next_tokens(labels, scope, at, 0)
         return counted is None or not self._fixed_count(counted, scope, at, 0)
+
+    def _counts_selection(self, count: cst.BaseExpression, scope: Scope, before: int) -> bool:
+        """`target.numel()`, `len(target)`, `target.size(0)` after `target = target[keep]`: the number of
+        items a mask selected, as many as the micro-batch's data sets (unless the mask's count is fixed).
+        The selection is the last binding of the name (`if mask is not None: target = target[mask]`)."""
+        if _along_other_dimension(count):
+            return False
+        counted = _counted(count, scope.imports or self.imports)
+        name = dotted(counted) if isinstance(counted, cst.Name) else None
+        defs = [d for d in scope.defs_of(name, before) if d.op.rebinds and d.value is not None] if name else []
+        mask = _selecting_mask(defs[-1].value) if defs else None
+        return mask is not None and not self._fixed_count(mask, scope, defs[-1].order, 0)
 
     def _fixed_count(self, mask: cst.BaseExpression, scope: Scope, before: int, depth: int) -> bool:
         """Does `mask` have the same number of items set in every micro-batch? Random masking at a fixed
@@ -1050,7 +1070,8 @@ def _writes_ignored_label(function: cst.CSTNode) -> bool:
 def _writes_label(node: cst.CSTNode, value: str, loosely: bool = False, expression: bool = False) -> bool:
     """Does the code write the literal `value` into tensors or label lists: as a fill value
     (`padding_value=-1`, `masked_fill(mask, -1)`, `torch.full_like(y, -1)`), into items
-    (`y[mask == 0] = -1`), or repeated in a list (`[-100] * len(prompt)`)? `loosely`: any argument
+    (`y[mask == 0] = -1`), repeated in a list (`[-100] * len(prompt)`), or chosen item by item in
+    a comprehension (`[t if t != pad else -100 for t in row]`)? `loosely`: any argument
     or assignment of it counts (-100 has no other use; -1 is also a dimension and an index).
     `expression`: `value` is the text of an expression (`tokenizer.pad_token_id`), not a number."""
     def matches(written: cst.BaseExpression) -> bool:
@@ -1076,6 +1097,9 @@ def _writes_label(node: cst.CSTNode, value: str, loosely: bool = False, expressi
                 matches(value) and _fills_ones(other)
                 for value, other in ((node.left, node.right), (node.right, node.left))):
             return True  # `torch.ones(n, length, dtype=torch.long) * -1`: a tensor of the value
+        if isinstance(node, (cst.ListComp, cst.GeneratorExp)) and isinstance(node.elt, cst.IfExp) \
+                and (matches(node.elt.body) or matches(node.elt.orelse)):
+            return True  # `[t if t != pad_id else -100 for t in row]`: the value in place of some items
         stack.extend(children(node))
     return False
 
@@ -1655,6 +1679,25 @@ def _count_kept(node: cst.BaseExpression) -> cst.BaseExpression:
                     continue
         break
     return node
+
+
+def _along_other_dimension(count: cst.BaseExpression) -> bool:
+    """`x.size(1)`, `x.shape[-1]`: a size along a dimension other than the first (the selected items')."""
+    if isinstance(count, cst.Subscript) and len(count.slice) == 1 and isinstance(count.slice[0].slice, cst.Index):
+        index = count.slice[0].slice.value
+    elif isinstance(count, cst.Call) and call_receiver(count)[1] in cat.SIZE_METHODS:
+        index = positional(count, 0) or keyword(count, cat.DIM_KEYWORD)
+    else:
+        return False
+    return index is not None and code(index).replace(" ", "") not in ("0", "-0")
+
+
+def _loss_entry(node: cst.BaseExpression) -> bool:
+    """`x["loss"]`."""
+    if not (isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)):
+        return False
+    key = node.slice[0].slice.value
+    return isinstance(key, cst.SimpleString) and key.evaluated_value == "loss"
 
 
 def _first_item(node: cst.BaseExpression) -> bool:
