@@ -352,6 +352,10 @@ DEEPSPEED_INITIALIZE = "deepspeed.initialize"  # -> engine, optimizer, dataloade
 # accelerator.prepare(...) and its one-object forms prepare_model/prepare_optimizer/prepare_scheduler,
 # fabric.setup(...) / setup_module(model) / setup_optimizers(optimizer) (the data-loader forms make no window
 # object and are left out: a loader is no model)
+# Class methods a library base class gives its subclasses that make an instance of the class they are
+# called on (transformers' PreTrainedModel.from_pretrained / from_config, Lightning's
+# LightningModule.load_from_checkpoint): `Tagger.from_pretrained(name)` is a `Tagger`, running its forward.
+INSTANCE_CLASSMETHODS = frozenset({"from_pretrained", "from_config", "load_from_checkpoint"})
 PREPARE_METHODS = frozenset({"prepare", "prepare_model", "prepare_optimizer", "prepare_scheduler", "setup",
                              "setup_module", "setup_optimizers"})
 # What they make of an optimizer: accelerate's AcceleratedOptimizer steps and clears only when

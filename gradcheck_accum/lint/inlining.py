@@ -1041,6 +1041,7 @@ class Inliner:
         """The project class of the object an expression names: a parameter bound to one, a name or
         `self.x` bound to a constructor call of one, or such a call itself (`Runner(AccumHook(4))`)."""
         origin = self._origin.get(id(scope))
+        node = _same_instance_class(node)
         if isinstance(node, cst.Call) and origin is not None and dotted(node.func):
             made = self.project.resolve_class(origin[0].path, dotted(node.func))
             return made if isinstance(made, ClassRef) else None
@@ -1692,6 +1693,20 @@ class _Caller:
     counter: list[int]
     order: int  # the program point of the call: where the arguments are read
     root: Scope | None  # where the callee's events go (None: into its own scope)
+
+
+def _same_instance_class(node: cst.BaseExpression) -> cst.BaseExpression:
+    """The object whose class an expression's value has: `net` of `net.to(device)` (a module method
+    that returns the module) and of `copy.deepcopy(net)` (a copy of it)."""
+    while isinstance(node, cst.Call):
+        receiver, method = call_receiver(node)
+        if receiver is not None and method in cat.MODULE_RETURNING_METHODS:
+            node = receiver
+        elif method == cat.DEEP_COPY_FUNCTION and len(node.args) == 1 and not node.args[0].keyword:
+            node = node.args[0].value
+        else:
+            break
+    return node
 
 
 def _guessed_roles(node: cst.BaseExpression | None) -> frozenset[Role]:

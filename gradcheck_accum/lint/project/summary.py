@@ -26,7 +26,7 @@ from gradcheck_accum.lint.outline import blank_strings_and_comments, one_newline
 STAR = "*"  # the key prefix of a star import in ModuleSummary.imports
 MODULE_CODE = "<module>"  # the qualified name of a file's top-level statements, as a pseudo-function
 # The summary's shape: caches written for another shape are not read (store.py keys them by it).
-FORMAT = 13
+FORMAT = 14
 # Joins the alternatives of a value that is one of several (`return A(...)` and `return B(...)` in one
 # function, `A(...) if fast else B(...)`, `cls = A` or `cls = B` then `cls(...)`): "A|B" (index.py reads it).
 EITHER = "|"
@@ -481,11 +481,15 @@ def _produced(value: ast.expr, bound: dict[str, str], aliases: dict[str, list[st
     if callee is not None and value.args and (
             callee.rsplit(".", 1)[-1] in _MODEL_WRAPPERS or callee == cat.COMPILE.qualname):
         return _produced(value.args[0], bound)  # `DDP(Ctor().cuda(), ...)`: the wrapper runs the model it is given
+    if callee is not None and value.args and callee.rsplit(".", 1)[-1] == cat.DEEP_COPY_FUNCTION:
+        return _produced(value.args[0], bound)  # `copy.deepcopy(Ctor())`: another instance of the same class
     if isinstance(func, ast.Attribute) and func.attr in _RETURNS_SELF and (
             isinstance(func.value, ast.Call) or (isinstance(func.value, ast.Name) and func.value.id in bound)):
         return _produced(func.value, bound)
     if isinstance(func, ast.Subscript):
         return _registry(func.value)
+    if isinstance(func, ast.Attribute) and func.attr in cat.INSTANCE_CLASSMETHODS:
+        return _dotted(func.value)  # `Tagger.from_pretrained(name)`: an instance of the class it is called on
     return _dotted(func)
 
 
