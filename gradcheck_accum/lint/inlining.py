@@ -1029,7 +1029,17 @@ class Inliner:
             return None
         if "." not in name and name in self._callables.get(id(scope), {}):
             return self._callables[id(scope)][name]
-        return self.project.resolve_call(FunctionRef(module.path, qualname), name)
+        ref = self.project.resolve_call(FunctionRef(module.path, qualname), name)
+        head, *rest = name.split(".")
+        if ref is None and head in SELF_NAMES and len(rest) == 1 and not self.context.alone:
+            # `collate_fn=self.data_collator`, kept by `__init__` from what the constructions pass: a
+            # function, or an instance of a project class (its `__call__`)
+            owner = origin[2] or self.project.class_of(FunctionRef(module.path, qualname))
+            if owner is not None:
+                ref = self._attribute_callable(owner, rest[0])
+                given = self._attribute_class_given(owner, rest[0]) if ref is None else None
+                ref = self.project.member_call(given, []) if given is not None else ref
+        return ref
 
     def called_function(self, scope: Scope, node: cst.BaseExpression) -> cst.FunctionDef | None:
         """The syntax of what callable_of_expression says calling the value runs."""
