@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple, TypeVar
 
 from gradcheck_accum.lint import catalogue as cat
-from gradcheck_accum.lint.project.summary import (EITHER, MODULE_CODE, REGISTRY, STAR, ClassSummary, FunctionSummary,
-                                                 ModuleSummary)
+from gradcheck_accum.lint.project.summary import (EITHER, MODULE_CODE, REGISTRY, REGISTRY_ENTRY, STAR, ClassSummary,
+                                                 FunctionSummary, ModuleSummary)
 
 T = TypeVar("T")
 
@@ -405,6 +405,8 @@ class Project:
                     for found in self._classes(path, alternative, depth + 1)]
         if written.endswith(REGISTRY):
             return [self._registry_class(path, written[:-len(REGISTRY)].rstrip("."), depth)]
+        if REGISTRY_ENTRY in written:
+            return self._entry_classes(path, written, depth)
         element = _ELEMENT.fullmatch(written)
         if element is None:
             found = self._named_class(path, written, depth)
@@ -413,6 +415,26 @@ class Project:
         name, index = (element.group(1), int(element.group(2))) if element else (written, None)
         ref = self._resolve_global(path, name.split("."), depth + 1)
         return self._produced_classes(ref, index, depth) if ref is not None else [None]
+
+    def _entry_classes(self, path: Path, written: str, depth: int) -> list[ClassRef | str | None]:
+        """What an entry of a registry dict may be (`MODELS[*]`, `MODELS[*][1]`: summary._registry_entries),
+        read in the module that writes the dict: `from registry import MODELS` leads there."""
+        table, _, position = written.partition(REGISTRY_ENTRY)
+        summary = self.summary(path)
+        entries = summary.bindings.get(f"{table}{REGISTRY_ENTRY}{position}")
+        if entries is not None:
+            return self._classes(path, entries, depth + 1)
+        head, *rest = table.split(".")
+        imported = summary.imports.get(head)
+        if imported is None or depth > _MAX_DEPTH:
+            return [None]
+        if rest:  # `import registry` ... `registry.MODELS[key]`
+            module, name = self._module_named(path, ".".join([head, *rest[:-1]]), depth), rest[-1]
+        elif imported.name is not None:  # `from registry import MODELS`
+            module, name = self.module_path(path, imported.module, imported.level), imported.name
+        else:
+            return [None]
+        return self._entry_classes(module, f"{name}{REGISTRY_ENTRY}{position}", depth + 1) if module else [None]
 
     def _produced_class(self, ref: FunctionRef, index: int | None, depth: int) -> ClassRef | None:
         """The project class of what a project function returns (element `index` of it), where it is one."""

@@ -34,6 +34,7 @@ EITHER = "|"
 # "models.__dict__[]", `globals()[name](...)` -> "__dict__[]"): one of the module's factories,
 # chosen by name at run time (index.resolve_class reads it).
 REGISTRY = "__dict__[]"
+REGISTRY_ENTRY = "[*]"  # `MODELS[*]`: any value of the module-level dict MODELS (`MODELS[*][1]`: position 1 of it)
 # The prefix of an effect name that counts only on a gradient (`grad.clamp_`: `p.grad.clamp_(...)`).
 GRADIENT_ONLY = "grad."
 _FORWARD = "forward"  # a module's forward: computes outputs, never edits gradients
@@ -352,11 +353,22 @@ class _Summarizer:
                 self.summary.constructions.append((callee, {**_keywords(value), UNSPELLED: "?"}))
         aliases = self._aliases.setdefault(id(function), {})
         made = _produced(value, function.locals if prefix else self.summary.bindings, aliases)
+        if not prefix and isinstance(value, ast.Dict):
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    self.summary.bindings.update(_registry_entries(target.id, value))
+        looked_up = _registry_lookup(value)
         for target in targets:
-            if isinstance(target, ast.Name):  # a name bound to names (a class picked by a setting)
-                named = _names_of(value)
-                known = aliases.get(target.id, [])
-                aliases[target.id] = None if named is None or known is None else known + named
+            if isinstance(target, ast.Name) or _self_attribute(target):  # bound to names (a class picked by a setting)
+                key = _dotted(target) or ""
+                named = [looked_up] if looked_up else _names_of(value)
+                known = aliases.get(key, [])
+                aliases[key] = None if named is None or known is None else known + named
+            elif isinstance(target, (ast.Tuple, ast.List)) and looked_up:
+                # `config_class, model_class = MODEL_CLASSES[args.model_type]`: each, the classes at its position
+                for i, element in enumerate(target.elts):
+                    if isinstance(element, ast.Name) or _self_attribute(element):
+                        aliases[_dotted(element) or ""] = [f"{looked_up}[{i}]"]
         for target in targets:
             if isinstance(target, ast.Name) and made:
                 if prefix:
@@ -374,7 +386,9 @@ class _Summarizer:
                         cls.attributes.setdefault(element.attr, f"{callee}[{i}]")
             elif cls is not None and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
                     and target.value.id == "self":
-                if callee:
+                if made and REGISTRY_ENTRY in made:  # `self.model = self.model_class(...)`, picked from a registry
+                    cls.attributes.setdefault(target.attr, made)
+                elif callee:
                     cls.attributes.setdefault(target.attr, callee)
                 elif isinstance(value, ast.Name) and value.id in self._annotated.get(id(function), {}):
                     # `self.model = model` where the parameter is annotated `model: MyModel`
@@ -474,7 +488,7 @@ def _produced(value: ast.expr, bound: dict[str, str], aliases: dict[str, list[st
         return None
     func = value.func
     callee = _dotted(func)
-    picked = aliases.get(func.id) if aliases is not None and isinstance(func, ast.Name) else None
+    picked = aliases.get(callee) if aliases is not None and callee is not None else None
     picked = _names_of(func) if isinstance(func, ast.IfExp) else picked  # `(A if fast else B)(...)`
     if picked:
         return EITHER.join(dict.fromkeys(picked))
@@ -487,9 +501,10 @@ def _produced(value: ast.expr, bound: dict[str, str], aliases: dict[str, list[st
             isinstance(func.value, ast.Call) or (isinstance(func.value, ast.Name) and func.value.id in bound)):
         return _produced(func.value, bound)
     if isinstance(func, ast.Subscript):
-        return _registry(func.value)
+        return _registry(func.value) or _registry_lookup(func)
     if isinstance(func, ast.Attribute) and func.attr in cat.INSTANCE_CLASSMETHODS:
-        return _dotted(func.value)  # `Tagger.from_pretrained(name)`: an instance of the class it is called on
+        # `Tagger.from_pretrained(name)`: an instance of the class it is called on, as `Tagger(...)` is
+        return _produced(ast.Call(func=func.value, args=[], keywords=[]), bound, aliases)
     return _dotted(func)
 
 
@@ -543,6 +558,38 @@ def _either(first: str | list[str] | None, second: str | list[str] | None) -> st
     if not first or not second:
         return None
     return EITHER.join(dict.fromkeys([*first.split(EITHER), *second.split(EITHER)]))
+
+
+def _registry_entries(name: str, table: ast.Dict) -> dict[str, str]:
+    """A dict written at module level whose values are names, or tuples of names
+    (`MODEL_CLASSES = {"bert": (BertConfig, JointBERT, BertTokenizer), ...}`): the names it maps its keys
+    to, under `NAME[*]`, and for tuples of one length the names at each position where every tuple has
+    a name (or None), under `NAME[*][i]`; alternatives joined by EITHER."""
+    values = [value for value in table.values if value is not None]  # (None: a `**other` spread)
+    names = [_dotted(value) for value in values]
+    if values and len(values) == len(table.values) and None not in names:
+        return {f"{name}{REGISTRY_ENTRY}": EITHER.join(dict.fromkeys(n for n in names if n))}
+    rows = [value.elts for value in values if isinstance(value, ast.Tuple)]
+    if not rows or len(rows) != len(table.values) or len({len(row) for row in rows}) != 1:
+        return {}
+    entries = {}
+    for i, column in enumerate(zip(*rows)):
+        names = [_dotted(e) for e in column if not (isinstance(e, ast.Constant) and e.value is None)]
+        if names and None not in names:
+            entries[f"{name}{REGISTRY_ENTRY}[{i}]"] = EITHER.join(dict.fromkeys(n for n in names if n))
+    return entries
+
+
+def _registry_lookup(value: ast.expr) -> str | None:
+    """`MODELS[key]`, `registry.MODELS[args.arch]`: an entry of a module's registry dict, `MODELS[*]`."""
+    if not isinstance(value, ast.Subscript) or isinstance(value.slice, ast.Slice):
+        return None
+    table = _dotted(value.value)
+    return f"{table}{REGISTRY_ENTRY}" if table is not None and not table.startswith("self.") else None
+
+
+def _self_attribute(node: ast.expr) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
 
 
 def _names_of(value: ast.expr) -> list[str] | None:
