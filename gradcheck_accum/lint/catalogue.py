@@ -492,6 +492,8 @@ TRUTH_CAST = "bool"  # `bool(x)` holds where x does
 SCALER_ENABLED_TEST = "is_enabled"  # GradScaler.is_enabled(): whether it scales at all
 ROUNDING_FUNCTIONS = frozenset({"round", "ceil", "floor", "min"})  # `math.ceil(l * ratio)`: a number still
 SUM_FUNCTION = "sum"  # the builtin: `sum(loss_dict.values())` adds loss terms
+# Builtins that look at an object without running it: `hasattr(model, "no_sync")` is no forward of `model`
+INTROSPECTING_BUILTINS = frozenset({"hasattr", "getattr", "isinstance", "type", "id", "callable", "print", "repr"})
 SEQUENCE_FUNCTIONS = frozenset({"list", "tuple"})  # builtins that hold the items they are given, in order
 NEXT_BATCH_FUNCTION = "next"  # `batch = next(it)`: a new micro-batch each time it runs
 # The `outputs.loss` a Hugging Face model returns is a mean over the labels that are not this value ...

@@ -30,8 +30,8 @@ from gradcheck_accum.lint.paths import decision, invariant
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
-from gradcheck_accum.lint.vocabulary import (END_OF_SCOPE, NO_ROLES, Context, Def, DefOp, Event, EventKind, Fact, Guard,
-                                             Framework, Role, Scope)
+from gradcheck_accum.lint.vocabulary import (END_OF_SCOPE, NO_ROLES, Context, Def, DefOp, Event, EventKind, Exit, Fact,
+                                             Framework, Guard, Role, Scope)
 from gradcheck_accum.lint.walker import ScopeWalker
 from gradcheck_accum.lint.windows import (Placement, Window, WindowShape, accumulate_calls, assigned_in, build_windows,
                                           exclusive, grouped_models, increment, inner_count, is_micro_batch_loop,
@@ -358,8 +358,11 @@ class FileModel:
         scaler_exists = (dotted(receiver), True)  # `if scaler:`, `if scaler is not None:`: false only without one
         # `if scaler.is_enabled():`: false only where the scaler does not scale
         scaler_on = (f"{dotted(receiver)}.{cat.SCALER_ENABLED_TEST}()", True)
+        # a `continue` filter in a loop the clip is not in (`for opt in optimizers: if k != active: continue`)
+        # picks which of the loop's optimizers are unscaled, not whether this micro-batch unscales
         extra = [g for g in unscale.ctx.guards if g not in clip.ctx.guards and g not in taken
-                 and decision(g)[:2] not in (scaler_exists, scaler_on)]
+                 and decision(g)[:2] not in (scaler_exists, scaler_on)
+                 and not (g.exit is Exit.CONTINUE and g.depth > len(clip.ctx.loops))]
         # a setting the scaling backward also runs under (`if use_amp: scaler.scale(loss).backward()`):
         # wherever the gradients were scaled, the unscale runs
         scaled_under = {decision(g)[:2] for g in backward.ctx.guards if dotted(decision(g).test) is not None}

@@ -675,7 +675,7 @@ class ScopeWalker:
                       roles=self.env.get(callee, NO_ROLES),
                       backpropagates=self.inliner is not None and self.inliner.backpropagates(self, call))
             return
-        if callee and not resolved:
+        if callee and not resolved and callee not in cat.INTROSPECTING_BUILTINS:
             # Any other call on a local object: forward passes (`model(x)`, `self.net(x)`) are among them.
             forward = method == "forward"
             handed = forwarded.union(*(self.roles(a.value) for a in call.args
