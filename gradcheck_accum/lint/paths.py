@@ -126,8 +126,12 @@ def rebound_since(scope: Scope, name: str, bound: Def | Context, order: int, bef
     before `before`), or in a loop around the binding `bound` (whose next pass may bind it again)? The
     question excluded_by asks of each name a test reads."""
     loops = set(bound.ctx.loops if isinstance(bound, Def) else bound.loops)
+    # a function walked in place of its call has its parameters bound by the caller, once per call
+    # (in the caller's loop): within the call they hold, and a local bound in it dies with the call
+    local = isinstance(bound, Def) and "." not in bound.name
     return any(order < d.order and (before is None or d.order < before) or loops & set(d.ctx.loops)
-               for read in {name, name.split(".")[0]} for d in scope.defs.get(read, ()))
+               for read in {name, name.split(".")[0]} for d in scope.defs.get(read, ())
+               if not (local and d.scope is not None and d.scope is not scope))
 
 
 def _disagree(one: cst.BaseExpression, other: cst.BaseExpression) -> bool:
