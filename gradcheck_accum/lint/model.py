@@ -1427,8 +1427,9 @@ class FileModel:
                 defs = scope.defs_of(name, before)
                 if not defs and name in parameters:
                     reached = True
-                elif len(defs) == 1 and defs[0].op is DefOp.ASSIGN and defs[0].value is not None:
-                    pending.append((defs[0].value, defs[0].order))
+                elif defs and all(d.op is DefOp.ASSIGN and d.value is not None for d in defs):
+                    # each binding that may reach (`loss = raw / n`, then under a spike guard `loss = loss * 0`)
+                    pending.extend((d.value, d.order) for d in defs)
                 elif defs:
                     return False
         return False
