@@ -427,6 +427,7 @@ class Inliner:
         self._capturing: FunctionRef | None = None  # parameter_roles: the function whose calls are read
         self._captured: dict[str, frozenset[Role]] = {}
         self._captured_classes: dict[str, ClassRef] = {}
+        self._compiled_under: dict[str, list[Context]] = {}  # parameter_roles: where a compiled module is handed
         self._captured_callables: dict[str, FunctionRef | None] = {}  # None: the calls pass different ones
         self._passed: set[str] | None = set()  # parameter_roles: the parameters the calls read pass (None: any)
         self._calls_read = 0  # parameter_roles: how many calls of the function a caller's walk read
@@ -611,6 +612,8 @@ class Inliner:
                         roles |= _INDEX
                     if roles:
                         self._captured[name] = self._captured.get(name, NO_ROLES) | roles
+                    if Role.COMPILED in roles:
+                        self._compiled_under.setdefault(name, []).append(ctx)
                     cls = self.class_of_expression(walker.scope, argument)
                     if cls is not None:
                         self._captured_classes.setdefault(name, cls)
@@ -1102,6 +1105,7 @@ class Inliner:
         # the parameters some call passes (None: unknown, a call was not read or passes `*args`)
         passed: set[str] | None = set()
         sites = [site for site in self.project.callers(ref) if site.caller != ref]
+        self._compiled_under = {}
         for site in sites:
             self._capturing, self._captured, self._captured_classes = ref, {}, {}
             self._captured_callables, self._passed, self._calls_read = {}, set(), 0
@@ -1124,6 +1128,7 @@ class Inliner:
                 roles[name] -= {role}  # from some callers only: what the parameter holds is not known
         if classes:
             self._classes[id(scope)] = classes
+        scope.compiled_given_under, self._compiled_under = self._compiled_under, {}
         scope.passed = passed if sites else frozenset()
         if sites and passed is not None:
             params = function.params

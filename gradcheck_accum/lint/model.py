@@ -26,7 +26,7 @@ from gradcheck_accum.lint.names import (SELF_NAMES, ImportMap, call_receiver, ch
                                         full_names, is_one, iter_calls, iter_names, keyword, last_part,
                                         paired_arguments, parameter, parameter_names, positional, source,
                                         assigned_names, summed_loss_name, top_level_statements, walk)
-from gradcheck_accum.lint.paths import decision, invariant
+from gradcheck_accum.lint.paths import decision, excluded_by, invariant
 from gradcheck_accum.lint.predicates import (Boundary, BoundaryKind, analyze, is_accumulation_count, reads_length,
                                              resolve_n)
 from gradcheck_accum.lint.trainer_hooks import trainer_divides
@@ -1223,7 +1223,7 @@ class FileModel:
             if any(exclusive(d, load) for d in bindings):
                 on_its_way = [d for d in bindings if not exclusive(d, load)]
                 return bool(on_its_way) and self._compiles(on_its_way[-1].value)
-            return Role.COMPILED in load.roles
+            return Role.COMPILED in load.roles and not self._compiled_only_on_other_paths(scope, name, load, bindings)
         local = [d for d in scope.defs_of(name, load.order) if d.op.rebinds]
         if local and not any(exclusive(d, load) for d in local):
             # bound on the load's way in this method: compiled there, or by the project function that made
@@ -1232,6 +1232,16 @@ class FileModel:
         if local:
             return self._compiles(local[-1].value)
         return self.compiled_in_method_run_first(scope, name, load.order)
+
+    def _compiled_only_on_other_paths(self, scope: Scope, name: str, load: Event, bindings: list[Def]) -> bool:
+        """Is the compiled module a parameter holds at this load handed in only by calls made under a test
+        the load is on the other side of? `self._load(path, model)` under `if sharded() and resume:`,
+        and the load in the callee's `else` of `if sharded():`: the caller that compiles never reaches it
+        (a module function called with nothing, or a setting, means the same in both functions)."""
+        given = scope.compiled_given_under.get(name)
+        if not given or any(self._may_compile(d.value, scope) for d in bindings if d.value is not None):
+            return False
+        return all(excluded_by(site, load.ctx, lambda _: False) for site in given)
 
     def taken_from_compiled(self, scope: Scope, state_dict: Event) -> bool:
         """Is this `x.state_dict()` taken from a torch.compile wrapper: `x` may be one where it is read,

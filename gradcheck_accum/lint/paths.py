@@ -108,17 +108,34 @@ def excluded_by(bound: Context, here: Context, rebound: Callable[[str], bool]) -
     and its `else`, or `elif env == "cpu":`, the same name compared with another literal), and that
     test calls nothing that may read live state and reads no name `rebound(name)` says changed."""
     for guard in bound.guards:
-        taken = decision(guard)
-        if any(call_receiver(call)[1] not in _PURE_CALLS for call in iter_calls(taken.test)) \
-                or any(rebound(name) for name in iter_names(taken.test)):
-            continue
-        for other in here.guards:
-            there = decision(other)
-            if there.key == taken.key and there.value is not taken.value:
-                return True
-            if taken.value and there.value and _disagree(taken.test, there.test):
-                return True
+        for taken in implied(guard):
+            if not all(_settled(call) for call in iter_calls(taken.test)) \
+                    or any(rebound(name) for name in iter_names(taken.test)):
+                continue
+            for other in here.guards:
+                for there in implied(other):
+                    if there.key == taken.key and there.value is not taken.value:
+                        return True
+                    if taken.value and there.value and _disagree(taken.test, there.test):
+                        return True
     return False
+
+
+def implied(guard: Guard) -> list[Decision]:
+    """What passing a guard decides: its test, taken its way, and for `a and b` passed (or `a or b`
+    failed) each side the same way."""
+    taken = decision(guard)
+    test = taken.test
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And if taken.value else cst.Or):
+        return [taken, *(found for side in (test.left, test.right)
+                         for found in implied(Guard(side, taken.value, guard.owner, guard.depth, scope=guard.scope)))]
+    return [taken]
+
+
+def _settled(call: cst.Call) -> bool:
+    """A call whose value the run settles before training: a builtin of _PURE_CALLS, or a module function
+    called with nothing (`is_sagemaker_mp_enabled()`, `is_main_process()`), which reads the launch."""
+    return call_receiver(call)[1] in _PURE_CALLS or not call.args and isinstance(call.func, cst.Name)
 
 
 def rebound_since(scope: Scope, name: str, bound: Def | Context, order: int, before: int | None = None) -> bool:

@@ -353,6 +353,8 @@ class Scope:
     given_passes: frozenset[str] = frozenset()  # parameters every caller binds to a pass index from 0
     given_indices: frozenset[str] = frozenset()  # parameters every caller binds to a loop index (any start)
     defaulted: frozenset[str] = frozenset()  # parameters no caller in the project passes: each holds its default
+    # parameter -> the guards each call in the project that hands it a torch.compile wrapper runs under
+    compiled_given_under: dict[str, list[Context]] = field(default_factory=dict)
     passed: frozenset[str] | None = None  # parameters some caller in the project passes (None: not known)
     # id(loop) -> the names bound inside it, indexed on first use once the walk is done (windows.assigned_in)
     assigned_by_loop: dict[int, frozenset[str]] | None = None
