@@ -1403,28 +1403,43 @@ class Inliner:
         out). Empty when there are none, or too many to read them all."""
         origin = self._origin.get(id(scope))
         function = scope.node
-        if origin is None or not isinstance(function, cst.FunctionDef) or not isinstance(call.func, cst.Name):
+        if origin is None or not isinstance(function, cst.FunctionDef):
             return []
-        annotation = _annotation(function, call.func.value)
-        cls = self.project.resolve_class(origin[0].path, annotation) if annotation else None
-        if not isinstance(cls, ClassRef):
-            return []
-        memo = self.project.summaries.memo
-        key = ("implementations", cls)
-        if key not in memo:
-            found: dict[FunctionRef, None] = {}
-            for candidate in [cls, *self.project.subclasses(cls)]:
-                ref = self.project.member_call(candidate, [])
-                if ref is not None:
-                    found.setdefault(ref)
-            memo[key] = list(found)
+        refs = self._attribute_implementations(scope, call) if isinstance(call.func, cst.Attribute) else []
+        if isinstance(call.func, cst.Name):
+            annotation = _annotation(function, call.func.value)
+            cls = self.project.resolve_class(origin[0].path, annotation) if annotation else None
+            if not isinstance(cls, ClassRef):
+                return []
+            memo = self.project.summaries.memo
+            key = ("implementations", cls)
+            if key not in memo:
+                found: dict[FunctionRef, None] = {}
+                for candidate in [cls, *self.project.subclasses(cls)]:
+                    ref = self.project.member_call(candidate, [])
+                    if ref is not None:
+                        found.setdefault(ref)
+                memo[key] = list(found)
+            refs = memo[key]
         out = []
-        for ref in memo[key]:
+        for ref in refs:
             loaded = self.context.load(ref.path)
             node = loaded.functions.get(ref.qualname) if loaded is not None else None
             if node is not None and not _is_stub(node):
                 out.append((ref, loaded, node))
         return out if len(out) <= MAX_IMPLEMENTATIONS else []
+
+    def _attribute_implementations(self, scope: Scope, call: cst.Call) -> list[FunctionRef]:
+        """What calling `self.model(...)` may run where the attribute holds one of several project
+        classes (picked from a registry of model types): the `forward` of each."""
+        origin = self._origin.get(id(scope))
+        head, *rest = (dotted(call.func) or "").split(".")
+        if origin is None or head not in SELF_NAMES or len(rest) != 1:
+            return []
+        owner = origin[2] or self.project.class_of(FunctionRef(origin[0].path, origin[1]))
+        classes = self.project.attribute_classes(owner, rest[0]) if owner is not None else []
+        refs = [self.project.member_call(cls, []) for cls in classes] if len(classes) > 1 else []
+        return [ref for ref in refs if ref is not None] if all(refs) else []
 
     def foreign_nodes(self) -> dict[int, list[tuple[cst.Call | None, Scope]]]:
         """The nodes that belong to other files (walked in place here), by id, each with the calls in

@@ -566,6 +566,20 @@ class Project:
             return found if isinstance(found, ClassRef) else None
         return None
 
+    def attribute_classes(self, owner: ClassRef, attribute: str) -> list[ClassRef]:
+        """Each project class `self.attribute` may be an instance of, where it is bound to one of several
+        (`self.model = self.model_class(...)` with the class picked from a registry of model types); the
+        one class where attribute_class knows it; empty where any of them is not a project class."""
+        found = self.attribute_class(owner, attribute)
+        if found is not None:
+            return [found]
+        for cls in self.mro(owner):
+            summary = self.class_summary(cls) if isinstance(cls, ClassRef) else None
+            constructor = summary.attributes.get(attribute) if summary is not None else None
+            if constructor is not None:
+                return [] if constructor.startswith("self.") else self.resolve_classes(cls.path, constructor)
+        return []
+
     def class_summary(self, cls: ClassRef) -> ClassSummary | None:
         """The summary of a class; None where its file's summary has no such class (a file CPython here
         cannot parse, such as Python 3.12 syntax under 3.11, is summarised empty while libcst reads it)."""
