@@ -113,6 +113,8 @@ def constructor_roles(call: cst.Call, imports: ImportMap, lookup: Lookup) -> fro
         reduced = reduction.evaluated_value if isinstance(reduction, cst.SimpleString) else "mean"
         if reduced == "sum":
             roles.add(Role.SUM_LOSS)
+        if reduced == "none":
+            roles.add(Role.ITEM_LOSS)
         if keyword(call, cat.IGNORE_INDEX_KEYWORD) is not None and reduced != "none":
             # reduction="none": per-item losses, whose mean is what the code around divides them by
             roles.add(Role.TOKEN_LOSS)

@@ -551,7 +551,8 @@ class LossTracer:
                 {Role.SUM_LOSS} if named == "sum" else {Role.TOKEN_LOSS} & roles if named == "mean" else set())
         if Role.SUM_LOSS in roles:
             facts.sum_reduced = True
-        elif Role.CRITERION in roles and (reduction is None or _string_value(reduction, scope, before) == "mean"):
+        elif Role.CRITERION in roles and Role.ITEM_LOSS not in roles \
+                and (reduction is None or _string_value(reduction, scope, before) == "mean"):
             # `l1(pred.masked_select(mask), target.masked_select(mask))`: a mean over the items the
             # mask selects, as many as this micro-batch's data keeps (unless the count is fixed)
             given = positional(node, 0) or keyword(node, "input")
@@ -619,6 +620,9 @@ class LossTracer:
         count = _count_kept(count)  # `denom = keep.sum().clamp_min(1.0)` then `/ denom`
         if self._counts_selection(count, scope, at):
             return True
+        if isinstance(count, cst.BinaryOperation) and isinstance(count.operator, cst.Subtract) \
+                and self._counts_items(count.right, scope, at):
+            return True  # `positions - prompt_lengths.sum()`: the rest of the positions, as many as the data leaves
         if not _is_count_of_items(count, scope):
             added = _added_up(count, scope, before)
             return bool(added) and all(self._counts_items(value, scope, order) for value, order in added)
@@ -1007,7 +1011,7 @@ class LossTracer:
 
 
 _CALL_METHOD = "__call__"  # what a collator instance runs on each batch
-_LOSS_ROLES = frozenset({Role.CRITERION, Role.SUM_LOSS, Role.TOKEN_LOSS})
+_LOSS_ROLES = frozenset({Role.CRITERION, Role.SUM_LOSS, Role.TOKEN_LOSS, Role.ITEM_LOSS})
 
 
 def _dict_entry(literal: cst.Dict, key: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -1209,6 +1213,10 @@ def _masked_items(node: cst.BaseExpression, scope: Scope, before: int,
     literal: the items it selects, as many as this micro-batch's data keeps; else None."""
     node, before = _bound_value(node, scope, before)
     mask = _selecting_mask(node)
+    if mask is None and isinstance(node, cst.Call) and _per_item(node, scope, before, constructions):
+        # `crit(logits[keep], labels[keep])` with `reduction="none"`: one loss per item the mask keeps
+        given = positional(node, 0) or keyword(node, "input")
+        return _selecting_mask(_bound_value(given, scope, before)[0]) if given is not None else None
     if mask is None:
         return None
     selected = node.value if isinstance(node, cst.Subscript) else call_receiver(node)[0] or positional(node, 0)

@@ -101,6 +101,7 @@ class Role(Tag):
     SUM_LOSS = "sum-loss"  # a criterion with reduction="sum"
     TOKEN_LOSS = "token-loss"  # a criterion with an explicit ignore_index
     CRITERION = "criterion"  # a loss function or its result
+    ITEM_LOSS = "item-loss"  # a criterion with reduction="none": one loss per item, reduced by the code around
     # N, handed by every caller to a parameter whose name does not say so (`train_one_epoch(engine,
     # loader, engine.gradient_accumulation_steps())` binds `update_freq`)
     ACCUMULATION_COUNT = "accumulation-count"
