@@ -555,9 +555,14 @@ class LossTracer:
                 and (reduction is None or _string_value(reduction, scope, before) == "mean"):
             # `l1(pred.masked_select(mask), target.masked_select(mask))`: a mean over the items the
             # mask selects, as many as this micro-batch's data keeps (unless the count is fixed)
+            # inline, or bound to a name first (`masked_pred = pred[coord_mask]`); the targets alone, by a
+            # boolean mask, where the model's output is already packed (`F.cross_entropy(packed, labels[keep])`)
             given = positional(node, 0) or keyword(node, "input")
-            # inline, or bound to a name first (`masked_pred = pred[coord_mask]`)
             selected = _selecting_mask(_bound_value(given, scope, before)[0]) if given is not None else None
+            target = positional(node, 1) or keyword(node, "target")
+            if selected is None and target is not None:
+                kept = _selecting_mask(_bound_value(target, scope, before)[0])
+                selected = kept if kept is not None and _is_boolean_mask(kept, scope, before) else None
             if selected is not None and not self._fixed_count(selected, scope, before, 0):
                 facts.token_level = True
             # torch's cross-entropy skips targets of -100 unasked (`ignore_index=-100` by default): a mean
@@ -1698,6 +1703,17 @@ def _along_other_dimension(count: cst.BaseExpression) -> bool:
     else:
         return False
     return index is not None and code(index).replace(" ", "") not in ("0", "-0")
+
+
+def _is_boolean_mask(node: cst.BaseExpression, scope: Scope, before: int) -> bool:
+    """A comparison (`positions < lengths`, `labels != pad`), or `&`/`|`/`~` of them, written here or
+    bound to a name: a mask of True and False, not an index."""
+    node = _bound_value(node, scope, before)[0]
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.BitInvert):
+        return _is_boolean_mask(node.expression, scope, before)
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.BitAnd, cst.BitOr)):
+        return _is_boolean_mask(node.left, scope, before) or _is_boolean_mask(node.right, scope, before)
+    return isinstance(node, cst.Comparison)
 
 
 def _loss_entry(node: cst.BaseExpression) -> bool:
