@@ -558,6 +558,22 @@ class Window:
                 return True
         return False
 
+    def cleared_after(self, event: Event) -> bool:
+        """Does a clear of the window's optimizer run after this backward wherever it runs, before the
+        step (a gradient-surgery branch: `loss_a.backward(); saved = [p.grad.clone() ...]; opt.zero_grad()`)?
+        What the backward adds never reaches the step through the window's sum (a copy kept by hand is the
+        code's own business)."""
+        later_steps = [step for step in self.boundary_steps if step.order > event.order]
+        for zero in self.of(EventKind.ZERO_GRAD):
+            if zero.order <= event.order or not self.inside(zero) or not zero.ctx.branches <= event.ctx.branches \
+                    or zero.ctx.loops != event.ctx.loops:
+                continue
+            if any(zero.order < step.order and (same_target(zero, step, self.scope)
+                                                or not _distinct_optimizers(zero, step, self.scope))
+                   for step in later_steps):
+                return True
+        return False
+
     def clears_before_step(self, zero: Event) -> Event | None:
         """The step that `zero` wipes the gradients of: zero_grad runs after a backward and before a
         step of the same iteration, with no backward in between, whenever that step runs."""

@@ -40,6 +40,8 @@ class UnscaledAccumulatedLoss(Rule):
                     continue
                 if window.cleared_between_backwards(backward):
                     continue  # nothing it adds is summed over the window: the clear is the bug
+                if window.cleared_after(backward):
+                    continue  # cleared before the step on its own micro-batch: it is summed into nothing
                 if window.before_micro_steps(backward):
                     continue  # once per window, ahead of the micro-step loop: a term of no sum over it
                 if _unnormalised(model, model.backward_facts(window, backward), window, backward) \
