@@ -568,6 +568,11 @@ class Hook(NamedTuple):
     takes_over: tuple[str, ...] = ()  # methods that, overridden, replace the framework's step around the hook
     output_attributes: tuple[str, ...] = ()  # what the framework's models return (`outputs.logits`)
     labels_key: str | None = None  # the batch entry the framework counts the items of
+    # The settings object that says whether the framework's loop accumulates: its classes, the keyword
+    # (whose default is 1), and the parser that may fill it from the command line instead
+    arguments_classes: tuple[str, ...] = ()
+    accumulation_keyword: str | None = None
+    arguments_parser: str | None = None
 
 
 LIGHTNING_TRAINING_STEP = Hook("training_step", Framework.LIGHTNING, "LightningModule",
@@ -587,7 +592,9 @@ HF_COMPUTE_LOSS = Hook(
                      "trl.trainer.sft_trainer.SFTTrainer"),
     count_parameter="num_items_in_batch",
     settings=("model_accepts_loss_kwargs", "loss_is_scaled_for_ga", "compute_loss_func"),
-    takes_over=("training_step",), output_attributes=("logits", "loss"), labels_key="labels")
+    takes_over=("training_step",), output_attributes=("logits", "loss"), labels_key="labels",
+    arguments_classes=("TrainingArguments", "Seq2SeqTrainingArguments"),
+    accumulation_keyword="gradient_accumulation_steps", arguments_parser="HfArgumentParser")
 HOOKS: tuple[Hook, ...] = (LIGHTNING_TRAINING_STEP, HF_COMPUTE_LOSS)
 # The keyword a Hugging Face model takes its labels by: `labels`, and before transformers 3 the
 # masked-LM heads' `masked_lm_labels` and the LM heads' `lm_labels` (the legacy example scripts).

@@ -19,6 +19,7 @@ from gradcheck_accum.lint.inlining import ProjectContext
 from gradcheck_accum.lint.lazy import cst
 from gradcheck_accum.lint.names import SELF_NAMES, call_receiver, children, dotted, iter_names, parameter_names
 from gradcheck_accum.lint.project import ClassRef
+from gradcheck_accum.lint.project.summary import UNSPELLED
 from gradcheck_accum.lint.vocabulary import Scope
 
 
@@ -39,6 +40,8 @@ def trainer_divides(context: ProjectContext, scope: Scope, hook: cat.Hook) -> bo
     for method in hook.takes_over:
         if project.lookup_method(cls, method) is not None:
             return None  # the project's own step decides what happens to the loss
+    if never_accumulates(context, hook):
+        return None  # one micro-batch a step: nothing to divide, whatever the loop would do
     if not _accepts(function, hook.count_parameter):
         return True  # written for the versions before the count, which always divide
     settings = [value for base in project.mro(cls) if isinstance(base, ClassRef)
@@ -51,6 +54,39 @@ def trainer_divides(context: ProjectContext, scope: Scope, hook: cat.Hook) -> bo
             return {"True": False, "False": True}.get(literals.pop())
         return None
     return False if _runs_framework_model_on_labels(function, hook) else None
+
+
+def never_accumulates(context: ProjectContext, hook: cat.Hook) -> bool:
+    """Is the framework's loop set up never to accumulate? The project builds its settings
+    (`TrainingArguments(...)`), each with every keyword spelled out and the accumulation count left at
+    its default of 1 or set to 1; no file reads them from a command line (`HfArgumentParser`); and
+    the count is named nowhere but in a construction that sets it to 1."""
+    if not hook.arguments_classes or hook.accumulation_keyword is None:
+        return False
+    project = context.project
+    key = ("never accumulates", hook.name)
+    memo = project.summaries.memo
+    if key not in memo:
+        built = named = set_to_one = False
+        words = (*hook.arguments_classes, hook.arguments_parser, hook.accumulation_keyword)
+        for path in project.files:
+            if not any(word and project.summaries.may_mention(path, word) for word in words):
+                continue
+            summary = project.summary(path)
+            if hook.arguments_parser in summary.names:
+                memo[key] = False
+                return False
+            named = named or hook.accumulation_keyword in summary.names
+            for callee, keywords in summary.constructions:
+                if callee.rsplit(".", 1)[-1] not in hook.arguments_classes:
+                    continue
+                built = True
+                if UNSPELLED in keywords or keywords.get(hook.accumulation_keyword, "1") != "1":
+                    memo[key] = False
+                    return False
+                set_to_one = set_to_one or hook.accumulation_keyword in keywords
+        memo[key] = built and (not named or set_to_one)
+    return memo[key]
 
 
 def _accepts(function: cst.FunctionDef, parameter: str | None) -> bool:

@@ -50,13 +50,15 @@ def effect_names() -> frozenset[str]:
 
 def watched_names() -> frozenset[str]:
     """Constructors whose keywords configure a framework from another file (summary.constructions)."""
-    return frozenset({"Trainer", "Accelerator", "Fabric"})
+    return frozenset({"Trainer", "Accelerator", "Fabric"}) | frozenset(
+        name for hook in cat.HOOKS for name in hook.arguments_classes)
 
 
 def watched_words() -> frozenset[str]:
     """Framework settings whose mention in code says a project may use them (summary.names): the
     keyword that makes a framework's loop accumulate, set from a command line or a config file."""
-    return frozenset(driver.configured_by for driver in cat.DRIVERS if driver.configured_by)
+    return frozenset(driver.configured_by for driver in cat.DRIVERS if driver.configured_by) | frozenset(
+        word for hook in cat.HOOKS for word in (hook.arguments_parser, hook.accumulation_keyword) if word)
 
 
 def refresh_all() -> None:
