@@ -811,7 +811,13 @@ class LossTracer:
         passed = self.passed_to(name, scope) if self.passed_to is not None and not defs and depth <= 6 else ()
         if any(self._collated_with_masking(argument, caller, depth + 1) for argument, caller, _ in passed):
             return True
-        for d in defs or (self.module_scopes[0].defs_of(name) if self.module_scopes else []):
+        bound = [(d, d.scope or scope) for d in defs]
+        if not defs and name.split(".")[0] in SELF_NAMES:  # `self.loader`, bound in another method (`__init__`)
+            bound = [(d, d.scope or other) for other in self.scopes if other.owner is scope.owner is not None
+                     and other is not scope for d in other.defs_of(name)]
+        elif not defs and self.module_scopes:
+            bound = [(d, d.scope or scope) for d in self.module_scopes[0].defs_of(name)]
+        for d, where in bound:
             value = d.value
             if d.op is DefOp.UNPACK and isinstance(value, cst.Call) and call_receiver(value)[1] in cat.PREPARE_METHODS:
                 if d.index is None:
@@ -823,7 +829,7 @@ class LossTracer:
             if d.op is DefOp.ASSIGN and isinstance(_values_kept(value), cst.Subscript):
                 value = _container(_values_kept(value))
             if value is not None and d.op in (DefOp.ASSIGN, DefOp.UNPACK, DefOp.LOOP_TARGET) \
-                    and self._collated_with_masking(value, d.scope or scope, depth + 1):
+                    and self._collated_with_masking(value, where, depth + 1):
                 return True
         return False
 
