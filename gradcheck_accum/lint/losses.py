@@ -610,7 +610,8 @@ class LossTracer:
         if isinstance(made, cst.Call):
             return last_part(dotted(made.func) or "")
         if name and not scope.defs_of(dotted(call.func) or ""):
-            built = {last_part(dotted(made.func) or "") for made, _, _ in self._constructors(dotted(call.func), scope)}
+            built = {last_part(dotted(constructor.func) or "")
+                     for constructor, _, _ in self._constructors(dotted(call.func), scope)}
             if len(built) == 1:
                 return built.pop()
         return name
