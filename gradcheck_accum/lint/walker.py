@@ -70,6 +70,18 @@ _AUGMENTED = {"AddAssign": DefOp.ADD, "DivideAssign": DefOp.DIVIDE, "MultiplyAss
               "SubtractAssign": DefOp.SUBTRACT, "FloorDivideAssign": DefOp.FLOOR_DIVIDE}
 _ORIG_MOD = cat.COMPILED_INNER  # the module a torch.compile wrapper wraps
 _ONE_DEEPSPEED = frozenset({Role.DEEPSPEED})
+
+
+def _exits_within(with_stmt: cst.With) -> list[cst.If]:
+    """The `if test: <exit>` statements (no else) at the top level of a `with` body, and of `with`s nested
+    at its top level, in order."""
+    found: list[cst.If] = []
+    for stmt in with_stmt.body.body:
+        if isinstance(stmt, cst.If) and stmt.orelse is None and _exit(stmt.body) is not None:
+            found.append(stmt)
+        elif isinstance(stmt, cst.With):
+            found.extend(_exits_within(stmt))
+    return found
 _BACKWARD_METHODS = frozenset(api.name for api in cat.APIS if api.event is EventKind.BACKWARD)
 
 
@@ -291,6 +303,12 @@ class ScopeWalker:
             if exit is not None:
                 # `if not need_update: continue` guards everything after it in this block
                 ctx = ctx.push_guard(self.guard(stmt.test, False, stmt, ctx, exit))
+            elif isinstance(stmt, cst.With):
+                # a `with` is no block of its own to leave: `with autocast(): ... if isnan(loss): return`
+                # guards what follows the `with` too
+                for inner in _exits_within(stmt):
+                    if self.decided(inner.test) is None:
+                        ctx = ctx.push_guard(self.guard(inner.test, False, inner, ctx, _exit(inner.body)))
             elif isinstance(stmt, cst.If) and stmt.orelse is None:
                 inner = self._boundary_exit_when_accumulating(stmt)
                 if inner is not None:
