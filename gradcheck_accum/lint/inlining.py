@@ -480,10 +480,10 @@ class Inliner:
                                                                                      text):
             ref = self._capturing  # a caller read for what it passes to one of the functions the call may run
         if ref is None and head in SELF_NAMES and len(rest) == 1:  # `self.criterion = criterion` in __init__
-            owner = self_class or self.project.class_of(FunctionRef(module.path, qualname))
+            owner = self._self_class(origin)
             ref = self._attribute_callable(owner, rest[0]) if owner is not None else None
         if ref is None and head in SELF_NAMES and len(rest) == 2:  # `self.hook.after_iter(self)`, the hook given
-            owner = self_class or self.project.class_of(FunctionRef(module.path, qualname))
+            owner = self._self_class(origin)
             given = self._attribute_class_given(owner, rest[0]) if owner is not None else None
             ref = self.project.member_call(given, rest[1:]) if given is not None else None
         if ref is None:
@@ -961,6 +961,12 @@ class Inliner:
         bound = bound_parameter(function, attribute) if function is not None else None
         return (init, bound) if init is not None and bound is not None else None
 
+    def _self_class(self, origin: tuple[LoadedModule, str, ClassRef | None]) -> ClassRef | None:
+        """The class `self` is an instance of in a scope of this origin: the one it was walked as (a subclass
+        calling an inherited method), else the class its function is written in."""
+        module, qualname, self_class = origin
+        return self_class or self.project.class_of(FunctionRef(module.path, qualname))
+
     def _attribute_callable(self, owner: ClassRef, attribute: str) -> FunctionRef | None:
         """What calling `self.attribute` runs when `__init__` binds it to a parameter (`self.criterion =
         criterion`) that every construction of the class passes the same callable for."""
@@ -1011,8 +1017,7 @@ class Inliner:
         origin = self._origin.get(id(scope))
         if origin is None or self.context.alone:
             return NO_ROLES
-        module, qualname, self_class = origin
-        owner = self_class or self.project.class_of(FunctionRef(module.path, qualname))
+        owner = self._self_class(origin)
         found = self._init_parameter(owner, attribute) if owner is not None else None
         return self._constructed_with(owner, found[0])[0].get(found[1], NO_ROLES) if found is not None else NO_ROLES
 
@@ -1037,7 +1042,7 @@ class Inliner:
         if ref is None and head in SELF_NAMES and len(rest) == 1 and not self.context.alone:
             # `collate_fn=self.data_collator`, kept by `__init__` from what the constructions pass: a
             # function, or an instance of a project class (its `__call__`)
-            owner = origin[2] or self.project.class_of(FunctionRef(module.path, qualname))
+            owner = self._self_class(origin)
             if owner is not None:
                 ref = self._attribute_callable(owner, rest[0])
                 given = self._attribute_class_given(owner, rest[0]) if ref is None else None
@@ -1076,7 +1081,7 @@ class Inliner:
             found = project.resolve_class(module.path, written) if written else None
             known = found if isinstance(found, ClassRef) else None
         if known is None and head in SELF_NAMES and rest:
-            owner = self_class or project.class_of(FunctionRef(module.path, qualname))
+            owner = self._self_class(origin)
             known = project.attribute_class(owner, rest[0]) if owner is not None else None
             rest = rest[1:]
         for attribute in rest:
@@ -1436,7 +1441,7 @@ class Inliner:
         head, *rest = (dotted(call.func) or "").split(".")
         if origin is None or head not in SELF_NAMES or len(rest) != 1:
             return []
-        owner = origin[2] or self.project.class_of(FunctionRef(origin[0].path, origin[1]))
+        owner = self._self_class(origin)
         classes = self.project.attribute_classes(owner, rest[0]) if owner is not None else []
         refs = [self.project.member_call(cls, []) for cls in classes] if len(classes) > 1 else []
         return [ref for ref in refs if ref is not None] if all(refs) else []

@@ -469,9 +469,9 @@ def _dotted(node: ast.AST | None) -> str | None:
     return None
 
 
-# Module methods that return the module itself: `Ctor(...).to(device)` is still a `Ctor`
-_RETURNS_SELF = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "double", "train", "eval", "to_empty",
-                           "requires_grad_", "share_memory"})
+# Module methods that return the module itself: `Ctor(...).to(device)` is still a `Ctor` (the catalogue's,
+# and `share_memory()`, which only class resolution reads)
+_RETURNS_SELF = cat.MODULE_RETURNING_METHODS | {"share_memory"}
 
 
 def _produced(value: ast.expr, bound: dict[str, str], aliases: dict[str, list[str] | None] | None = None) -> str | None:
